@@ -1,0 +1,13 @@
+"""The Celery app. Eager (in-process) unless `REDIS_URL` names a broker."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+
+app = Celery("agentsite")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,106 @@
+"""One error envelope for every API: `{"error": {"code", "message", "field"?}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from sessions_app.core.session import SessionNotFoundError
+
+
+class ApplicationError(exceptions.APIException):
+    """An error the API reports on purpose, with a stable code."""
+
+    def __init__(self, code: str, message: str, *, status_code: int = 400, field: str | None = None) -> None:
+        super().__init__(detail=message, code=code)
+        self.status_code = status_code
+        self.error_code = code
+        self.message = message
+        self.field = field
+
+
+def envelope(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field:
+        error["field"] = field
+    return {"error": error}
+
+
+def _first_validation_error(detail: Any, prefix: str = "") -> tuple[str | None, str]:
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = key if key != "non_field_errors" else None
+            field, message = _first_validation_error(value, f"{prefix}{key}." if name else prefix)
+            return (field or (f"{prefix}{name}" if name else None)), message
+    if isinstance(detail, list) and detail:
+        return _first_validation_error(detail[0], prefix)
+    return None, str(detail)
+
+
+_CODES = {
+    exceptions.ParseError: ("malformed_json", status.HTTP_400_BAD_REQUEST),
+    exceptions.NotAuthenticated: ("not_authenticated", status.HTTP_401_UNAUTHORIZED),
+    exceptions.AuthenticationFailed: ("authentication_failed", status.HTTP_401_UNAUTHORIZED),
+    exceptions.PermissionDenied: ("permission_denied", status.HTTP_403_FORBIDDEN),
+    exceptions.NotFound: ("not_found", status.HTTP_404_NOT_FOUND),
+    exceptions.MethodNotAllowed: ("method_not_allowed", status.HTTP_405_METHOD_NOT_ALLOWED),
+    exceptions.NotAcceptable: ("not_acceptable", status.HTTP_406_NOT_ACCEPTABLE),
+    exceptions.UnsupportedMediaType: ("unsupported_media_type", status.HTTP_415_UNSUPPORTED_MEDIA_TYPE),
+    exceptions.Throttled: ("throttled", status.HTTP_429_TOO_MANY_REQUESTS),
+}
+
+
+def to_application_error(exc: Exception) -> ApplicationError | None:
+    """Map core errors to API errors."""
+    if isinstance(exc, ApplicationError):
+        return exc
+    if isinstance(exc, AgentNotFoundError):
+        return ApplicationError("unknown_agent", str(exc), status_code=400, field="agent")
+    if isinstance(exc, DuplicateRequestError):
+        return ApplicationError("duplicate_request", str(exc), status_code=409, field="request_id")
+    if isinstance(exc, SessionNotFoundError):
+        return ApplicationError("not_found", str(exc), status_code=404, field="session_id")
+    if isinstance(exc, UsageError):
+        return ApplicationError("invalid_request", str(exc), status_code=400)
+    return None
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's EXCEPTION_HANDLER: every API error leaves in the envelope."""
+    app_error = to_application_error(exc)
+    if app_error is not None:
+        response = Response(envelope(app_error.error_code, app_error.message, app_error.field), status=app_error.status_code)
+        return response
+    if isinstance(exc, exceptions.ValidationError):
+        field, message = _first_validation_error(exc.detail)
+        return Response(envelope("invalid", message, field), status=status.HTTP_400_BAD_REQUEST)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    code, _ = next(((c, s) for kind, (c, s) in _CODES.items() if isinstance(exc, kind)), ("error", response.status_code))
+    detail = getattr(exc, "detail", str(exc))
+    message = str(detail if not isinstance(detail, dict | list) else _first_validation_error(detail)[1])
+    response.data = envelope(code, message)
+    return response
+
+
+_API_PREFIXES = ("/api/", "/v1/", "/agui/", "/a2a/", "/healthz")
+
+
+def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """API paths answer 404 in the envelope; pages keep Django's HTML 404."""
+    if request.path.startswith(_API_PREFIXES):
+        return JsonResponse(envelope("not_found", f"no such endpoint: {request.path!r}"), status=404)
+    return defaults.page_not_found(request, exception or Http404())
+
+
+def json_500(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith(_API_PREFIXES):
+        return JsonResponse(envelope("server_error", "internal error; it has been logged"), status=500)
+    return defaults.server_error(request)

@@ -1,0 +1,160 @@
+"""REST API for runs and agents (DESIGN 5). Views only translate; the Runner does the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentsite.api.fields import StrictBooleanField, StrictCharField
+from agentsite.composition import run_manager
+from agentsite.errors import ApplicationError
+from runs import selectors
+from runs.core.records import RunRecord
+from runs.core.runner import Runner
+from sessions_app import selectors as session_selectors
+
+
+class RunOutput(serializers.Serializer):
+    id = serializers.CharField()
+    session_id = serializers.CharField()
+    agent = serializers.CharField()
+    request_id = serializers.CharField()
+    status = serializers.CharField()
+    answer = serializers.CharField(required=False)
+    error = serializers.DictField(required=False, allow_null=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    event_count = serializers.IntegerField()
+    model_calls = serializers.IntegerField()
+    tool_calls = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+
+
+def run_data(record: RunRecord) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": record.id,
+        "session_id": record.session_id,
+        "agent": record.agent,
+        "request_id": record.request_id,
+        "status": record.status,
+        "error": record.error,
+        "created_at": record.created_at.isoformat(),
+        "started_at": record.started_at.isoformat() if record.started_at else None,
+        "ended_at": record.ended_at.isoformat() if record.ended_at else None,
+        "event_count": record.event_count,
+        "model_calls": record.model_calls,
+        "tool_calls": record.tool_calls,
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+    }
+    if record.answer:
+        data["answer"] = record.answer
+    return data
+
+
+def _live(record: RunRecord) -> RunRecord:
+    """Prefer the in-process view of a run that is still going (its counters move)."""
+    if record.finished:
+        return record
+    manager = run_manager()
+    handle = manager.runner.handle(record.id)
+    return handle.record if handle is not None else record
+
+
+class RunCreateApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        message = StrictCharField(trim_whitespace=False)
+        session_id = StrictCharField(required=False, max_length=64)
+        agent = StrictCharField(required=False, max_length=128)
+        request_id = StrictCharField(required=False, max_length=64)
+        wait = StrictBooleanField(required=False, default=False)
+
+        def validate_message(self, value: str) -> str:
+            if not value.strip():
+                raise serializers.ValidationError("must not be empty")
+            limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+            if len(value) > limit:
+                raise ApplicationError(
+                    "message_too_large", f"message is {len(value)} characters; the limit is {limit}",
+                    status_code=413, field="message",
+                )
+            return value
+
+    @extend_schema(request=InputSerializer, responses={201: RunOutput})
+    def post(self, request: Request) -> Response:
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        session_id = data.get("session_id")
+        if session_id and session_selectors.session_get(user=request.user, session_id=session_id) is None:
+            raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404, field="session_id")
+        manager = run_manager()
+        manager.runner.agent(data.get("agent"))  # unknown agent: 400 before anything is written
+
+        async def start(runner: Runner) -> RunRecord:
+            handle = await runner.start(
+                user_id=str(request.user.pk),
+                message=data["message"],
+                session_id=session_id,
+                agent=data.get("agent"),
+                request_id=data.get("request_id"),
+            )
+            return handle.record
+
+        record = manager.call(start)
+        if data["wait"]:
+            record = manager.wait(record.id, timeout=settings.AGENTSITE_RUN_WAIT_TIMEOUT_S) or record
+        return Response(run_data(record), status=status.HTTP_201_CREATED)
+
+
+class RunDetailApi(APIView):
+    @extend_schema(responses=RunOutput)
+    def get(self, request: Request, run_id: str) -> Response:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        return Response(run_data(_live(record)))
+
+
+class RunCancelApi(APIView):
+    @extend_schema(request=None, responses={202: RunOutput})
+    def post(self, request: Request, run_id: str) -> Response:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        if record.finished:
+            raise ApplicationError("run_not_active", f"run {run_id!r} already ended ({record.status})", status_code=409)
+        manager = run_manager()
+        if not manager.cancel(run_id):
+            raise ApplicationError(
+                "run_not_active", f"run {run_id!r} is not running in this process", status_code=409
+            )
+        # The completion event lands within a second of the cancel (SPEC 1.9).
+        final = manager.wait(run_id, timeout=2.0) or record
+        return Response(run_data(final), status=status.HTTP_202_ACCEPTED)
+
+
+class AgentListApi(APIView):
+    @extend_schema(responses={200: dict})
+    def get(self, request: Request) -> Response:
+        runner = run_manager().runner
+        return Response({
+            "results": [
+                {
+                    "name": agent.name,
+                    "description": agent.description,
+                    "kind": agent.kind,
+                    "model": agent.model_name,
+                    "default": agent.name == runner.default_agent,
+                }
+                for agent in runner.agents.values()
+            ]
+        })

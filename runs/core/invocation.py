@@ -1,0 +1,53 @@
+"""The Invocation: everything one agent run needs, built by the Runner."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessions_app.core.events import Event, Message
+from sessions_app.core.session import Session, SessionService
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """Per-run knobs a caller may set."""
+
+    max_steps: int | None = None
+    instruction: str | None = None
+    history_event_limit: int | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Invocation:
+    """One agent's view of a run: session, message, services and identity.
+
+    `session.events` is the window of the ledger the runner loaded, kept up to date as the
+    runner persists each event, so an agent building its next request sees its own steps.
+    """
+
+    invocation_id: str
+    run_id: str
+    request_id: str
+    app: str
+    agent_name: str
+    branch: str
+    filter_key: str
+    session: Session
+    session_service: SessionService
+    message: Message
+    options: RunOptions
+    cancel_event: asyncio.Event
+    services: Mapping[str, Any] = field(default_factory=dict)
+
+    def stamp(self, event: Event) -> Event:
+        """Inject the invocation's identity into an event (SPEC 11.1 `InjectIntoEvent`)."""
+        return event.replace(
+            invocation_id=self.invocation_id,
+            request_id=self.request_id,
+            branch=event.branch or self.branch,
+            filter_key=event.filter_key or self.filter_key,
+        )

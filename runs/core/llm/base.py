@@ -1,0 +1,95 @@
+"""The model contract: a request in, a stream of responses out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from sessions_app.core.events import Message, ToolCall, Usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """What the model is told about a tool: name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    stream: bool = True
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    """One item of a model's stream.
+
+    Partial responses carry `delta` (text written so far in this chunk); the final one has
+    `partial=False` and the whole assistant `message` (text and/or tool calls), the finish
+    reason and usage.
+    """
+
+    id: str
+    partial: bool
+    delta: str = ""
+    message: Message | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    name: str
+    context_window: int
+    provider: str = "openai"
+    description: str = ""
+
+
+@runtime_checkable
+class Model(Protocol):
+    def info(self) -> ModelInfo:
+        """Name and context window of the model."""
+        ...
+
+    def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
+        """Stream the response: zero or more partial deltas, then exactly one final response.
+
+        Raises `ModelError` for a refused request and `TransientModelError` once retries
+        of a transient failure are exhausted.
+        """
+        ...
+
+
+@dataclass(kw_only=True)
+class FinalResponseBuilder:
+    """Accumulates streamed text and tool-call fragments into one final message."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def add_text(self, delta: str) -> None:
+        self.text.append(delta)
+
+    def add_tool_call_fragment(self, index: int, *, id: str | None, name: str | None, arguments: str | None) -> None:
+        call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        if id:
+            call["id"] = id
+        if name:
+            call["name"] += name
+        if arguments:
+            call["arguments"] += arguments
+
+    def message(self) -> Message:
+        calls = tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
+            for _, c in sorted(self.calls.items())
+        )
+        return Message(role="assistant", content="".join(self.text), tool_calls=calls)

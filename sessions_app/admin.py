@@ -1,0 +1,98 @@
+"""Admin: sessions with their read-only ledger. Nothing here can edit or delete an event."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from sessions_app import models as orm
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _tool_calls(event: orm.Event) -> str:
+    calls = (event.payload.get("message") or {}).get("tool_calls") or []
+    return format_html_join(
+        "", "<div><code>{}</code>({})</div>", ((c.get("name", "?"), c.get("arguments", "")) for c in calls)
+    )
+
+
+class EventInline(ReadOnlyMixin, admin.TabularInline):
+    model = orm.Event
+    extra = 0
+    can_delete = False
+    show_change_link = False
+    ordering = ["seq"]
+    fields = ["seq", "author", "role", "object", "text_view", "tool_calls_view", "state_delta_view", "created_at"]
+    readonly_fields = fields
+    classes = ["ledger"]
+
+    @admin.display(description="text")
+    def text_view(self, event: orm.Event) -> str:
+        error = event.payload.get("error")
+        text = event.text if len(event.text) <= 2000 else event.text[:2000] + " …"
+        if error:
+            return format_html("<strong>{}</strong>: {}<br>{}", error.get("type"), error.get("message"), text)
+        return text
+
+    @admin.display(description="tool calls")
+    def tool_calls_view(self, event: orm.Event) -> str:
+        tool_call_id = (event.payload.get("message") or {}).get("tool_call_id")
+        if tool_call_id:
+            return format_html("result of <code>{}</code>", tool_call_id)
+        return _tool_calls(event)
+
+    @admin.display(description="state delta")
+    def state_delta_view(self, event: orm.Event) -> str:
+        delta = event.payload.get("state_delta") or {}
+        return format_html("<code>{}</code>", json.dumps(delta)) if delta else ""
+
+
+class SummaryInline(ReadOnlyMixin, admin.StackedInline):
+    model = orm.Summary
+    extra = 0
+    can_delete = False
+    fields = ["filter_key", "text", "last_seq", "cutoff_at", "updated_at"]
+    readonly_fields = fields
+
+
+@admin.register(orm.Session)
+class SessionAdmin(admin.ModelAdmin):
+    list_display = ["id", "title", "user", "agent", "last_seq", "updated_at"]
+    list_filter = ["agent", "app"]
+    search_fields = ["id", "title", "user__username"]
+    readonly_fields = ["id", "app", "user", "agent", "title", "state", "last_seq", "created_at", "updated_at"]
+    inlines = [SummaryInline, EventInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Viewing is allowed through the view permission; the ledger is never edited.
+        return False
+
+
+@admin.register(orm.Event)
+class EventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["session", "seq", "author", "role", "object", "short_text", "created_at"]
+    list_filter = ["role", "object"]
+    search_fields = ["session__id", "text", "event_id"]
+    readonly_fields = [f.name for f in orm.Event._meta.fields]
+    actions = None
+
+    @admin.display(description="text")
+    def short_text(self, event: orm.Event) -> str:
+        return event.text[:120]

@@ -1,0 +1,136 @@
+"""REST API for sessions and their ledgers (DESIGN 5)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentsite.api.fields import StrictCharField
+from agentsite.composition import run_manager
+from agentsite.errors import ApplicationError
+from sessions_app import models as orm
+from sessions_app import selectors, services
+
+MAX_EVENT_PAGE = 500
+
+
+def get_owned_session(request: Request, session_id: str) -> orm.Session:
+    session = selectors.session_get(user=request.user, session_id=session_id)
+    if session is None:
+        raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404)
+    return session
+
+
+class SessionOutput(serializers.Serializer):
+    id = serializers.CharField()
+    agent = serializers.CharField()
+    title = serializers.CharField()
+    state = serializers.JSONField()
+    last_seq = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class EventOutput(serializers.Serializer):
+    seq = serializers.IntegerField()
+    id = serializers.CharField()
+    author = serializers.CharField()
+    role = serializers.CharField()
+    object = serializers.CharField()
+    text = serializers.CharField(required=False)
+    tool_calls = serializers.ListField(child=serializers.DictField(), required=False)
+    tool_call_id = serializers.CharField(required=False)
+    tool_name = serializers.CharField(required=False)
+    state_delta = serializers.DictField(required=False)
+    error = serializers.DictField(required=False)
+    invocation_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+def event_data(row: orm.Event) -> dict[str, Any]:
+    payload = row.payload
+    message = payload.get("message") or {}
+    data: dict[str, Any] = {
+        "seq": row.seq,
+        "id": row.event_id,
+        "author": row.author,
+        "role": row.role,
+        "object": row.object,
+        "invocation_id": row.invocation_id,
+        "created_at": row.created_at.isoformat(),
+    }
+    if message.get("content"):
+        data["text"] = message["content"]
+    if message.get("tool_calls"):
+        data["tool_calls"] = message["tool_calls"]
+    if message.get("tool_call_id"):
+        data["tool_call_id"] = message["tool_call_id"]
+    if message.get("tool_name"):
+        data["tool_name"] = message["tool_name"]
+    if payload.get("state_delta"):
+        data["state_delta"] = payload["state_delta"]
+    if payload.get("error"):
+        data["error"] = payload["error"]
+    return data
+
+
+class SessionListCreateApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        agent = StrictCharField(required=False, max_length=128)
+        title = StrictCharField(required=False, allow_blank=True, max_length=200)
+
+    @extend_schema(responses=SessionOutput(many=True))
+    def get(self, request: Request) -> Response:
+        rows = selectors.session_list(user=request.user)[:200]
+        return Response({"results": SessionOutput(rows, many=True).data})
+
+    @extend_schema(request=InputSerializer, responses={201: SessionOutput})
+    def post(self, request: Request) -> Response:
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        agent = run_manager().runner.agent(body.validated_data.get("agent"))
+        row = services.session_create(user=request.user, agent=agent.name, title=body.validated_data.get("title", ""))
+        return Response(SessionOutput(row).data, status=status.HTTP_201_CREATED)
+
+
+class SessionDetailApi(APIView):
+    @extend_schema(responses=SessionOutput)
+    def get(self, request: Request, session_id: str) -> Response:
+        return Response(SessionOutput(get_owned_session(request, session_id)).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, session_id: str) -> Response:
+        services.session_delete(session=get_owned_session(request, session_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SessionEventsApi(APIView):
+    class QuerySerializer(serializers.Serializer):
+        after_seq = serializers.IntegerField(required=False, min_value=0, default=0)
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_EVENT_PAGE, default=100)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after_seq", int, description="only events with a larger seq"),
+            OpenApiParameter("limit", int, description=f"page size, at most {MAX_EVENT_PAGE}"),
+        ],
+        responses=EventOutput(many=True),
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        session = get_owned_session(request, session_id)
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after_seq, limit = query.validated_data["after_seq"], query.validated_data["limit"]
+        rows, more = selectors.event_page(session=session, after_seq=after_seq, limit=limit)
+        next_url = None
+        if more:
+            next_url = request.build_absolute_uri(
+                f"{request.path}?{urlencode({'after_seq': rows[-1].seq, 'limit': limit})}"
+            )
+        return Response({"results": [event_data(r) for r in rows], "next": next_url})

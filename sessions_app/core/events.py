@@ -1,0 +1,296 @@
+"""Events: the unit of the session ledger.
+
+An `Event` is one step of a run: a user message, a streamed text delta, an assistant
+message (text or tool calls), a tool result, a state change, an error or the runner's
+completion marker. Complete events are appended to the ledger; streaming deltas are only
+emitted. Events round-trip through JSON (`to_dict` / `from_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Role = Literal["user", "assistant", "tool", "system"]
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "error", "cancelled"]
+
+# Well-known `Event.object` values (SPEC 2.2).
+OBJECT_COMPLETION = "chat.completion"
+OBJECT_CHUNK = "chat.completion.chunk"
+OBJECT_TOOL_RESPONSE = "tool.response"
+OBJECT_ERROR = "error"
+OBJECT_RUNNER_COMPLETION = "runner.completion"
+OBJECT_STATE_UPDATE = "state.update"
+
+# Shown in history for error events that carry no content (SPEC 1.12).
+REPAIRED_ERROR_TEXT = "An error occurred during execution. Please contact the service provider."
+
+EVENT_VERSION = 1
+
+
+def new_id() -> str:
+    """A fresh random identifier (UUID4, hex with dashes)."""
+    return str(uuid.uuid4())
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """A model's request to call one tool; `arguments` is the raw JSON text it produced."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "{}")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """A chat message in the OpenAI sense: role, text, tool calls or a tool result."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+    @property
+    def has_payload(self) -> bool:
+        return bool(self.content or self.tool_calls or self.tool_call_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.tool_name is not None:
+            data["tool_name"] = self.tool_name
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=str(data.get("content") or ""),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
+            tool_call_id=data.get("tool_call_id"),
+            tool_name=data.get("tool_name"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventError:
+    """What went wrong: a stable `type` (e.g. `model_error`, `flow_error`) and a message."""
+
+    type: str
+    message: str
+    code: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "code": self.code}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EventError:
+        return cls(type=str(data["type"]), message=str(data["message"]), code=data.get("code"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(
+            prompt_tokens=int(data.get("prompt_tokens", 0)),
+            completion_tokens=int(data.get("completion_tokens", 0)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One step of a run. `seq` is assigned by the session service on append.
+
+    `partial` marks a streaming delta (never persisted unless it carries a state delta);
+    `done` marks the end of a response; `object` says what kind of step this is.
+    """
+
+    id: str = field(default_factory=new_id)
+    seq: int | None = None
+    invocation_id: str = ""
+    request_id: str = ""
+    author: str
+    branch: str = ""
+    filter_key: str = ""
+    object: str = OBJECT_COMPLETION
+    message: Message | None = None
+    partial: bool = False
+    done: bool = False
+    finish_reason: str | None = None
+    state_delta: Mapping[str, Any] = field(default_factory=dict)
+    error: EventError | None = None
+    usage: Usage | None = None
+    model: str | None = None
+    created_at: datetime = field(default_factory=utcnow)
+    extensions: Mapping[str, Any] = field(default_factory=dict)
+    version: int = EVENT_VERSION
+
+    # -- predicates (SPEC 2.2) ------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        if self.message is not None:
+            return self.message.role
+        return "system"
+
+    @property
+    def text(self) -> str:
+        return self.message.content if self.message is not None else ""
+
+    @property
+    def is_user_message(self) -> bool:
+        return self.message is not None and self.message.role == "user"
+
+    @property
+    def is_tool_call(self) -> bool:
+        return self.message is not None and bool(self.message.tool_calls)
+
+    @property
+    def is_tool_result(self) -> bool:
+        return self.message is not None and self.message.tool_call_id is not None
+
+    @property
+    def is_error(self) -> bool:
+        return self.object == OBJECT_ERROR or self.error is not None
+
+    @property
+    def is_runner_completion(self) -> bool:
+        return self.done and self.object == OBJECT_RUNNER_COMPLETION
+
+    @property
+    def has_valid_content(self) -> bool:
+        return self.message is not None and self.message.has_payload
+
+    @property
+    def is_final_response(self) -> bool:
+        return self.done and not self.partial and not self.is_tool_call and (
+            self.message is not None or self.error is not None
+        )
+
+    def replace(self, **changes: Any) -> Event:
+        return dataclasses.replace(self, **changes)
+
+    # -- JSON -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "invocation_id": self.invocation_id,
+            "request_id": self.request_id,
+            "author": self.author,
+            "branch": self.branch,
+            "filter_key": self.filter_key,
+            "object": self.object,
+            "message": self.message.to_dict() if self.message is not None else None,
+            "partial": self.partial,
+            "done": self.done,
+            "finish_reason": self.finish_reason,
+            "state_delta": dict(self.state_delta),
+            "error": self.error.to_dict() if self.error is not None else None,
+            "usage": self.usage.to_dict() if self.usage is not None else None,
+            "model": self.model,
+            "created_at": self.created_at.isoformat(),
+            "extensions": dict(self.extensions),
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Event:
+        message = data.get("message")
+        error = data.get("error")
+        usage = data.get("usage")
+        return cls(
+            id=str(data["id"]),
+            seq=data.get("seq"),
+            invocation_id=str(data.get("invocation_id", "")),
+            request_id=str(data.get("request_id", "")),
+            author=str(data["author"]),
+            branch=str(data.get("branch", "")),
+            filter_key=str(data.get("filter_key", "")),
+            object=str(data.get("object", OBJECT_COMPLETION)),
+            message=Message.from_dict(message) if message else None,
+            partial=bool(data.get("partial", False)),
+            done=bool(data.get("done", False)),
+            finish_reason=data.get("finish_reason"),
+            state_delta=dict(data.get("state_delta") or {}),
+            error=EventError.from_dict(error) if error else None,
+            usage=Usage.from_dict(usage) if usage else None,
+            model=data.get("model"),
+            created_at=datetime.fromisoformat(data["created_at"]) if data.get("created_at") else utcnow(),
+            extensions=dict(data.get("extensions") or {}),
+            version=int(data.get("version", EVENT_VERSION)),
+        )
+
+
+def should_persist(event: Event) -> bool:
+    """SPEC 1.7: persist iff the event changes state, or is complete and has content.
+
+    Streaming deltas are never persisted unless they carry a state delta; an error event is
+    persisted once it has been repaired to carry visible content (`repair_error`).
+    """
+    if event.state_delta:
+        return True
+    return not event.partial and event.has_valid_content
+
+
+def repair_error(event: Event) -> Event:
+    """SPEC 1.12: an error event without content gets a visible assistant message."""
+    if not event.is_error or event.has_valid_content:
+        return event
+    return event.replace(
+        message=Message(role="assistant", content=REPAIRED_ERROR_TEXT),
+        finish_reason="error",
+    )
+
+
+def filter_matches(event_key: str, key: str) -> bool:
+    """SPEC 2.3: keys match when either is empty or one is a `/`-path prefix of the other."""
+    if not key or not event_key:
+        return True
+    return (
+        event_key == key
+        or event_key.startswith(key + "/")
+        or key.startswith(event_key + "/")
+    )

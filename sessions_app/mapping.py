@@ -1,0 +1,53 @@
+"""ORM rows <-> core value objects, in one place."""
+
+from __future__ import annotations
+
+from sessions_app import models as orm
+from sessions_app.core.events import Event
+from sessions_app.core.session import Session, Summary, SummaryBoundary
+
+
+def session_from_row(row: orm.Session, events: list[Event] | None = None) -> Session:
+    return Session(
+        app=row.app,
+        user_id=str(row.user_id),
+        id=row.id,
+        agent=row.agent,
+        title=row.title,
+        state=dict(row.state or {}),
+        events=events or [],
+        last_seq=row.last_seq,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def event_from_row(row: orm.Event) -> Event:
+    return Event.from_dict({**row.payload, "seq": row.seq, "id": row.event_id})
+
+
+def event_to_row(event: Event, *, session_id: str, seq: int, tokens: int) -> orm.Event:
+    return orm.Event(
+        session_id=session_id,
+        seq=seq,
+        event_id=event.id,
+        invocation_id=event.invocation_id,
+        request_id=event.request_id,
+        author=event.author,
+        branch=event.branch,
+        filter_key=event.filter_key,
+        object=event.object,
+        role=event.role,
+        text=event.text,
+        payload=event.replace(seq=seq).to_dict(),
+        has_state_delta=bool(event.state_delta),
+        tokens=tokens,
+        created_at=event.created_at,
+    )
+
+
+def summary_from_row(row: orm.Summary) -> Summary:
+    boundary = None
+    if row.cutoff_at is not None:
+        boundary = SummaryBoundary(cutoff_at=row.cutoff_at, last_event_id=row.last_event_id, last_seq=row.last_seq)
+    return Summary(filter_key=row.filter_key, text=row.text, boundary=boundary, updated_at=row.updated_at, version=row.version)

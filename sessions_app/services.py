@@ -1,0 +1,25 @@
+"""Writes on sessions outside a run (the ledger itself is written only by the Runner)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from sessions_app import models as orm
+from sessions_app.core.events import new_id, utcnow
+
+
+@transaction.atomic
+def session_create(*, user: Any, agent: str, title: str = "") -> orm.Session:
+    now = utcnow()
+    return orm.Session.objects.create(
+        id=new_id(), app=settings.AGENTSITE_APP, user=user, agent=agent, title=title,
+        created_at=now, updated_at=now,
+    )
+
+
+@transaction.atomic
+def session_delete(*, session: orm.Session) -> None:
+    session.delete()

@@ -1,0 +1,100 @@
+"""Shared fixtures: personas, API clients, the scripted runner, and a guard on real models."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+from runs.core.llm.base import Model
+
+
+def _is_loopback(url: str | None) -> bool:
+    host = urlsplit(str(url)).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any OpenAI client aimed at something other than this machine fails the test."""
+    original = openai.AsyncOpenAI.__init__
+
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not _is_loopback(kwargs.get("base_url")):
+            pytest.fail(f"a test tried to reach a real model endpoint: base_url={kwargs.get('base_url')!r}")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(openai.AsyncOpenAI, "__init__", guarded)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+@pytest.fixture
+def make_user(django_user_model: Any) -> Callable[[str], Any]:
+    def make(username: str) -> Any:
+        return django_user_model.objects.create_user(username=username, password=f"{username}-password")
+
+    return make
+
+
+@pytest.fixture
+def alice(make_user: Callable[[str], Any]) -> Any:
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(make_user: Callable[[str], Any]) -> Any:
+    return make_user("bob")
+
+
+def _client_for(user: Any) -> Any:
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    token, _ = Token.objects.get_or_create(user=user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token.key}")
+    return client
+
+
+@pytest.fixture
+def alice_api(alice: Any) -> Any:
+    return _client_for(alice)
+
+
+@pytest.fixture
+def bob_api(bob: Any) -> Any:
+    return _client_for(bob)
+
+
+@pytest.fixture
+def use_model() -> Iterator[Callable[[Model], None]]:
+    """Make the process's run manager serve the demo agents on the given model."""
+    from agentsite.composition import build_runner, run_manager
+
+    manager = run_manager()
+
+    def use(model: Model) -> None:
+        manager.reset(lambda: build_runner(model))
+
+    yield use
+    manager.reset(build_runner)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_run_manager() -> Iterator[None]:
+    """Runs of one test never leak into the next."""
+    yield
+    composition = sys.modules.get("agentsite.composition")
+    if composition is not None:
+        composition.run_manager().close()

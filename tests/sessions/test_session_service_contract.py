@@ -1,0 +1,181 @@
+"""The SessionService contract, run against every backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from sessions_app.core.events import Event, EventError, Message, ToolCall
+from sessions_app.core.inmemory import InMemorySessionService
+from sessions_app.core.session import SessionKey, SessionNotFoundError, SessionService, Summary, SummaryBoundary
+
+APP = "contract"
+
+# The Django backend works from worker threads, so its tests need committed data.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Backend:
+    def __init__(self, service: SessionService, users: Callable[[str], str]) -> None:
+        self.service = service
+        self.user = users
+
+
+@pytest.fixture(params=["memory", "django"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    if request.param == "memory":
+        return Backend(InMemorySessionService(), lambda name: name)
+    from django.contrib.auth import get_user_model
+
+    from sessions_app.backends import DjangoSessionService
+
+    # Users are made here, in sync code: the tests themselves run inside an event loop.
+    users = {name: str(get_user_model().objects.create_user(username=name).pk) for name in ("alice", "bob")}
+    return Backend(DjangoSessionService(), users.__getitem__)
+
+
+def user_event(text: str, **kwargs: Any) -> Event:
+    return Event(author="user", message=Message(role="user", content=text), **kwargs)
+
+
+def assistant_event(text: str = "", **kwargs: Any) -> Event:
+    return Event(author="agent", message=Message(role="assistant", content=text), **kwargs)
+
+
+async def test_created_session_is_empty_and_can_be_read_back(backend: Backend) -> None:
+    alice = backend.user("alice")
+    created = await backend.service.create_session(app=APP, user_id=alice, agent="support", title="TLS", state={"k": 1})
+    loaded = await backend.service.get_session(created.key)
+    assert loaded is not None
+    assert (loaded.id, loaded.agent, loaded.title, loaded.state) == (created.id, "support", "TLS", {"k": 1})
+    assert loaded.events == [] and loaded.last_seq == 0
+
+
+async def test_creating_a_session_with_a_taken_id_is_refused(backend: Backend) -> None:
+    alice = backend.user("alice")
+    await backend.service.create_session(app=APP, user_id=alice, session_id="s-1")
+    with pytest.raises(ValueError, match="s-1"):
+        await backend.service.create_session(app=APP, user_id=alice, session_id="s-1")
+
+
+async def test_appended_events_get_consecutive_seqs_and_round_trip(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    call = ToolCall(id="c1", name="lookup", arguments='{"id": "INC-1"}')
+    originals = [
+        user_event("hello"),
+        Event(author="agent", message=Message(role="assistant", tool_calls=(call,)), usage=None),
+        Event(author="agent", object="tool.response",
+              message=Message(role="tool", content='{"ok": true}', tool_call_id="c1", tool_name="lookup")),
+        assistant_event("done", done=True, finish_reason="stop", extensions={"x": [1, 2]}),
+        Event(author="agent", object="error", error=EventError(type="model_error", message="boom"),
+              message=Message(role="assistant", content="An error occurred")),
+    ]
+    saved = [await backend.service.append_event(session, e) for e in originals]
+    assert [e.seq for e in saved] == [1, 2, 3, 4, 5]
+    stored = await backend.service.list_events(session.key)
+    assert [e.seq for e in stored] == [1, 2, 3, 4, 5]
+    for original, back in zip(originals, stored, strict=True):
+        assert back == original.replace(seq=back.seq)
+    assert session.last_seq == 5 and [e.id for e in session.events] == [e.id for e in originals]
+
+
+async def test_appending_the_same_event_id_twice_stores_it_once(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    event = user_event("once")
+    first = await backend.service.append_event(session, event)
+    again = await backend.service.append_event(session, event)
+    assert first.seq == again.seq == 1
+    assert len(await backend.service.list_events(session.key)) == 1
+    assert len(session.events) == 1
+
+
+async def test_state_deltas_merge_into_session_state(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice, state={"a": 1, "b": 1})
+    await backend.service.append_event(session, assistant_event("x", state_delta={"b": 2, "c": {"d": 3}}))
+    await backend.service.append_event(session, Event(author="agent", state_delta={"c": None}))
+    loaded = await backend.service.get_session(session.key)
+    assert loaded is not None
+    assert loaded.state == {"a": 1, "b": 2, "c": None}
+    assert session.state == loaded.state
+
+
+async def test_event_limit_loads_only_the_newest_events_in_order(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    for i in range(7):
+        await backend.service.append_event(session, user_event(f"m{i}"))
+    loaded = await backend.service.get_session(session.key, event_limit=3)
+    assert loaded is not None
+    assert [e.text for e in loaded.events] == ["m4", "m5", "m6"]
+    assert loaded.last_seq == 7
+
+
+async def test_list_events_pages_by_seq(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    for i in range(5):
+        await backend.service.append_event(session, user_event(f"m{i}"))
+    page = await backend.service.list_events(session.key, after_seq=2, limit=2)
+    assert [e.seq for e in page] == [3, 4]
+
+
+async def test_another_users_session_is_invisible(backend: Backend) -> None:
+    alice, bob = backend.user("alice"), backend.user("bob")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    await backend.service.append_event(session, user_event("secret"))
+    bobs_key = SessionKey(app=APP, user_id=bob, session_id=session.id)
+    assert await backend.service.get_session(bobs_key) is None
+    assert await backend.service.list_sessions(app=APP, user_id=bob) == []
+    assert await backend.service.delete_session(bobs_key) is False
+    with pytest.raises(SessionNotFoundError):
+        await backend.service.list_events(bobs_key)
+    assert await backend.service.get_session(session.key) is not None
+
+
+async def test_list_sessions_shows_newest_first(backend: Backend) -> None:
+    alice = backend.user("alice")
+    first = await backend.service.create_session(app=APP, user_id=alice)
+    second = await backend.service.create_session(app=APP, user_id=alice)
+    await backend.service.append_event(first, user_event("bump"))
+    listed = await backend.service.list_sessions(app=APP, user_id=alice)
+    assert [s.id for s in listed] == [first.id, second.id]
+
+
+async def test_deleting_a_session_removes_its_ledger(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    await backend.service.append_event(session, user_event("bye"))
+    assert await backend.service.delete_session(session.key) is True
+    assert await backend.service.get_session(session.key) is None
+    with pytest.raises(SessionNotFoundError):
+        await backend.service.append_event(session, user_event("after delete"))
+
+
+async def test_concurrent_appends_never_share_a_seq(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    await asyncio.gather(*(backend.service.append_event(session, user_event(f"c{i}")) for i in range(20)))
+    stored = await backend.service.list_events(session.key, limit=100)
+    assert sorted(e.seq for e in stored) == list(range(1, 21))
+    assert len({e.id for e in stored}) == 20
+
+
+async def test_summaries_are_stored_per_filter_key(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    assert await backend.service.get_summary(session.key) is None
+    boundary = SummaryBoundary(cutoff_at=datetime(2026, 1, 2, tzinfo=UTC), last_event_id="e9", last_seq=9)
+    await backend.service.put_summary(session.key, Summary(filter_key="", text="v1", boundary=boundary))
+    await backend.service.put_summary(session.key, Summary(filter_key="app/x", text="branch"))
+    await backend.service.put_summary(session.key, Summary(filter_key="", text="v2", boundary=boundary))
+    whole = await backend.service.get_summary(session.key)
+    branch = await backend.service.get_summary(session.key, filter_key="app/x")
+    assert whole is not None and whole.text == "v2" and whole.boundary == boundary
+    assert branch is not None and branch.text == "branch" and branch.boundary is None
