@@ -8,11 +8,12 @@ serves synchronous views, which may itself be waiting for the run.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 
 from runs.core.tokens import count_text
 from sessions_app import mapping
@@ -25,8 +26,22 @@ R = TypeVar("R")
 
 
 def db_call(func: Callable[P, R]) -> Callable[P, Any]:
-    """Run a synchronous ORM function from async code, in a worker thread."""
-    return sync_to_async(func, thread_sensitive=False)
+    """Run a synchronous ORM function from async code, in a worker thread.
+
+    Worker threads keep their connection between calls (no connect per call); one that
+    breaks (database restarted, network blip) is dropped so the thread's next call
+    reconnects instead of failing forever.
+    """
+
+    @functools.wraps(func)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            connection.close()
+            raise
+
+    return sync_to_async(guarded, thread_sensitive=False)
 
 
 def _owned(key: SessionKey) -> Any:

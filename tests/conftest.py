@@ -13,6 +13,8 @@ import pytest
 
 from runs.core.llm.base import Model
 
+pytest_plugins = ["tests.support.fixtures"]
+
 
 def _is_loopback(url: str | None) -> bool:
     host = urlsplit(str(url)).hostname or ""
@@ -98,3 +100,26 @@ def _fresh_run_manager() -> Iterator[None]:
     composition = sys.modules.get("agentsite.composition")
     if composition is not None:
         composition.run_manager().close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_worker_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Runs reach the database from worker threads that keep their connections open;
+    PostgreSQL refuses to drop the test database while they do, so end them first."""
+    if not request.config.pluginmanager.hasplugin("django"):
+        yield
+        return
+    # Requested here so that it is torn down after this fixture.
+    request.getfixturevalue("django_db_setup")
+    django_db_blocker = request.getfixturevalue("django_db_blocker")
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+

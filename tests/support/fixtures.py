@@ -1,0 +1,20 @@
+"""Shared pytest fixtures (imported into `tests/conftest.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.openai_server import ScriptedOpenAIServer
+
+
+@pytest.fixture
+def openai_server() -> Iterator[ScriptedOpenAIServer]:
+    """A running `ScriptedOpenAIServer` with an empty script, stopped after the test.
+
+    Script it with `openai_server.script(ServerStep.answer("hi"), ...)`, point a client at
+    `openai_server.base_url`, and call `openai_server.assert_consumed()` at the end.
+    """
+    with ScriptedOpenAIServer() as server:
+        yield server
