@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
@@ -60,6 +62,9 @@ def to_application_error(exc: Exception) -> ApplicationError | None:
     """Map core errors to API errors."""
     if isinstance(exc, ApplicationError):
         return exc
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return ApplicationError("body_too_large", f"request body is larger than the limit of {limit} bytes", status_code=413)
     if isinstance(exc, AgentNotFoundError):
         return ApplicationError("unknown_agent", str(exc), status_code=400, field="agent")
     if isinstance(exc, DuplicateRequestError):

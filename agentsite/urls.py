@@ -5,6 +5,7 @@ from django.urls import path
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView
 
+from agentsite.api.views import off_thread
 from agentsite.health import healthz
 from runs import apis as run_apis
 from sessions_app import apis as session_apis
@@ -15,9 +16,9 @@ api = [
     path("api/sessions/", session_apis.SessionListCreateApi.as_view(), name="session-list"),
     path("api/sessions/<str:session_id>/", session_apis.SessionDetailApi.as_view(), name="session-detail"),
     path("api/sessions/<str:session_id>/events/", session_apis.SessionEventsApi.as_view(), name="session-events"),
-    path("api/runs/", run_apis.RunCreateApi.as_view(), name="run-create"),
+    path("api/runs/", off_thread(run_apis.RunCreateApi.as_view()), name="run-create"),
     path("api/runs/<str:run_id>/", run_apis.RunDetailApi.as_view(), name="run-detail"),
-    path("api/runs/<str:run_id>/cancel/", run_apis.RunCancelApi.as_view(), name="run-cancel"),
+    path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),
 ]
 
 urlpatterns = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from rest_framework import serializers
 from rest_framework.parsers import JSONParser
 
@@ -27,17 +26,11 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
-class LimitedJSONParser(JSONParser):
-    """JSON bodies only, and none larger than `DATA_UPLOAD_MAX_MEMORY_SIZE` (413)."""
+class ObjectJSONParser(JSONParser):
+    """JSON bodies that are objects. (Bodies over `DATA_UPLOAD_MAX_MEMORY_SIZE` are refused
+    with 413 before parsing, by the exception handler.)"""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
-        request = (parser_context or {}).get("request")
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        length = int(request.META.get("CONTENT_LENGTH") or 0) if request is not None else 0
-        if limit is not None and length > limit:
-            raise ApplicationError(
-                "body_too_large", f"request body is {length} bytes; the limit is {limit}", status_code=413
-            )
         data = super().parse(stream, media_type, parser_context)
         if not isinstance(data, dict):
             raise ApplicationError("invalid", f"the body must be a JSON object, got {type(data).__name__}")

@@ -1,0 +1,797 @@
+"""OfflineModel: the embedded default model (DESIGN 7), a deterministic rule-based planner.
+
+It is not a language model and never says it is one. It lets every path of the product
+(tool calls, parallel tools, streaming, summaries) run without a network:
+
+- Plan: when the current turn has no tool results yet, it scores every offered tool by the
+  overlap between the user's words and the tool's name, description and parameter
+  schema (lowercased, lightly stemmed), fills each parameter from what the request
+  contains (hostnames, ticket ids, enum or listed values, quoted strings, numbers, a
+  keyword query) and calls, in one response, every tool that clears `MIN_TOOL_SCORE` and
+  whose required parameters it could all fill.
+- Answer: once the turn's tool results are in (or nothing fits), it writes a text answer:
+  a digest of each result (status, problems, dates, counts, first items) and a short
+  conclusion, streamed word by word, and says the offline planner composed it.
+- Summarise: `summarize(text, budget_tokens)` keeps the sentences that carry the most
+  entities, numbers, decisions and errors, in their original order, within the budget.
+
+Same request in, same response out: nothing depends on time, randomness or hash order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
+from runs.core.tokens import count_messages, count_text
+from sessions_app.core.events import Message, ToolCall, Usage
+
+OFFLINE_MODEL_NAME = "offline"
+OFFLINE_DESCRIPTION = "deterministic rule-based planner, not a language model"
+DEFAULT_CONTEXT_WINDOW = 8192
+
+# A tool is called only when its overlap score reaches this: one word of its name (3), or
+# a description word plus a parameter word (2 + 1), or an identifier that fills it (3).
+MIN_TOOL_SCORE = 3
+MAX_TOOL_CALLS = 4
+WORDS_PER_DELTA = 5
+_NAME_WEIGHT, _DESCRIPTION_WEIGHT, _PARAMETER_WEIGHT = 3, 2, 1
+_IDENTIFIER_BONUS = 3
+_MAX_QUERY_TERMS = 8
+_DIGEST_CHARS = 900
+_VALUE_CHARS = 240
+_ITEM_CHARS = 200
+_LIST_ITEMS = 3
+
+SIGNATURE = (
+    "(Composed by the offline planner from the tool results above: deterministic rules, "
+    "not a language model.)"
+)
+
+_STOPWORDS = frozenset(
+    """
+    a about after again all also am an and any are as at be because been before being but by
+    can check could did do does doing done for from get give had has have having help her here
+    him his how i if in into is it its just know let look me more most my need no not now of
+    on or our out please should show so some tell than that the their them then there these
+    they this those to too up us very was we were what when where which while who whom why
+    will with would you your
+    before earlier ever happen happened hello hi last past recent recently seen thank thanks
+    today wrong yesterday
+    """.split()
+)
+
+# Cross-language hints: the seed scenario is written in Chinese, the tools in English.
+_CJK_HINTS: tuple[tuple[str, str], ...] = (
+    ("证书", "certificate"),
+    ("日志", "logs"),
+    ("工单", "ticket"),
+    ("错误", "error"),
+    ("报错", "error"),
+    ("失败", "fails"),
+    ("过期", "expired"),
+    ("握手", "handshake"),
+    ("服务", "service"),
+    ("支付", "payments"),
+    ("搜索", "search"),
+    ("查询", "search"),
+    ("认证", "auth"),
+)
+
+_FILE_SUFFIXES = frozenset("py md txt json log pem csv yaml yml html js ts toml ini cfg conf sh png jpg".split())
+_HOST = re.compile(
+    r"(?<![\w.@-])((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9-]{0,61}[a-z0-9])(?![\w-])", re.I
+)
+_TICKET = re.compile(r"(?<![\w-])([A-Za-z][A-Za-z0-9]{1,9}-\d{1,9})(?![\w-])")
+_QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|`([^`\n]{1,200})`|(?<!\w)\'([^\'\n]{1,200})\'(?!\w)')
+_NUMBER = re.compile(r"(?<![\w.:/-])(\d{1,9})(?![\w:/-]|\.\d)")
+_WORD = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
+_BACKTICKED_OR_QUOTED = re.compile(r'`([^`]{1,80})`|"([^"]{1,80})"')
+_ONE_OF = re.compile(r"one of[:\s]+([^.;()]+)", re.I)
+
+_HOST_PARAMS = frozenset({"host", "hostname", "domain", "server", "fqdn", "url", "endpoint", "site"})
+_QUERY_PARAMS = frozenset({"query", "q", "text", "keywords", "keyword", "search", "term", "terms", "pattern", "topic"})
+
+
+def offline_model_info(context_window: int | None = None) -> ModelInfo:
+    """What the offline model reports about itself (window 8,192 unless overridden)."""
+    return ModelInfo(
+        name=OFFLINE_MODEL_NAME,
+        context_window=context_window or DEFAULT_CONTEXT_WINDOW,
+        provider="offline",
+        description=OFFLINE_DESCRIPTION,
+    )
+
+
+# -- words ----------------------------------------------------------------------------------
+
+
+def stem(word: str) -> str:
+    """A light, Porter-flavoured stem: enough for `certificates`~`certificate`, `fails`~`failed`."""
+    w = word.lower()
+    if len(w) <= 3 or not w.isascii() or not w.isalpha():
+        return w
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith(("sses", "xes", "zes", "ches", "shes")):
+        w = w[:-2]
+    elif w.endswith("ation") and len(w) > 7:
+        w = w[:-5]
+    elif w.endswith("ing") and len(w) > 5:
+        w = w[:-3]
+    elif w.endswith("ed") and len(w) > 4:
+        w = w[:-2]
+    elif w.endswith("ly") and len(w) > 5:
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    if w.endswith("e") and len(w) > 4:
+        w = w[:-1]
+    return w
+
+
+def _vocabulary(text: str) -> list[str]:
+    """Content-word stems of a text, in order, without duplicates (hyphenated words also
+    count by their parts)."""
+    stems: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        parts = [word] if not re.search(r"[-_]", word) else [word, *re.split(r"[-_]", word)]
+        for part in parts:
+            if len(part) > 1 and part not in _STOPWORDS and not part.isdigit():
+                stems.append(stem(part))
+    return list(dict.fromkeys(stems))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Word:
+    text: str  # as written, lowercased
+    stem: str
+    position: int
+
+
+@dataclass(kw_only=True)
+class _Analysis:
+    """What the planner reads out of the user's request."""
+
+    text: str
+    words: list[_Word] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    tickets: list[str] = field(default_factory=list)
+    quoted: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+
+    @property
+    def stems(self) -> list[str]:
+        return list(dict.fromkeys(w.stem for w in self.words))
+
+
+def _blank(text: str, start: int, end: int) -> str:
+    return text[:start] + " " * (end - start) + text[end:]
+
+
+def _analyse(text: str) -> _Analysis:
+    analysis = _Analysis(text=text)
+    masked = text
+    for match in _QUOTED.finditer(text):
+        value = next(g for g in match.groups() if g is not None).strip()
+        if value:
+            analysis.quoted.append(value)
+    # Identifiers are blanked out (same length, so positions hold) before words are read.
+    for match in _HOST.finditer(text):
+        host = match.group(1).lower()
+        if host.rsplit(".", 1)[-1] not in _FILE_SUFFIXES and host not in analysis.hosts:
+            analysis.hosts.append(host)
+        masked = _blank(masked, match.start(1), match.end(1))
+    for match in _TICKET.finditer(masked):
+        ticket = match.group(1).upper()
+        if ticket not in analysis.tickets:
+            analysis.tickets.append(ticket)
+        masked = _blank(masked, match.start(1), match.end(1))
+    analysis.numbers = [int(n) for n in _NUMBER.findall(masked)]
+    for match in _WORD.finditer(masked.lower()):
+        word = match.group(0)
+        if word in _STOPWORDS or word.isdigit() or len(word) < 2:
+            continue
+        analysis.words.append(_Word(text=word, stem=stem(word), position=match.start()))
+    for hint, english in _CJK_HINTS:
+        index = text.find(hint)
+        if index >= 0:
+            analysis.words.append(_Word(text=english, stem=stem(english), position=index))
+    analysis.words.sort(key=lambda w: w.position)
+    return analysis
+
+
+# -- planning -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolPlan:
+    """One tool as the planner sees it: its score, the arguments it could fill, what is missing."""
+
+    tool: str
+    score: int
+    arguments: dict[str, Any]
+    missing: tuple[str, ...]
+    order: int
+
+
+def _param_kind(name: str, schema: Mapping[str, Any]) -> str:
+    lowered = name.lower()
+    description = str(schema.get("description", "")).lower()
+    types = _schema_types(schema)
+    if "enum" in schema:
+        return "enum"
+    if "integer" in types or "number" in types:
+        return "number"
+    if "string" not in types:
+        return "unsupported"
+    host_suffixes = ("_host", "_hostname", "_domain", "_url")
+    if lowered in _HOST_PARAMS or lowered.endswith(host_suffixes) or "hostname" in description:
+        return "host"
+    if any(k in lowered for k in ("ticket", "incident", "issue")) or (
+        (lowered == "id" or lowered.endswith("_id")) and any(k in description for k in ("ticket", "incident", "issue"))
+    ):
+        return "ticket"
+    if len(_listed_values(schema)) >= 2:
+        return "listed"
+    if lowered in _QUERY_PARAMS or lowered.endswith(("_query", "_text", "_keywords")):
+        return "query"
+    return "string"
+
+
+def _schema_types(schema: Mapping[str, Any]) -> list[str]:
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
+    if isinstance(declared, list):
+        return [str(t) for t in declared]
+    types: list[str] = []
+    for option in schema.get("anyOf", ()) or ():
+        if isinstance(option, Mapping):
+            types.extend(_schema_types(option))
+    return types
+
+
+def _listed_values(schema: Mapping[str, Any]) -> list[str]:
+    """Values a description spells out: `a`, `b` or "c", or "one of a, b, c"."""
+    description = str(schema.get("description", ""))
+    values = [next(g for g in m.groups() if g) for m in _BACKTICKED_OR_QUOTED.finditer(description)]
+    for match in _ONE_OF.finditer(description):
+        values.extend(v.strip(" `\"'") for v in re.split(r",|\bor\b", match.group(1)))
+    return list(dict.fromkeys(v for v in values if v and len(v) <= 60))
+
+
+def _match_value(candidates: Sequence[Any], analysis: _Analysis, used: set[str]) -> Any | None:
+    """The candidate the request names first: by word, by stem, or by a distinctive part."""
+    best: tuple[int, Any] | None = None
+    for candidate in candidates:
+        label = str(candidate).lower()
+        label_stem = stem(label)
+        pieces = re.split(r"[-_.\s]", label)
+        parts = [p for p in pieces if len(p) >= 4] if len(pieces) > 1 else []
+        for word in analysis.words:
+            if word.text in used:
+                continue
+            if word.text == label or word.stem == label_stem or word.text in parts:
+                if best is None or word.position < best[0]:
+                    best = (word.position, candidate)
+                break
+    return None if best is None else best[1]
+
+
+def _keyword_query(analysis: _Analysis, tool_vocabulary: set[str], used: set[str]) -> str:
+    """Content words of the request that neither name the tool's purpose nor were used."""
+    if analysis.quoted:
+        return " ".join(f'"{q}"' if " " in q else q for q in analysis.quoted)
+    terms = [w.text for w in analysis.words if w.stem not in tool_vocabulary and w.text not in used]
+    terms.extend(h for h in analysis.hosts if h not in used)
+    terms.extend(t for t in analysis.tickets if t not in used)
+    return " ".join(list(dict.fromkeys(terms))[:_MAX_QUERY_TERMS])
+
+
+def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
+    parameters = spec.parameters or {}
+    properties: Mapping[str, Any] = parameters.get("properties", {}) or {}
+    required = [str(r) for r in parameters.get("required", []) or []]
+
+    name_vocabulary = set(_vocabulary(re.sub(r"([a-z])([A-Z])", r"\1 \2", spec.name).replace("_", " ")))
+    description_vocabulary = set(_vocabulary(spec.description))
+    parameter_vocabulary: set[str] = set()
+    for pname, schema in properties.items():
+        parameter_vocabulary.update(_vocabulary(pname.replace("_", " ")))
+        parameter_vocabulary.update(_vocabulary(str(schema.get("description", ""))))
+        parameter_vocabulary.update(_vocabulary(" ".join(str(v) for v in schema.get("enum", []) or [])))
+
+    score = 0
+    for word_stem in analysis.stems:
+        if word_stem in name_vocabulary:
+            score += _NAME_WEIGHT
+        elif word_stem in description_vocabulary:
+            score += _DESCRIPTION_WEIGHT
+        elif word_stem in parameter_vocabulary:
+            score += _PARAMETER_WEIGHT
+
+    arguments: dict[str, Any] = {}
+    used: set[str] = set()
+    kinds = {pname: _param_kind(pname, schema) for pname, schema in properties.items()}
+    # Query-like parameters last: they take the words the others left.
+    ordered = sorted(properties, key=lambda p: kinds[p] in ("query", "string"))
+    identified = False
+    for pname in ordered:
+        schema = properties[pname]
+        kind = kinds[pname]
+        is_required = pname in required
+        value: Any = None
+        if kind == "enum":
+            value = _match_value(list(schema.get("enum", [])), analysis, used)
+        elif kind == "listed":
+            value = _match_value(_listed_values(schema), analysis, used)
+        elif kind == "host":
+            value = next((h for h in analysis.hosts if h not in used), None)
+        elif kind == "ticket":
+            value = next((t for t in analysis.tickets if t not in used), None)
+        elif kind == "number":
+            numbers = [n for n in analysis.numbers if str(n) not in used]
+            # An optional count is only taken from a modest number (not a year or an id).
+            value = next((n for n in numbers if is_required or n < 1000), None)
+        elif kind == "query" and (is_required or not identified):
+            value = _keyword_query(analysis, name_vocabulary | description_vocabulary, used) or None
+        elif kind == "string":
+            value = next((q for q in analysis.quoted if q not in used), None)
+        if value is None:
+            continue
+        if kind in ("host", "ticket"):
+            identified = True
+            score += _IDENTIFIER_BONUS
+        if kind == "number" and "integer" not in _schema_types(schema):
+            value = float(value)
+        arguments[pname] = value
+        used.add(str(value).lower())
+        if kind in ("enum", "listed"):
+            used.update(w.text for w in analysis.words if w.text == str(value).lower() or w.stem == stem(str(value)))
+    # Keep the schema's parameter order in the arguments, whatever order they were filled in.
+    arguments = {p: arguments[p] for p in properties if p in arguments}
+    missing = tuple(p for p in required if p not in arguments)
+    return ToolPlan(tool=spec.name, score=score, arguments=arguments, missing=missing, order=order)
+
+
+def plan_tool_calls(text: str, tools: Sequence[ToolSpec]) -> tuple[list[ToolPlan], list[ToolPlan]]:
+    """(calls to make, relevant tools that lack required arguments), best first."""
+    analysis = _analyse(text)
+    plans = [_plan_tool(spec, analysis, i) for i, spec in enumerate(tools)]
+    relevant = sorted((p for p in plans if p.score >= MIN_TOOL_SCORE), key=lambda p: (-p.score, p.order))
+    callable_ = [p for p in relevant if not p.missing][:MAX_TOOL_CALLS]
+    blocked = [p for p in relevant if p.missing]
+    return callable_, blocked
+
+
+# -- digests of tool results ----------------------------------------------------------------
+
+_TIER_PROBLEM = re.compile(r"error|problem|fail|status|warning|reason")
+_TIER_IDENTITY = re.compile(r"^(id|title|name|host|service|subject)$")
+_TIER_TIME = re.compile(r"expir|not_after|not_before|valid|days|date|created|resolved|updated|seen|time|_at$")
+_TIER_COUNT = re.compile(r"total|count|matches|returned|size|number|^by_")
+_TIER_FLAG = re.compile(r"expir|complete|valid|match|^ok$|healthy|success|enabled|active|open|closed|resolved")
+_MAX_FACTS = 10
+
+
+def _truncate(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def _scalar(value: Any, limit: int = _VALUE_CHARS) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return _truncate(str(value), limit)
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def _tier(key: str, value: Any) -> int:
+    lowered = key.lower()
+    if _TIER_PROBLEM.search(lowered):
+        return 0
+    if isinstance(value, bool):
+        return 1 if _TIER_FLAG.search(lowered) else 3
+    if _TIER_IDENTITY.match(lowered) or _TIER_TIME.search(lowered):
+        return 1
+    if _TIER_COUNT.search(lowered) or isinstance(value, int | float):
+        return 2
+    if isinstance(value, list | dict):
+        return 4
+    return 3
+
+
+def _facts(data: Mapping[str, Any], *, skip: Mapping[str, Any] | None = None, depth: int = 0) -> list[str]:
+    """`key: value` phrases of a JSON object, most telling first (problems, flags, dates,
+    counts, then the rest), lists shortened to their first items."""
+    skip = skip or {}
+    keyed = [
+        (k, v) for k, v in data.items()
+        if not _is_empty(v) and not (k in skip and str(skip[k]).lower() == str(v).lower())
+    ]
+    ordered = sorted(enumerate(keyed), key=lambda item: (_tier(item[1][0], item[1][1]), item[0]))
+    facts: list[str] = []
+    for _, (key, value) in ordered:
+        if isinstance(value, Mapping) and value and all(isinstance(v, int | float) for v in value.values()):
+            # A table of counts reads best in the tool's own order.
+            facts.append(f"{key}: " + ", ".join(f"{k}={_scalar(v)}" for k, v in value.items()))
+        elif isinstance(value, Mapping):
+            if depth >= 1:
+                continue
+            inner = _facts(value, depth=depth + 1)
+            if inner:
+                facts.append(f"{key}: " + "; ".join(inner[:10]))
+        elif isinstance(value, list):
+            facts.append(_list_fact(key, value, data, depth))
+        else:
+            facts.append(f"{key}: {_scalar(value)}")
+    return facts
+
+
+def _list_fact(key: str, value: list[Any], parent: Mapping[str, Any], depth: int) -> str:
+    if all(not isinstance(v, Mapping | list) for v in value) and len(", ".join(map(str, value))) <= _ITEM_CHARS:
+        return f"{key}: {', '.join(_scalar(v) for v in value)}"
+    shown = value[:_LIST_ITEMS]
+    items = []
+    for item in shown:
+        if isinstance(item, Mapping):
+            items.append(_truncate("; ".join(_facts(item, depth=depth + 1)[:5]), _ITEM_CHARS))
+        else:
+            items.append(_truncate(str(item), _ITEM_CHARS))
+    more = f", first {len(shown)}" if len(value) > len(shown) else ""
+    return f"{key} ({len(value)}{more}): " + " | ".join(items)
+
+
+def _parse(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except (TypeError, ValueError):
+        return content
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Result:
+    tool: str
+    arguments: Mapping[str, Any]
+    content: str
+
+    @property
+    def data(self) -> Any:
+        return _parse(self.content)
+
+    @property
+    def failure(self) -> str | None:
+        data = self.data
+        if isinstance(data, Mapping) and set(data) == {"error"}:
+            return str(data["error"])
+        return None
+
+    def header(self) -> str:
+        args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in self.arguments.items())
+        return f"{self.tool}({args})"
+
+    def digest(self) -> str:
+        failure = self.failure
+        if failure is not None:
+            return f"failed: {_truncate(failure, _VALUE_CHARS)}"
+        data = self.data
+        if isinstance(data, Mapping):
+            text = "; ".join(_facts(data, skip=self.arguments)[:_MAX_FACTS])
+        elif isinstance(data, list):
+            text = _list_fact("items", data, {}, 0)
+        else:
+            text = str(data)
+        return _truncate(text or "(empty result)", _DIGEST_CHARS)
+
+
+def _label(data: Mapping[str, Any], arguments: Mapping[str, Any]) -> str:
+    for key in ("host", "id", "name", "service", "title"):
+        if data.get(key):
+            return str(data[key])
+    for value in arguments.values():
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _labelled(label: str, text: str) -> str:
+    return f"{label}: {text}" if label else text
+
+
+def _findings(results: Sequence[_Result]) -> tuple[list[str], list[str], list[str]]:
+    """Problems reported, past resolutions on record and tool failures, in result order."""
+    problems: list[str] = []
+    resolutions: list[str] = []
+    failures: list[str] = []
+
+    def walk(data: Any, arguments: Mapping[str, Any], depth: int) -> None:
+        if isinstance(data, list):
+            for item in data[:10]:
+                walk(item, arguments, depth + 1)
+            return
+        if not isinstance(data, Mapping) or depth > 2:
+            return
+        label = _label(data, arguments)
+        for key, value in data.items():
+            lowered = key.lower()
+            if lowered in ("problem", "problems", "error", "errors") and not _is_empty(value):
+                texts = value if isinstance(value, list) else [value]
+                for text in (t for t in texts if isinstance(t, str) and t.strip()):
+                    problems.append(_labelled(label, _truncate(text, _VALUE_CHARS)))
+            elif lowered in ("resolution", "fix", "remediation") and isinstance(value, str) and value.strip():
+                resolutions.append(_labelled(label, _truncate(value, 320)))
+            elif isinstance(value, Mapping | list):
+                walk(value, arguments, depth + 1)
+
+    for result in results:
+        failure = result.failure
+        if failure is not None:
+            failures.append(f"{result.tool}: {_truncate(failure, _VALUE_CHARS)}")
+        else:
+            walk(result.data, result.arguments, 0)
+    return list(dict.fromkeys(problems)), list(dict.fromkeys(resolutions)), failures
+
+
+def _compose_answer(results: Sequence[_Result]) -> str:
+    lines = [f"Findings from {len(results)} tool call(s):", ""]
+    for result in results:
+        lines.append(f"- {result.header()}: {result.digest()}")
+    problems, resolutions, failures = _findings(results)
+    lines.append("")
+    if problems:
+        numbered = " ".join(f"({i}) {p.rstrip('.')}." for i, p in enumerate(problems[:5], 1))
+        lines.append(f"Conclusion: the results report {len(problems)} problem(s): {numbered}")
+    elif failures and len(failures) == len(results):
+        lines.append("Conclusion: no tool produced a result, so there is nothing to conclude yet.")
+    else:
+        lines.append("Conclusion: none of the results reports a problem.")
+    if resolutions:
+        lines.append("Past resolution(s) on record that may apply: " + " | ".join(resolutions[:2]))
+    if failures:
+        lines.append("Tool errors: " + " | ".join(failures))
+    lines.extend(["", SIGNATURE])
+    return "\n".join(lines)
+
+
+def _compose_no_tool_answer(tools: Sequence[ToolSpec], blocked: Sequence[ToolPlan]) -> str:
+    lines = [
+        "The offline planner (a deterministic rule-based planner, not a language model) found no "
+        "tool it could call for this request."
+    ]
+    specs = {spec.name: spec for spec in tools}
+    for plan in blocked:
+        needs = []
+        for pname in plan.missing:
+            schema = (specs[plan.tool].parameters.get("properties", {}) or {}).get(pname, {})
+            hint = schema.get("description")
+            needs.append(f"`{pname}` ({_truncate(str(hint), 120)})" if hint else f"`{pname}`")
+        lines.append(f"{plan.tool} looks relevant but needs {', '.join(needs)}, which the request does not give.")
+    if tools:
+        lines.append("")
+        lines.append("What it can do here:")
+        lines.extend(f"- {spec.name}: {_truncate(spec.description, 200)}" for spec in tools)
+        lines.append("")
+        lines.append("Ask again naming what to look at (for example a host, a service, an id or keywords).")
+    else:
+        lines.append(
+            "This agent has no tools, and without a language model configured the planner "
+            "cannot hold a free-form conversation: it can only run tools and report their results."
+        )
+    lines.extend(["", "(Composed by the offline planner.)"])
+    return "\n".join(lines)
+
+
+# -- summaries ------------------------------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\s.])|(?<=[\u3002\uff01\uff1f])")
+_DECISION = re.compile(
+    r"\b(decid\w*|decision|agreed?|conclu\w*|resolv\w*|resolution|fix\w*|plan\w*|chose|choose|"
+    r"will|must|should|next step|action|todo|approv\w*|rollback|roll back|renew\w*|deploy\w*)\b|"
+    r"决定|结论|计划|修复|需要|应该",
+    re.I,
+)
+_ERROR = re.compile(
+    r"\b(errors?|fail\w*|exceptions?|expir\w*|timeouts?|timed out|refused|denied|crash\w*|missing|"
+    r"invalid|broken|outage|incident|unable|cannot|can't|rejected?|5\d\d)\b|错误|失败|过期|异常|超时",
+    re.I,
+)
+
+
+def _split_sentences(text: str) -> list[str]:
+    sentences: list[str] = []
+    for line in text.splitlines():
+        for piece in _SENTENCE_END.split(line):
+            piece = piece.strip()
+            if piece:
+                sentences.append(piece)
+    return sentences
+
+
+def _join(sentences: Iterable[str]) -> str:
+    """Sentences joined by a space, or by nothing after a CJK sentence end."""
+    out = ""
+    for sentence in sentences:
+        if out and not out.endswith(("\u3002", "\uff01", "\uff1f")):
+            out += " "
+        out += sentence
+    return out
+
+
+def _sentence_score(sentence: str) -> float:
+    analysis = _analyse(sentence)
+    entities = len(analysis.hosts) + len(analysis.tickets) + len(analysis.quoted)
+    numbers = len(re.findall(r"\d+(?:[.:]\d+)*", sentence))
+    score = 2.0 * min(entities, 3) + 1.0 * min(numbers, 4)
+    score += 2.0 * min(len(_DECISION.findall(sentence)), 2)
+    score += 2.5 * min(len(_ERROR.findall(sentence)), 2)
+    if len(sentence.split()) < 4 and not re.search(r"[\u3000-\u9fff]", sentence):
+        score -= 1.0
+    return score
+
+
+def extractive_summary(text: str, budget_tokens: int) -> str:
+    """The most informative sentences of `text`, in their original order, within the budget.
+
+    A sentence scores by the entities (hosts, ids, quoted names), numbers, decision words
+    and error words it carries. When even the best sentence is too long, its head is kept.
+    """
+    if budget_tokens <= 0 or not text.strip():
+        return ""
+    if count_text(text.strip()) <= budget_tokens:
+        return text.strip()
+    sentences = _split_sentences(text)
+    sizes = [count_text(s) for s in sentences]
+    scores = [_sentence_score(s) for s in sentences]
+    ranked = sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
+    chosen: list[int] = []
+    used = 0
+    for index in ranked:
+        if scores[index] < 0 and chosen:
+            break  # fragments ("Ok.") only stand in when nothing better fits
+        # Joining costs at most about one token per sentence.
+        if used + sizes[index] + 1 <= budget_tokens:
+            chosen.append(index)
+            used += sizes[index] + 1
+    # Verify against the real count of the joined text; drop the weakest picks if needed.
+    while chosen and count_text(_join(sentences[i] for i in sorted(chosen))) > budget_tokens:
+        chosen.pop()
+    if chosen:
+        return _join(sentences[i] for i in sorted(chosen))
+    words = sentences[ranked[0]].split() if ranked else []
+    while words and count_text(" ".join(words) + " …") > budget_tokens:
+        words.pop()
+    return " ".join(words) + " …" if words else ""
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+def _turn(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
+    """The last user message's text and the messages after it."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].role == "user":
+            return messages[index].content, list(messages[index + 1:])
+    return None, []
+
+
+def _turn_results(after_user: Sequence[Message]) -> list[_Result]:
+    calls: dict[str, ToolCall] = {}
+    results: list[_Result] = []
+    for message in after_user:
+        for call in message.tool_calls:
+            calls[call.id] = call
+        if message.role == "tool":
+            call = calls.get(message.tool_call_id or "")
+            arguments = _parse(call.arguments) if call is not None else {}
+            results.append(_Result(
+                tool=message.tool_name or (call.name if call is not None else "tool"),
+                arguments=arguments if isinstance(arguments, Mapping) else {},
+                content=message.content,
+            ))
+    return results
+
+
+def _chunks(text: str, words_per_delta: int) -> Iterable[str]:
+    pieces = re.findall(r"\S+\s*|\s+", text)
+    for start in range(0, len(pieces), words_per_delta):
+        yield "".join(pieces[start:start + words_per_delta])
+
+
+class OfflineModel:
+    """The offline model: a deterministic rule-based planner, not a language model.
+
+    Plans tool calls from the request, answers by composing tool results, summarises
+    extractively. See the module docstring for the rules.
+    """
+
+    def __init__(self, context_window: int | None = None) -> None:
+        if context_window is not None and context_window <= 0:
+            raise ValueError(f"context_window must be positive, got {context_window!r}")
+        self._info = offline_model_info(context_window)
+
+    def info(self) -> ModelInfo:
+        return self._info
+
+    def summarize(self, text: str, budget_tokens: int) -> str:
+        """Extractive summary of `text` within `budget_tokens` (see `extractive_summary`)."""
+        return extractive_summary(text, budget_tokens)
+
+    def respond(self, request: ModelRequest) -> Message:
+        """The complete assistant message for a request (what `generate` streams)."""
+        user_text, after_user = _turn(request.messages)
+        if user_text is None:
+            return Message(
+                role="assistant",
+                content="The offline planner found no user request to act on.\n\n(Composed by the offline planner.)",
+            )
+        results = _turn_results(after_user)
+        if results:
+            return Message(role="assistant", content=_compose_answer(results))
+        calls, blocked = plan_tool_calls(user_text, request.tools) if request.tools else ([], [])
+        if calls:
+            first = sum(len(m.tool_calls) for m in request.messages) + 1
+            return Message(role="assistant", tool_calls=tuple(
+                ToolCall(
+                    id=f"offline_call_{first + i}",
+                    name=plan.tool,
+                    arguments=json.dumps(plan.arguments, ensure_ascii=False),
+                )
+                for i, plan in enumerate(calls)
+            ))
+        return Message(role="assistant", content=_compose_no_tool_answer(request.tools, blocked))
+
+    async def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
+        message = self.respond(request)
+        response_id = f"offline-{_fingerprint(request)}"
+        name = self._info.name
+        for delta in _chunks(message.content, WORDS_PER_DELTA):
+            yield ModelResponse(id=response_id, partial=True, delta=delta, model=name)
+        if message.tool_calls:
+            completion = sum(count_text(c.name) + count_text(c.arguments) for c in message.tool_calls)
+        else:
+            completion = count_text(message.content)
+        yield ModelResponse(
+            id=response_id,
+            partial=False,
+            message=message,
+            finish_reason="tool_calls" if message.tool_calls else "stop",
+            usage=Usage(prompt_tokens=_prompt_tokens(request), completion_tokens=completion),
+            model=name,
+        )
+
+
+def _tool_json(spec: ToolSpec) -> str:
+    return json.dumps(
+        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+        sort_keys=True, ensure_ascii=False, default=str,
+    )
+
+
+def _prompt_tokens(request: ModelRequest) -> int:
+    return count_messages(request.messages) + sum(count_text(_tool_json(t)) for t in request.tools)
+
+
+def _fingerprint(request: ModelRequest) -> str:
+    digest = hashlib.sha256()
+    for message in request.messages:
+        digest.update(json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False).encode())
+    for spec in request.tools:
+        digest.update(_tool_json(spec).encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import json
+
+from agentsite.demo.agents import SUPPORT_INSTRUCTION, build_demo_agents, build_support_agent
+from runs.core.llm.offline import OfflineModel
+from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from runs.core.runner import Runner
+from sessions_app.core.events import Event
+from sessions_app.core.inmemory import InMemorySessionService
+from sessions_app.core.session import SessionKey
+
+
+async def run(runner: Runner, message: str, **kwargs) -> list[Event]:
+    return [e async for e in runner.run(user_id="alice", message=message, **kwargs)]
+
+
+def tool_results(events: list[Event], name: str) -> list[Event]:
+    return [e for e in events if e.is_tool_result and e.message.tool_name == name]
+
+
+async def test_support_agent_on_the_offline_model_finds_the_expired_certificate():
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
+
+    events = await run(
+        runner,
+        "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com",
+    )
+
+    calls = [c for e in events if e.is_tool_call for c in e.message.tool_calls]
+    assert ("inspect_certificate", {"host": "payments.internal.example.com"}) in [
+        (c.name, json.loads(c.arguments)) for c in calls
+    ]
+    [certificate] = tool_results(events, "inspect_certificate")
+    report = json.loads(certificate.text)
+    assert report["expired"] is True
+    assert report["problem"].startswith("certificate expired on 2026-11-14")
+
+    answer = next(e for e in reversed(events) if e.is_final_response and not e.is_runner_completion)
+    assert answer.author == "support"
+    assert "certificate expired on 2026-11-14" in answer.text
+    assert "offline planner" in answer.text
+    assert any(e.partial for e in events)  # the answer was streamed
+    assert not any(e.is_error for e in events)
+    assert events[-1].is_runner_completion
+    assert events[-1].extensions["status"] == "completed"
+
+
+async def test_support_agent_run_is_recorded_in_the_session_ledger():
+    sessions = InMemorySessionService()
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=sessions)
+
+    events = await run(runner, "Why does auth.example.com fail TLS? Inspect its certificate")
+
+    [certificate] = tool_results(events, "inspect_certificate")
+    assert json.loads(certificate.text)["chain_complete"] is False
+    answer = events[-2]
+    assert "chain is missing the intermediate issuer 'Example Corp Issuing CA 1'" in answer.text
+    record = await runner.status(events[-1].extensions["run_id"])
+    stored = await sessions.get_session(SessionKey(app="test", user_id="alice", session_id=record.session_id))
+    roles = [e.role for e in stored.events if not e.is_runner_completion]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_unknown_ticket_id_error_goes_back_to_the_model_as_a_tool_error():
+    model = ScriptedModel.of(
+        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-9999"}, id="call_1"),
+        "There is no such ticket.",
+    )
+    runner = Runner(app="test", agents=[build_support_agent(model)], session_service=InMemorySessionService())
+
+    events = await run(runner, "Show me ticket INC-9999")
+
+    [result] = tool_results(events, "lookup_ticket")
+    assert result.extensions.get("tool_error") is True
+    assert "LookupError" in result.text and "'INC-9999'" in result.text
+    # The second model call saw the error as the tool's result.
+    assert "'INC-9999'" in model.requests[1].messages[-1].content
+    model.assert_consumed()
+    assert events[-1].is_runner_completion
+
+
+async def test_demo_agents_are_the_support_agent_first_and_a_toolless_assistant():
+    agents = build_demo_agents(OfflineModel())
+
+    assert [a.name for a in agents] == ["support", "general"]
+    support, general = agents
+    assert sorted(support.tools) == ["inspect_certificate", "lookup_ticket", "search_logs"]
+    assert support.parallel_tools is True
+    assert support.instruction == SUPPORT_INSTRUCTION
+    assert support.model_name == "offline"
+    assert general.tools == {}
+
