@@ -1,9 +1,10 @@
 """Turn benchmark: does the cost of one turn grow with the length of the session?
 
-One session of N turns (default 200). Each turn is one `Runner.start` + `handle.wait()`:
-the user sends a message, the scripted model asks for three tool calls in one response
-(`search_logs`, `lookup_ticket`, `inspect_host`), then answers with text: seven ledger
-events per turn. The same session runs on three backends in one invocation:
+A session of N turns (default 200), played --repeats times (default 3) one session after
+the other. Each turn is one `Runner.start` + `handle.wait()`: the user sends a message, the
+scripted model asks for three tool calls in one response (`search_logs`, `lookup_ticket`,
+`inspect_host`), then answers with text: seven ledger events per turn. The same sessions
+run on three backends in one invocation:
 
 - `memory`: InMemorySessionService + InMemoryRunStore, the peer baseline;
 - `sqlite`: DjangoSessionService + DjangoRunStore on a fresh temporary SQLite file;
@@ -12,8 +13,9 @@ events per turn. The same session runs on three backends in one invocation:
 
 Django settings are per process, so each backend runs in a child process of this script
 (`turns.py --backend NAME`) that prints its raw measurements as one JSON line; the parent
-compares turns 1-10 with the last ten turns, prints a table and a verdict per backend and
-writes `bench/results/turns.json`. See bench/README.md for how to read the output.
+compares turns 1-10 with the last ten turns (the samples of every session pooled), prints
+a table and a verdict per backend and writes `bench/results/turns.json`. See
+bench/README.md for how to read the output.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def statement_label(sql: str) -> str:
     label = f"{verb} {table.group(1)}"
     upper = sql.upper()
     if verb in {"SELECT", "UPDATE", "DELETE"} and " WHERE " in upper:
-        where = sql[upper.index(" WHERE "):]
+        where = sql[upper.index(" WHERE ") :]
         columns = sorted(dict.fromkeys(_WHERE_COLUMN.findall(where)))
         if columns:
             label += f" WHERE {','.join(columns)}"
@@ -238,7 +240,7 @@ class SqlCounter:
             setattr(CursorWrapper, name, method)
 
 
-# -- the child: one backend, one session ----------------------------------------------------
+# -- the child: one backend, its sessions ----------------------------------------------------
 
 
 @dataclass(kw_only=True)
@@ -257,8 +259,13 @@ def _setup_memory() -> Backend:
     from sessions_app.core.inmemory import InMemorySessionService
 
     return Backend(
-        name="memory", database="in-memory", user_id="1",
-        session_service=InMemorySessionService(), run_store=InMemoryRunStore(), counter=None, connect=None,
+        name="memory",
+        database="in-memory",
+        user_id="1",
+        session_service=InMemorySessionService(),
+        run_store=InMemoryRunStore(),
+        counter=None,
+        connect=None,
     )
 
 
@@ -279,7 +286,7 @@ def _setup_django(name: str) -> Backend:
         database = f"SQLite {connection.Database.sqlite_version} (temp file, WAL)"
     else:
         major, minor = divmod(connection.pg_version, 10000)
-        database = f"PostgreSQL {major}.{minor} (agentsite_bench)"
+        database = f"PostgreSQL {major}.{minor} ({connection.settings_dict['NAME']})"
     counter = SqlCounter()
     counter.install()
 
@@ -287,8 +294,13 @@ def _setup_django(name: str) -> Backend:
         connection.ensure_connection()
 
     return Backend(
-        name=name, database=database, user_id=str(user.pk),
-        session_service=DjangoSessionService(), run_store=DjangoRunStore(), counter=counter, connect=connect,
+        name=name,
+        database=database,
+        user_id=str(user.pk),
+        session_service=DjangoSessionService(),
+        run_store=DjangoRunStore(),
+        counter=counter,
+        connect=connect,
     )
 
 
@@ -343,7 +355,11 @@ async def _drive(backend: Backend, turns: int, repeats: int) -> dict[str, Any]:
         await turn(warmup.id, number)
 
     measured: dict[str, list[list[Any]]] = {
-        "latency_ms": [], "queries": [], "rows": [], "request_messages": [], "statements": []
+        "latency_ms": [],
+        "queries": [],
+        "rows": [],
+        "request_messages": [],
+        "statements": [],
     }
     began = time.perf_counter()
     for repeat in range(1, repeats + 1):
@@ -402,35 +418,52 @@ def _prepare_postgres(url: str) -> str | None:
     if not database:
         return f"{url!r} names no database"
     maintenance = urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, ""))
+    where = f"PostgreSQL at {parts.hostname or 'localhost'}:{parts.port or 5432}"
     try:
-        with psycopg.connect(maintenance, autocommit=True, connect_timeout=3) as conn:
-            quoted = '"' + database.replace('"', '""') + '"'
+        conn = psycopg.connect(maintenance, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        return f"{where} did not answer ({_first_line(exc)})"
+    quoted = '"' + database.replace('"', '""') + '"'
+    try:
+        with conn:
             conn.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {quoted}")
     except psycopg.Error as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return f"PostgreSQL at {parts.hostname}:{parts.port or 5432} did not answer ({first_line})"
+        return f"{where} answered but {database!r} could not be recreated ({_first_line(exc)})"
     return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _child_env(database_url: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
-    env.update({
-        "DATABASE_URL": database_url,
-        "DJANGO_SETTINGS_MODULE": "agentsite.settings",
-        "DJANGO_DEBUG": "0",  # DEBUG would keep every query in memory and slow each one
-        "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or "bench-only-not-a-secret",
-        "AGENTSITE_LOG_LEVEL": "WARNING",
-    })
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+            "DJANGO_DEBUG": "0",  # DEBUG would keep every query in memory and slow each one
+            "DJANGO_SECRET_KEY": env.get("DJANGO_SECRET_KEY") or "bench-only-not-a-secret",
+            "AGENTSITE_LOG_LEVEL": "WARNING",
+        }
+    )
     return env
 
 
 def _spawn(name: str, turns: int, repeats: int, env: dict[str, str]) -> dict[str, Any]:
     """Run one backend in a child process; its last stdout line is the JSON result."""
     command = [
-        sys.executable, str(Path(__file__).resolve()),
-        "--backend", name, "--turns", str(turns), "--repeats", str(repeats),
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--backend",
+        name,
+        "--turns",
+        str(turns),
+        "--repeats",
+        str(repeats),
     ]
     try:
         done = subprocess.run(
@@ -559,8 +592,7 @@ def report(summaries: dict[str, dict[str, Any]], turns: int, repeats: int) -> li
     sessions = "one session" if repeats == 1 else f"{repeats} sessions (one after the other)"
     lines = [
         f"Turn benchmark: {sessions} of {turns} turns per backend; a turn = user message -> 3 tool calls",
-        f"in one model response -> text answer ({EVENTS_PER_TURN} ledger events), timed as Runner.start + "
-        "handle.wait.",
+        f"in one model response -> text answer ({EVENTS_PER_TURN} ledger events), timed as Runner.start + handle.wait.",
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs; early = turns {early_turns}, late = turns "
         f"{late_turns}, {size * repeats} samples per window; queries and rows are means per turn.",
         "",
@@ -627,18 +659,24 @@ def parent_main(turns: int, repeats: int, backends: list[str], postgres_url: str
     for line in report(summaries, turns, repeats):
         print(line)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
-        "benchmark": "turns",
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "turns": turns,
-        "repeats": repeats,
-        "window": min(WINDOW, turns // 2),
-        "target": {"text": TARGET, "max_late_early_ratio": TARGET_RATIO},
-        "elapsed_s": round(time.perf_counter() - started, 1),
-        "backends": summaries,
-    }, indent=2) + "\n")
+    output.write_text(
+        json.dumps(
+            {
+                "benchmark": "turns",
+                "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "turns": turns,
+                "repeats": repeats,
+                "window": min(WINDOW, turns // 2),
+                "target": {"text": TARGET, "max_late_early_ratio": TARGET_RATIO},
+                "elapsed_s": round(time.perf_counter() - started, 1),
+                "backends": summaries,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     shown = output.relative_to(ROOT) if output.is_relative_to(ROOT) else output
     print(f"\nResults written to {shown} ({time.perf_counter() - started:.0f}s in all)")
     return 1 if any(s["status"] == "failed" for s in summaries.values()) else 0
@@ -651,7 +689,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--backends", default=",".join(BACKENDS), help=f"comma-separated, from {','.join(BACKENDS)} (default: all)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=DEFAULT_REPEATS,
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
         help=f"sessions per backend, one after the other; windows pool their turns (default {DEFAULT_REPEATS})",
     )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL, help="dropped and recreated at every run")

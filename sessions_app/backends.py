@@ -65,10 +65,12 @@ def _get(key: SessionKey, event_limit: int | None) -> Session | None:
     row = _owned(key).first()
     if row is None:
         return None
-    events = orm.Event.objects.filter(session=row).order_by("-seq")
+    # Only the columns an Event is rebuilt from: building full model rows (text, JSON
+    # payload twice over) for a window of hundreds of events dominated a turn's start.
+    rows = orm.Event.objects.filter(session=row).order_by("-seq").values_list("payload", "seq", "event_id")
     if event_limit is not None:
-        events = events[:event_limit]
-    loaded = [mapping.event_from_row(e) for e in events]
+        rows = rows[:event_limit]
+    loaded = [mapping.event_from_values(payload, seq, event_id) for payload, seq, event_id in rows]
     loaded.reverse()
     session = mapping.session_from_row(row, loaded)
     session.summaries = {s.filter_key: mapping.summary_from_row(s) for s in row.summaries.all()}

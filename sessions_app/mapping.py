@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sessions_app import models as orm
 from sessions_app.core.events import Event
 from sessions_app.core.session import Session, Summary, SummaryBoundary
@@ -23,7 +25,11 @@ def session_from_row(row: orm.Session, events: list[Event] | None = None) -> Ses
 
 
 def event_from_row(row: orm.Event) -> Event:
-    return Event.from_dict({**row.payload, "seq": row.seq, "id": row.event_id})
+    return event_from_values(row.payload, row.seq, row.event_id)
+
+
+def event_from_values(payload: dict[str, Any], seq: int, event_id: str) -> Event:
+    return Event.from_dict({**payload, "seq": seq, "id": event_id})
 
 
 def event_to_row(event: Event, *, session_id: str, seq: int, tokens: int) -> orm.Event:

@@ -1,8 +1,11 @@
-"""RunManager: runs execute on one event loop per process, owned by nobody's request.
+"""RunManager: every run of a process executes on one event loop, owned by no request.
 
-A synchronous caller (a DRF view, a management command, a Celery task) or an async one on
-another loop hands the work to this loop and gets a future back. Runs therefore outlive
-the request, socket or stream that started them, and `cancel` works from any thread.
+Under an ASGI server the manager adopts the server's loop (`adopt`), so runs, websocket
+consumers and streaming responses share it; elsewhere (a management command, a Celery
+task, the test client) it starts a loop of its own in a daemon thread. Synchronous callers
+hand work to that loop and wait on a future; async callers on another loop await it. Runs
+therefore outlive the request, socket or stream that started them, and `cancel` works
+from any thread.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from runs.core.records import RunRecord
-from runs.core.runner import Runner
+from runs.core.runner import EventListener, Runner
+from sessions_app.core.events import Event
 
 T = TypeVar("T")
 
@@ -24,13 +28,23 @@ class RunManager:
         self._runner_factory = runner_factory
         self._runner: Runner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._owns_loop = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._on_start: list[Callable[[Runner], Awaitable[None]]] = []
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run on `loop` (the ASGI server's) unless a loop was already chosen."""
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                self._loop, self._owns_loop = loop, False
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None:
+            if self._loop is None or self._loop.is_closed():
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()
 
@@ -42,22 +56,38 @@ class RunManager:
                 self._thread = threading.Thread(target=serve, name="agentsite-runs", daemon=True)
                 self._thread.start()
                 ready.wait()
-                self._loop = loop
+                self._loop, self._owns_loop = loop, True
             return self._loop
+
+    def on_start(self, hook: Callable[[Runner], Awaitable[None]]) -> None:
+        """Run `hook(runner)` on the run loop each time a runner is built (listeners, reapers)."""
+        self._on_start.append(hook)
 
     @property
     def runner(self) -> Runner:
         if self._runner is None:
-            self._runner = self.submit(self._build()).result()
+            loop = self.loop
+            if _running_loop() is loop:
+                # Building needs no awaiting; hooks are scheduled on this same loop.
+                self._runner = self._runner_factory()
+                for hook in self._on_start:
+                    loop.create_task(hook(self._runner))
+            else:
+                self._runner = self.submit(self._build()).result()
         return self._runner
 
     async def _build(self) -> Runner:
         # Built on the run loop so that every asyncio object it creates belongs there.
-        return self._runner_factory()
+        runner = self._runner_factory()
+        for hook in self._on_start:
+            await hook(runner)
+        return runner
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule a coroutine on the run loop (from any thread)."""
+        """Schedule a coroutine on the run loop (from any thread but the loop's own)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    # -- calls ----------------------------------------------------------------------------------
 
     def call(self, func: Callable[[Runner], Awaitable[T]], timeout: float | None = None) -> T:
         """Run `func(runner)` on the run loop and wait for its result (sync callers)."""
@@ -69,27 +99,41 @@ class RunManager:
         return self.submit(invoke()).result(timeout)
 
     async def acall(self, func: Callable[[Runner], Awaitable[T]]) -> T:
-        """The same for async callers on another loop."""
+        """The same for async callers, on the run loop or any other."""
         runner = self.runner
+        if _running_loop() is self.loop:
+            return await func(runner)
 
         async def invoke() -> T:
             return await func(runner)
 
         return await asyncio.wrap_future(self.submit(invoke()))
 
+    def bridge(self) -> tuple[EventListener, AsyncIterator[Event]]:
+        """A listener for the run loop and the async iterator it feeds on the caller's loop.
+
+        The iterator ends after the run's last event (the listener's None)."""
+        caller = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+        def listener(item: Event | None) -> None:
+            if _running_loop() is caller:
+                queue.put_nowait(item)
+            else:
+                caller.call_soon_threadsafe(queue.put_nowait, item)
+
+        async def iterate() -> AsyncIterator[Event]:
+            while (item := await queue.get()) is not None:
+                yield item
+
+        return listener, iterate()
+
     def wait(self, run_id: str, timeout: float) -> RunRecord | None:
         """Block until the run ends (or `timeout`); the newest record, or None if unknown."""
+        return self.call(lambda runner: _wait(runner, run_id, timeout))
 
-        async def finish(runner: Runner) -> RunRecord | None:
-            handle = runner.handle(run_id)
-            if handle is not None:
-                try:
-                    return await asyncio.wait_for(handle.wait(), timeout)
-                except TimeoutError:
-                    return handle.record
-            return await runner.status(run_id)
-
-        return self.call(finish)
+    async def await_run(self, run_id: str, timeout: float) -> RunRecord | None:
+        return await self.acall(lambda runner: _wait(runner, run_id, timeout))
 
     def cancel(self, run_id: str) -> bool:
         return self.runner.cancel(run_id)
@@ -102,13 +146,36 @@ class RunManager:
             self._runner_factory = runner_factory
 
     def close(self, timeout: float = 5.0) -> None:
-        """Cancel every run and stop the loop (tests, shutdown)."""
-        if self._loop is None:
+        """Cancel every run; stop the loop if it is the manager's own (tests, shutdown)."""
+        loop = self._loop
+        if loop is None:
             return
-        if self._runner is not None:
-            self.submit(self._runner.close()).result(timeout)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._runner is not None and not loop.is_closed() and loop.is_running() and _running_loop() is not loop:
+            try:
+                self.submit(self._runner.close()).result(timeout)
+            except Exception:  # shutting down: a run that will not stop must not block it
+                pass
+        if self._owns_loop and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout)
         self._loop = None
         self._runner = None
+        self._thread = None
+
+
+async def _wait(runner: Runner, run_id: str, timeout: float) -> RunRecord | None:
+    handle = runner.handle(run_id)
+    if handle is not None:
+        try:
+            return await asyncio.wait_for(handle.wait(), timeout)
+        except TimeoutError:
+            return handle.record
+    return await runner.status(run_id)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,7 +48,10 @@ class EventSink(Protocol):
     async def publish(self, record: RunRecord, event: Event) -> None: ...
 
 
-_END = object()
+EventListener = Callable[[Event | None], None]
+"""Called on the run's loop with each emitted event, then once with None when the run ends.
+
+It must not block: hand the event on (a queue, `call_soon_threadsafe`) and return."""
 
 
 @dataclass(kw_only=True)
@@ -58,7 +61,8 @@ class RunHandle:
     record: RunRecord
     invocation: Invocation
     task: asyncio.Task[RunRecord] | None = None
-    _queue: asyncio.Queue[Any] | None = field(default=None, repr=False)
+    listeners: list[EventListener] = field(default_factory=list, repr=False)
+    _queue: asyncio.Queue[Event | None] | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -75,7 +79,7 @@ class RunHandle:
             raise UsageError("this run was started without stream=True")
         while True:
             item = await self._queue.get()
-            if item is _END:
+            if item is None:
                 return
             yield item
 
@@ -145,6 +149,7 @@ class Runner:
         request_id: str | None = None,
         options: RunOptions | None = None,
         stream: bool = False,
+        listeners: Sequence[EventListener] = (),
     ) -> RunHandle:
         """Prepare and launch a run; returns once the user message is in the ledger.
 
@@ -190,7 +195,11 @@ class Runner:
         except BaseException:
             self._active_requests.discard(request_id)
             raise
-        handle = RunHandle(record=record, invocation=invocation, _queue=asyncio.Queue() if stream else None)
+        handle = RunHandle(record=record, invocation=invocation, listeners=list(listeners))
+        if stream:
+            queue: asyncio.Queue[Event | None] = asyncio.Queue()
+            handle._queue = queue
+            handle.listeners.append(queue.put_nowait)
         self._active[record.id] = _Registered(handle=handle, loop=asyncio.get_running_loop())
         handle.task = asyncio.create_task(self._event_loop(handle, chosen), name=f"run-{record.id}")
         return handle
@@ -218,6 +227,19 @@ class Runner:
         if registered is not None:
             return registered.handle.record
         return await self.run_store.get(run_id)
+
+    def add_listener(self, run_id: str, listener: EventListener) -> bool:
+        """Follow a run of this process from now on; False when it is not running here."""
+        registered = self._active.get(run_id)
+        if registered is None:
+            return False
+        registered.handle.listeners.append(listener)
+        return True
+
+    def remove_listener(self, run_id: str, listener: EventListener) -> None:
+        registered = self._active.get(run_id)
+        if registered is not None and listener in registered.handle.listeners:
+            registered.handle.listeners.remove(listener)
 
     def handle(self, run_id: str) -> RunHandle | None:
         registered = self._active.get(run_id)
@@ -309,9 +331,16 @@ class Runner:
             changes["completion_tokens"] = record.completion_tokens + event.usage.completion_tokens
         handle.record = record.replace(**changes)
 
+    @staticmethod
+    def _notify(handle: RunHandle, item: Event | None) -> None:
+        for listener in list(handle.listeners):
+            try:
+                listener(item)
+            except Exception:
+                logger.exception("run %s: listener %r failed", handle.run_id, listener)
+
     async def _emit(self, handle: RunHandle, event: Event) -> None:
-        if handle._queue is not None:
-            handle._queue.put_nowait(event)
+        self._notify(handle, event)
         for sink in self.sinks:
             try:
                 await sink.publish(handle.record, event)
@@ -351,8 +380,7 @@ class Runner:
             await self.run_store.save(handle.record)
         except Exception:
             logger.exception("run %s: could not save its record", handle.run_id)
-        if handle._queue is not None:
-            handle._queue.put_nowait(_END)
+        self._notify(handle, None)
         self._active.pop(handle.run_id, None)
         self._active_requests.discard(handle.record.request_id)
         return handle.record
