@@ -132,8 +132,8 @@ class RunManager:
         """Block until the run ends (or `timeout`); the newest record, or None if unknown."""
         return self.call(lambda runner: _wait(runner, run_id, timeout))
 
-    async def await_run(self, run_id: str, timeout: float) -> RunRecord | None:
-        return await self.acall(lambda runner: _wait(runner, run_id, timeout))
+    async def await_run(self, run_id: str, wait_s: float) -> RunRecord | None:
+        return await self.acall(lambda runner: _wait(runner, run_id, wait_s))
 
     def cancel(self, run_id: str) -> bool:
         return self.runner.cancel(run_id)
@@ -164,11 +164,11 @@ class RunManager:
         self._thread = None
 
 
-async def _wait(runner: Runner, run_id: str, timeout: float) -> RunRecord | None:
+async def _wait(runner: Runner, run_id: str, wait_s: float) -> RunRecord | None:
     handle = runner.handle(run_id)
     if handle is not None:
         try:
-            return await asyncio.wait_for(handle.wait(), timeout)
+            return await asyncio.wait_for(handle.wait(), wait_s)
         except TimeoutError:
             return handle.record
     return await runner.status(run_id)
