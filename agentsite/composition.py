@@ -7,9 +7,11 @@ import functools
 from django.conf import settings
 
 from runs.backends import DjangoRunStore
+from runs.core.lifecycle import PROCESS_OWNER, Lifecycle
 from runs.core.llm.base import Model
 from runs.core.manager import RunManager
 from runs.core.runner import Runner
+from runs.fanout import ChannelLayerSink, listen_for_cancels
 from sessions_app.backends import DjangoSessionService
 
 
@@ -43,14 +45,27 @@ def build_runner(model: Model | None = None) -> Runner:
         default_agent=settings.AGENTSITE_DEFAULT_AGENT,
         session_service=DjangoSessionService(),
         run_store=DjangoRunStore(),
+        sinks=[ChannelLayerSink()],
         history_event_limit=settings.AGENTSITE_HISTORY_EVENT_LIMIT,
+        owner=PROCESS_OWNER,
     )
+
+
+async def _start_background(runner: Runner) -> None:
+    """Per-runner background work: heartbeats and the reaper, and cross-process cancels."""
+    lifecycle = Lifecycle(
+        runner, interval_s=settings.AGENTSITE_RUN_HEARTBEAT_S, stale_after_s=settings.AGENTSITE_RUN_STALE_S
+    )
+    runner.spawn(lifecycle.run_forever(), name="runs-lifecycle")
+    runner.spawn(listen_for_cancels(runner), name="runs-cancel-listener")
 
 
 @functools.cache
 def run_manager() -> RunManager:
     """The process's run manager (one event loop for every run of this process)."""
-    return RunManager(build_runner)
+    manager = RunManager(build_runner)
+    manager.on_start(_start_background)
+    return manager
 
 
 def session_service() -> DjangoSessionService:

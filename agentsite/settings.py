@@ -148,6 +148,9 @@ AGENTSITE_MAX_MESSAGE_CHARS = env.integer("AGENTSITE_MAX_MESSAGE_CHARS", 32_000)
 AGENTSITE_MAX_STEPS = env.integer("AGENTSITE_MAX_STEPS", 10)
 AGENTSITE_HISTORY_EVENT_LIMIT = env.integer("AGENTSITE_HISTORY_EVENT_LIMIT", 400)
 AGENTSITE_RUN_WAIT_TIMEOUT_S = env.integer("AGENTSITE_RUN_WAIT_TIMEOUT_S", 300)
+# Each process beats for its runs; a run silent for longer than STALE is reaped as interrupted.
+AGENTSITE_RUN_HEARTBEAT_S = env.integer("AGENTSITE_RUN_HEARTBEAT_S", 15)
+AGENTSITE_RUN_STALE_S = env.integer("AGENTSITE_RUN_STALE_S", 60)
 # Bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("AGENTSITE_MAX_BODY_BYTES", 1_048_576)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from agentsite.errors import ApplicationError
 from runs import selectors
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
+from runs.fanout import request_cancel
 from sessions_app import selectors as session_selectors
 
 
@@ -133,13 +135,22 @@ class RunCancelApi(APIView):
         if record.finished:
             raise ApplicationError("run_not_active", f"run {run_id!r} already ended ({record.status})", status_code=409)
         manager = run_manager()
-        if not manager.cancel(run_id):
-            raise ApplicationError(
-                "run_not_active", f"run {run_id!r} is not running in this process", status_code=409
-            )
-        # The completion event lands within a second of the cancel (SPEC 1.9).
-        final = manager.wait(run_id, timeout=2.0) or record
+        if manager.call(lambda runner: request_cancel(runner, run_id)):
+            # The completion event lands within a second of the cancel (SPEC 1.9).
+            final = manager.wait(run_id, timeout=2.0) or record
+        else:
+            # Another process owns the run: the cancel went out on the channel layer.
+            final = _poll_until_finished(request.user, run_id, timeout_s=2.0) or record
         return Response(run_data(final), status=status.HTTP_202_ACCEPTED)
+
+
+def _poll_until_finished(user: Any, run_id: str, *, timeout_s: float) -> RunRecord | None:
+    deadline = time.monotonic() + timeout_s
+    record = selectors.run_get(user=user, run_id=run_id)
+    while record is not None and not record.finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+        record = selectors.run_get(user=user, run_id=run_id)
+    return record
 
 
 class AgentListApi(APIView):

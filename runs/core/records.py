@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from runs.core.errors import DuplicateRequestError
@@ -21,11 +22,13 @@ class RunRecord:
     session_id: str
     agent: str
     request_id: str
+    owner: str = ""
     status: RunStatusName = "queued"
     created_at: datetime = field(default_factory=utcnow)
     started_at: datetime | None = None
     ended_at: datetime | None = None
     last_event_at: datetime | None = None
+    heartbeat_at: datetime | None = None
     error: dict[str, Any] | None = None
     answer: str = ""
     event_count: int = 0
@@ -55,6 +58,19 @@ class RunStore(Protocol):
     async def get(self, run_id: str) -> RunRecord | None:
         ...
 
+    async def heartbeat(self, run_ids: Sequence[str], *, at: datetime) -> None:
+        """Record that these runs are alive in their owner process."""
+        ...
+
+    async def running(self) -> list[RunRecord]:
+        """Every run whose status is still queued or running."""
+        ...
+
+    async def interrupt(self, run_id: str, *, at: datetime, reason: str) -> RunRecord | None:
+        """Mark a run `interrupted` if it is still queued or running; the new record, or None
+        when another process got there first (a conditional update: one winner)."""
+        ...
+
 
 class InMemoryRunStore:
     def __init__(self) -> None:
@@ -71,3 +87,23 @@ class InMemoryRunStore:
 
     async def get(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id)
+
+    async def heartbeat(self, run_ids: Sequence[str], *, at: datetime) -> None:
+        for run_id in run_ids:
+            if run_id in self._runs:
+                self._runs[run_id] = self._runs[run_id].replace(heartbeat_at=max_dt(self._runs[run_id].heartbeat_at, at))
+
+    async def running(self) -> list[RunRecord]:
+        return [r for r in self._runs.values() if not r.finished]
+
+    async def interrupt(self, run_id: str, *, at: datetime, reason: str) -> RunRecord | None:
+        record = self._runs.get(run_id)
+        if record is None or record.finished:
+            return None
+        record = record.replace(status="interrupted", ended_at=at, error={"type": "interrupted", "message": reason, "code": None})
+        self._runs[run_id] = record
+        return record
+
+
+def max_dt(a: datetime | None, b: datetime) -> datetime:
+    return b if a is None or b > a else a

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -110,8 +110,10 @@ class Runner:
         sinks: Sequence[EventSink] = (),
         services: Mapping[str, Any] | None = None,
         history_event_limit: int = DEFAULT_HISTORY_EVENT_LIMIT,
+        owner: str = "",
     ) -> None:
         self.app = app
+        self.owner = owner
         self.agents: dict[str, Agent] = {}
         for agent in agents:
             if agent.name in self.agents:
@@ -129,6 +131,7 @@ class Runner:
         self.history_event_limit = history_event_limit
         self._active: dict[str, _Registered] = {}
         self._active_requests: set[str] = set()
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- public API -----------------------------------------------------------------------
 
@@ -186,7 +189,8 @@ class Runner:
         try:
             record = await self.run_store.create(RunRecord(
                 id=invocation.run_id, app=self.app, user_id=user_id, session_id=session.id,
-                agent=chosen.name, request_id=request_id, status="running", started_at=utcnow(),
+                agent=chosen.name, request_id=request_id, owner=self.owner, status="running",
+                started_at=utcnow(), heartbeat_at=utcnow(),
             ))
             # 4. persist the user message before the agent starts (never emitted by the loop)
             await self.session_service.append_event(
@@ -241,6 +245,16 @@ class Runner:
         if registered is not None and listener in registered.handle.listeners:
             registered.handle.listeners.remove(listener)
 
+    def active_run_ids(self) -> list[str]:
+        return list(self._active)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
+        """Keep a background task of this runner (heartbeat, listeners); `close` ends it."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
     def handle(self, run_id: str) -> RunHandle | None:
         registered = self._active.get(run_id)
         return registered.handle if registered is not None else None
@@ -250,6 +264,9 @@ class Runner:
         tasks = [r.handle.task for r in self._active.values() if r.handle.task is not None]
         for run_id in list(self._active):
             self.cancel(run_id)
+        for task in list(self._background):
+            task.cancel()
+        tasks.extend(self._background)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -1,0 +1,84 @@
+"""Runs and the channel layer: event fan-out per session, and cancel across processes.
+
+Every emitted event of a run goes to the session's group, so each socket or stream
+watching that session (in any process) sees it. A cancel that reaches a process that does
+not own the run is broadcast on a control group; the owning process acts on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from typing import Any
+
+from channels.layers import BaseChannelLayer, get_channel_layer
+
+from runs.core.records import RunRecord
+from runs.core.runner import Runner
+from sessions_app.core.events import Event
+
+logger = logging.getLogger(__name__)
+
+CONTROL_GROUP = "agentsite.runs.control"
+EVENT_MESSAGE = "run.event"
+CANCEL_MESSAGE = "run.cancel"
+_GROUP_SAFE = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
+
+
+def session_group(session_id: str) -> str:
+    """The channel-layer group of a session (names are limited to a safe alphabet)."""
+    if _GROUP_SAFE.match(session_id):
+        return f"session.{session_id}"
+    return "session.h" + hashlib.sha256(session_id.encode()).hexdigest()[:40]
+
+
+class ChannelLayerSink:
+    """EventSink: publish every emitted event to its session's group."""
+
+    def __init__(self, layer: BaseChannelLayer | None = None) -> None:
+        self._layer = layer
+
+    @property
+    def layer(self) -> BaseChannelLayer | None:
+        return self._layer or get_channel_layer()
+
+    async def publish(self, record: RunRecord, event: Event) -> None:
+        layer = self.layer
+        if layer is None:
+            return
+        await layer.group_send(session_group(record.session_id), {
+            "type": EVENT_MESSAGE,
+            "run_id": record.id,
+            "session_id": record.session_id,
+            "event": event.to_dict(),
+        })
+
+
+async def request_cancel(runner: Runner, run_id: str) -> bool:
+    """Cancel here if the run is ours; else ask every process. True when cancelled here."""
+    if runner.cancel(run_id):
+        return True
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(CONTROL_GROUP, {"type": CANCEL_MESSAGE, "run_id": run_id})
+    return False
+
+
+async def listen_for_cancels(runner: Runner) -> None:
+    """Act on cancels broadcast by other processes, for as long as the runner lives."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    channel = await layer.new_channel("runs.control.")
+    await layer.group_add(CONTROL_GROUP, channel)
+    try:
+        while True:
+            message: dict[str, Any] = await layer.receive(channel)
+            if message.get("type") == CANCEL_MESSAGE and isinstance(message.get("run_id"), str):
+                if runner.cancel(message["run_id"]):
+                    logger.info("run %s cancelled on request from another process", message["run_id"])
+    except asyncio.CancelledError:
+        await layer.group_discard(CONTROL_GROUP, channel)
+        raise
