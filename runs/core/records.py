@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from runs.core.errors import DuplicateRequestError
