@@ -23,3 +23,8 @@ def event_page(*, session: orm.Session, after_seq: int, limit: int) -> tuple[lis
     """Up to `limit` events after `after_seq`, oldest first, and whether more follow."""
     rows = list(orm.Event.objects.filter(session=session, seq__gt=after_seq).order_by("seq")[: limit + 1])
     return rows[:limit], len(rows) > limit
+
+
+def session_exists(*, session_id: str) -> bool:
+    """Whether any user has a session with this id (to refuse reusing someone else's)."""
+    return orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).exists()

@@ -153,6 +153,7 @@ class Runner:
         options: RunOptions | None = None,
         stream: bool = False,
         listeners: Sequence[EventListener] = (),
+        seed: Sequence[Message] = (),
     ) -> RunHandle:
         """Prepare and launch a run; returns once the user message is in the ledger.
 
@@ -192,7 +193,14 @@ class Runner:
                 agent=chosen.name, request_id=request_id, owner=self.owner, status="running",
                 started_at=utcnow(), heartbeat_at=utcnow(),
             ))
-            # 4. persist the user message before the agent starts (never emitted by the loop)
+            # 4. persist the user message before the agent starts (never emitted by the loop);
+            # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
+            if seed and session.last_seq == 0:
+                for earlier in seed:
+                    author = "user" if earlier.role == "user" else chosen.name
+                    await self.session_service.append_event(
+                        session, invocation.stamp(Event(author=author, message=earlier, extensions={"seed": True}))
+                    )
             await self.session_service.append_event(
                 session, invocation.stamp(Event(author="user", message=msg))
             )
