@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView
 from agentsite.api.views import off_thread
 from agentsite.health import healthz
 from runs import apis as run_apis
+from runs import openai_compat
 from sessions_app import apis as session_apis
 
 api = [
@@ -21,11 +22,17 @@ api = [
     path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),
 ]
 
+openai_compatible = [
+    path("v1/chat/completions", openai_compat.chat_completions, name="openai-chat-completions"),
+    path("v1/models", openai_compat.list_models, name="openai-models"),
+]
+
 urlpatterns = [
     path("", TemplateView.as_view(template_name="index.html"), name="home"),
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     *api,
+    *openai_compatible,
 ]
 
 handler404 = "agentsite.errors.json_404"
