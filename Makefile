@@ -15,7 +15,13 @@ $(STAMP): requirements.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The official AG-UI JavaScript client, which an integration test drives (package.json);
+# reinstalled only when package.json or its lock file is newer than the installed tree.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+setup: $(STAMP) node_modules/.package-lock.json
 
 run: setup
 	$(BIN)/python manage.py migrate --noinput
@@ -42,6 +48,9 @@ test-services: setup
 
 bench: setup
 	$(BIN)/python bench/turns.py
+	$(BIN)/python bench/context.py
+	$(BIN)/python bench/recall.py
+	$(BIN)/python bench/memory.py
 
 clean:
 	rm -rf $(VENV) var/*.sqlite3* var/test-*

@@ -11,6 +11,7 @@ import asyncio
 import os
 from typing import Any
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
@@ -20,13 +21,20 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agentsite.composition import run_manager  # noqa: E402
+from runs.a2a.server import A2A_PREFIX, a2a_application  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
+from runs.ws_auth import TokenAuthMiddleware  # noqa: E402
 
 router = ProtocolTypeRouter({
-    "http": django_asgi_app,
-    "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    # Daphne serves no static files; with DEBUG on (`make run`, browser tests) Django does.
+    "http": ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app,
+    # Origin checked first; then the session cookie, then a handshake token (runs/ws_auth.py).
+    "websocket": AllowedHostsOriginValidator(
+        AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
+    ),
 })
 
 
@@ -34,4 +42,8 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     manager = run_manager()
     manager.adopt(asyncio.get_running_loop())
     _ = manager.runner
+    if scope["type"] == "http" and scope["path"].startswith(A2A_PREFIX):
+        # A2A is served by the a2a-sdk's Starlette routes (runs/a2a/server.py), not by Django.
+        await a2a_application(scope, receive, send)
+        return
     await router(scope, receive, send)

@@ -3,16 +3,38 @@
 from __future__ import annotations
 
 import functools
+import importlib
+from typing import Any
 
 from django.conf import settings
 
 from runs.backends import DjangoRunStore
+from runs.core.flow.compaction import CompactionConfig
+from runs.core.flow.governance import (
+    TIKTOKEN,
+    ContextGovernance,
+    PrecallConfig,
+    extractive_summarizer,
+    llm_summarizer,
+)
 from runs.core.lifecycle import PROCESS_OWNER, Lifecycle
 from runs.core.llm.base import Model
 from runs.core.manager import RunManager
 from runs.core.runner import Runner
 from runs.fanout import ChannelLayerSink, listen_for_cancels
 from sessions_app.backends import DjangoSessionService
+from sessions_app.core.summary import (
+    ContextThreshold,
+    EventThreshold,
+    InProcessSummaryScheduler,
+    Summarizer,
+    SummaryEngine,
+    SummaryLock,
+    SummaryScheduler,
+    checks_any,
+)
+from sessions_app.recall_backends import DjangoRecallIndex
+from sessions_app.recall_tools import RECALL_INSTRUCTION
 
 
 def build_model(name: str | None = None) -> Model:
@@ -34,21 +56,159 @@ def build_model(name: str | None = None) -> Model:
     )
 
 
-def build_runner(model: Model | None = None) -> Runner:
-    """The Runner with the demo agents on `model` (default: the configured one)."""
+_GOVERNANCE_KNOBS = (
+    "summaries", "summarizer", "summary_trigger_ratio", "summary_trigger_min_tokens", "summary_event_threshold",
+    "summary_max_words", "summary_budget_tokens", "summary_cache_safe_fork", "summary_injection",
+    "sync_summary_intra_run", "compaction", "compaction_ratio", "compaction_min_tokens", "keep_recent_requests",
+    "tool_result_max_tokens", "oversized_tool_result_max_tokens", "compaction_force_clean_tools",
+    "compaction_keep_tools",
+)
+
+
+def governance_knobs() -> dict[str, Any]:
+    """The context-governance settings (`AGENTSITE_<KNOB>`), with the demo agents' small
+    thresholds in their place while AGENTSITE_DEMO_GOVERNANCE is on."""
+    from agentsite.demo.agents import DEMO_GOVERNANCE
+
+    knobs = {name: getattr(settings, f"AGENTSITE_{name.upper()}") for name in _GOVERNANCE_KNOBS}
+    if settings.AGENTSITE_DEMO_GOVERNANCE:
+        knobs.update(DEMO_GOVERNANCE)
+    return knobs
+
+
+def build_summarizer(knobs: dict[str, Any], summary_model: Model | None = None) -> Summarizer:
+    """AGENTSITE_SUMMARIZER: `auto` (extractive on the offline model, else the summary
+    model), or `module:factory` returning a Summarizer."""
+    if knobs["summarizer"] != "auto":
+        module, _, name = knobs["summarizer"].partition(":")
+        return getattr(importlib.import_module(module), name)()
+    from runs.core.llm.offline import OfflineModel
+
+    model = summary_model or build_model(settings.AGENTSITE_SUMMARY_MODEL)
+    if isinstance(model, OfflineModel):
+        return extractive_summarizer(budget_tokens=knobs["summary_budget_tokens"])
+    return llm_summarizer(
+        model,
+        context_window=settings.AGENTSITE_CONTEXT_WINDOW,
+        max_summary_words=knobs["summary_max_words"],
+        cache_safe_forking=knobs["summary_cache_safe_fork"],
+    )
+
+
+@functools.cache
+def _redis_lock(url: str) -> SummaryLock:
+    from sessions_app.locks import RedisSummaryLock
+
+    return RedisSummaryLock(url)
+
+
+def summary_engine(summary_model: Model | None = None, *, window: int | None = None) -> SummaryEngine:
+    """How this process summarizes: summarizer, trigger (DESIGN 6) and lock."""
+    from sessions_app.locks import DatabaseSummaryLock
+
+    knobs = governance_knobs()
+    if not knobs["summaries"]:
+        return SummaryEngine(summarizer=None)
+    window = window or settings.AGENTSITE_CONTEXT_WINDOW or build_model().info().context_window
+    trigger: Any = ContextThreshold(
+        ratio=knobs["summary_trigger_ratio"], min_tokens=knobs["summary_trigger_min_tokens"], window=window
+    )
+    if knobs["summary_event_threshold"]:
+        trigger = checks_any(trigger, EventThreshold(events=knobs["summary_event_threshold"]))
+    lock = _redis_lock(settings.REDIS_URL) if settings.AGENTSITE_SUMMARY_LOCK == "redis" else DatabaseSummaryLock()
+    return SummaryEngine(
+        summarizer=build_summarizer(knobs, summary_model), checker=trigger, lock=lock, tokenizer=TIKTOKEN,
+        context_window=window,
+    )
+
+
+def build_governance(engine: SummaryEngine) -> ContextGovernance:
+    knobs = governance_knobs()
+    return ContextGovernance(
+        summaries=engine if engine.summarizer is not None else None,
+        summary_injection=knobs["summary_injection"],
+        compaction=CompactionConfig(
+            enabled=knobs["compaction"],
+            keep_recent_requests=knobs["keep_recent_requests"],
+            tool_result_max_tokens=knobs["tool_result_max_tokens"],
+            oversized_tool_result_max_tokens=knobs["oversized_tool_result_max_tokens"],
+            force_clean_tools=frozenset(knobs["compaction_force_clean_tools"]),
+            keep_tools=frozenset(knobs["compaction_keep_tools"]),
+        ),
+        precall=PrecallConfig(
+            enabled=knobs["compaction"], ratio=knobs["compaction_ratio"], min_tokens=knobs["compaction_min_tokens"]
+        ),
+        sync_summary_intra_run=knobs["sync_summary_intra_run"],
+        context_window=settings.AGENTSITE_CONTEXT_WINDOW,
+        tokenizer=TIKTOKEN,
+    )
+
+
+def build_summary_scheduler(engine: SummaryEngine) -> SummaryScheduler | None:
+    """AGENTSITE_SUMMARY_JOBS: Celery workers, or asyncio tasks of the run loop."""
+    if engine.summarizer is None:
+        return None
+    if settings.AGENTSITE_SUMMARY_JOBS == "celery":
+        from sessions_app.tasks import CelerySummaryScheduler
+
+        return CelerySummaryScheduler()
+    return InProcessSummaryScheduler(engine, DjangoSessionService())
+
+
+def build_runner(model: Model | None = None, summary_model: Model | None = None) -> Runner:
+    """The Runner with the demo agents on `model` (default: the configured one), governed
+    as the settings say; summaries on `summary_model` (default: AGENTSITE_SUMMARY_MODEL)."""
     from agentsite.demo.agents import build_demo_agents
 
     model = model or build_model()
+    engine = summary_engine(summary_model, window=settings.AGENTSITE_CONTEXT_WINDOW or model.info().context_window)
+    scheduler = build_summary_scheduler(engine)
     return Runner(
         app=settings.AGENTSITE_APP,
-        agents=build_demo_agents(model),
+        agents=build_demo_agents(
+            model, build_governance(engine), extra_tools=demo_service_tools(), extra_instruction=RECALL_INSTRUCTION
+        ),
+        summary_scheduler=scheduler,
+        load_after_summary=scheduler is not None or engine.summarizer is not None,
         default_agent=settings.AGENTSITE_DEFAULT_AGENT,
         session_service=DjangoSessionService(),
         run_store=DjangoRunStore(),
         sinks=[ChannelLayerSink()],
         history_event_limit=settings.AGENTSITE_HISTORY_EVENT_LIMIT,
         owner=PROCESS_OWNER,
+        services={"recall": DjangoRecallIndex(), **memory_and_artifact_services()},
+        post_run=post_run_hooks(),
     )
+
+
+def demo_service_tools() -> list[Any]:
+    """Tools over the services: session recall, long-term memory (search only: extraction
+    runs after each run), artifacts."""
+    from sessions_app.artifact_backends import artifact_function_tools
+    from sessions_app.memory_backends import memory_function_tools
+    from sessions_app.recall_tools import recall_tools
+
+    return [*recall_tools(), *memory_function_tools(mode="auto"), *artifact_function_tools()]
+
+
+def memory_and_artifact_services() -> dict[str, Any]:
+    """Long-term memory and artifacts, for the tools in every ToolContext (SPEC 6, 7)."""
+    from sessions_app.artifact_backends import DjangoArtifactService
+    from sessions_app.core.artifact_tools import ARTIFACT_SERVICE
+    from sessions_app.core.memory_tools import MEMORY_SERVICE
+    from sessions_app.memory_backends import DjangoMemoryService
+
+    return {
+        MEMORY_SERVICE: DjangoMemoryService(max_per_user=settings.AGENTSITE_MEMORY_MAX_PER_USER),
+        ARTIFACT_SERVICE: DjangoArtifactService(),
+    }
+
+
+def post_run_hooks() -> list[Any]:
+    """What runs after each run's completion is saved: auto memory (when enabled)."""
+    from sessions_app.memory_tasks import enqueue_memory_extraction
+
+    return [enqueue_memory_extraction] if settings.AGENTSITE_MEMORY_AUTO else []
 
 
 async def _start_background(runner: Runner) -> None:

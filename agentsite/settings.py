@@ -106,6 +106,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Task modules that autodiscovery (which imports `tasks.py` only) would miss.
+CELERY_IMPORTS = ["sessions_app.memory_tasks"]
 
 # -- files ----------------------------------------------------------------------------------
 STORAGES = {
@@ -127,6 +129,10 @@ else:
             f"{STORAGES['artifacts']['BACKEND']!r}"
         )
     STORAGES["artifacts"]["OPTIONS"] = {"bucket_name": bucket, "location": env.string("AGENTSITE_STORAGE_PREFIX", "")}
+    # S3-compatible stores other than AWS (MinIO, Ceph, R2) are reached through their endpoint.
+    _storage_endpoint = env.url("AGENTSITE_STORAGE_ENDPOINT_URL", schemes=("http", "https"))
+    if _storage_endpoint:
+        STORAGES["artifacts"]["OPTIONS"]["endpoint_url"] = _storage_endpoint
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
@@ -148,17 +154,83 @@ AGENTSITE_MAX_MESSAGE_CHARS = env.integer("AGENTSITE_MAX_MESSAGE_CHARS", 32_000)
 AGENTSITE_MAX_STEPS = env.integer("AGENTSITE_MAX_STEPS", 10)
 AGENTSITE_HISTORY_EVENT_LIMIT = env.integer("AGENTSITE_HISTORY_EVENT_LIMIT", 400)
 AGENTSITE_RUN_WAIT_TIMEOUT_S = env.integer("AGENTSITE_RUN_WAIT_TIMEOUT_S", 300)
+# An AG-UI run is detached from its HTTP request; past this it is stopped and ends with RUN_ERROR.
+AGENTSITE_AGUI_RUN_TIMEOUT_S = env.integer("AGENTSITE_AGUI_RUN_TIMEOUT_S", 3600)
 # Each process beats for its runs; a run silent for longer than STALE is reaped as interrupted.
 AGENTSITE_RUN_HEARTBEAT_S = env.integer("AGENTSITE_RUN_HEARTBEAT_S", 15)
 AGENTSITE_RUN_STALE_S = env.integer("AGENTSITE_RUN_STALE_S", 60)
 # Bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("AGENTSITE_MAX_BODY_BYTES", 1_048_576)
 
+# -- long-term memory and artifacts (SPEC 6, 7) ----------------------------------------------------
+AGENTSITE_MEMORY_MAX_PER_USER = env.integer("AGENTSITE_MEMORY_MAX_PER_USER", 1000)
+# Auto memory: after each run, extract memories from the session's new messages (Celery job), with
+# AGENTSITE_SUMMARY_MODEL. On by default with the offline model (rules, free); with a model endpoint it
+# costs one model call per run, so it is opt-in there.
+AGENTSITE_MEMORY_AUTO = env.boolean("AGENTSITE_MEMORY_AUTO", AGENTSITE_SUMMARY_MODEL == "offline")
+# Checkers: extract only when the delta has more than N messages / the last extraction is older than S seconds.
+AGENTSITE_MEMORY_EXTRACT_MIN_MESSAGES = env.integer("AGENTSITE_MEMORY_EXTRACT_MIN_MESSAGES", 0, minimum=0)
+AGENTSITE_MEMORY_EXTRACT_INTERVAL_S = env.integer("AGENTSITE_MEMORY_EXTRACT_INTERVAL_S", 0, minimum=0)
+# Memories preloaded into the system prompt: 0 off, -1 all, N adaptive (SPEC 6.5). For the LLM flow's
+# preload step (`sessions_app.core.memory_tools.memory_preload_block`); nothing reads it until that is wired.
+AGENTSITE_MEMORY_PRELOAD = env.integer("AGENTSITE_MEMORY_PRELOAD", 0, minimum=-1)
+AGENTSITE_ARTIFACT_MAX_BYTES = env.integer("AGENTSITE_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
+
+# -- context governance (DESIGN 6; README "Configuration") ----------------------------------------
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.string(name, default)
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _ratio(name: str, default: float) -> float:
+    value = env.raw(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+    if not 0 < number <= 1:
+        raise ImproperlyConfigured(f"{name} must be in (0, 1], got {value!r}")
+    return number
+
+
+# The demo agents run with smaller thresholds (agentsite/demo/agents.py DEMO_GOVERNANCE) so
+# that a short session shows summaries and compaction; off: the knobs below apply as set.
+AGENTSITE_DEMO_GOVERNANCE = env.boolean("AGENTSITE_DEMO_GOVERNANCE", True)
+AGENTSITE_SUMMARIES = env.boolean("AGENTSITE_SUMMARIES", True)
+AGENTSITE_SUMMARIZER = env.string("AGENTSITE_SUMMARIZER", "auto")  # or module:factory
+AGENTSITE_SUMMARY_TRIGGER_RATIO = _ratio("AGENTSITE_SUMMARY_TRIGGER_RATIO", 0.5)
+AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS = env.integer("AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS", 2000)
+AGENTSITE_SUMMARY_EVENT_THRESHOLD = env.integer("AGENTSITE_SUMMARY_EVENT_THRESHOLD", 0, minimum=0)
+AGENTSITE_SUMMARY_MAX_WORDS = env.integer("AGENTSITE_SUMMARY_MAX_WORDS", 0, minimum=0)
+AGENTSITE_SUMMARY_BUDGET_TOKENS = env.integer("AGENTSITE_SUMMARY_BUDGET_TOKENS", 512)
+AGENTSITE_SUMMARY_CACHE_SAFE_FORK = env.boolean("AGENTSITE_SUMMARY_CACHE_SAFE_FORK", False)
+AGENTSITE_SUMMARY_INJECTION = _choice("AGENTSITE_SUMMARY_INJECTION", "system", ("system", "user"))
+AGENTSITE_SUMMARY_JOBS = _choice("AGENTSITE_SUMMARY_JOBS", "celery" if REDIS_URL else "inprocess", ("celery", "inprocess"))
+AGENTSITE_SUMMARY_LOCK = _choice("AGENTSITE_SUMMARY_LOCK", "redis" if REDIS_URL else "database", ("redis", "database"))
+if AGENTSITE_SUMMARY_LOCK == "redis" and not REDIS_URL:
+    raise ImproperlyConfigured("AGENTSITE_SUMMARY_LOCK is 'redis' but REDIS_URL is not set")
+AGENTSITE_SYNC_SUMMARY_INTRA_RUN = env.boolean("AGENTSITE_SYNC_SUMMARY_INTRA_RUN", False)
+AGENTSITE_COMPACTION = env.boolean("AGENTSITE_COMPACTION", True)
+AGENTSITE_COMPACTION_RATIO = _ratio("AGENTSITE_COMPACTION_RATIO", 0.7)
+AGENTSITE_COMPACTION_MIN_TOKENS = env.integer("AGENTSITE_COMPACTION_MIN_TOKENS", 2000)
+AGENTSITE_KEEP_RECENT_REQUESTS = env.integer("AGENTSITE_KEEP_RECENT_REQUESTS", 1, minimum=0)
+AGENTSITE_TOOL_RESULT_MAX_TOKENS = env.integer("AGENTSITE_TOOL_RESULT_MAX_TOKENS", 1024, minimum=0)
+AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS = env.integer("AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS", 0, minimum=0)
+AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS = env.strings("AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS", [])
+AGENTSITE_COMPACTION_KEEP_TOOLS = env.strings("AGENTSITE_COMPACTION_KEEP_TOOLS", [])
+
 # -- auth and API ----------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

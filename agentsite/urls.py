@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView
 
 from agentsite.api.views import off_thread
 from agentsite.health import healthz
 from runs import apis as run_apis
 from runs import openai_compat
+from runs import views as run_views
+from runs.protocols import agui_views
 from sessions_app import apis as session_apis
+from sessions_app import artifact_apis, memory_apis
+from sessions_app import views as session_views
 
 api = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -17,6 +21,15 @@ api = [
     path("api/sessions/", session_apis.SessionListCreateApi.as_view(), name="session-list"),
     path("api/sessions/<str:session_id>/", session_apis.SessionDetailApi.as_view(), name="session-detail"),
     path("api/sessions/<str:session_id>/events/", session_apis.SessionEventsApi.as_view(), name="session-events"),
+    path("api/sessions/<str:session_id>/context/", session_apis.SessionContextApi.as_view(), name="session-context"),
+    path("api/sessions/<str:session_id>/artifacts/", artifact_apis.SessionArtifactListApi.as_view(), name="session-artifacts"),
+    path(
+        "api/sessions/<str:session_id>/artifacts/<str:filename>",
+        artifact_apis.SessionArtifactDetailApi.as_view(),
+        name="session-artifact",
+    ),
+    path("api/memories/", memory_apis.MemoryListCreateApi.as_view(), name="memory-list"),
+    path("api/memories/<str:memory_id>/", memory_apis.MemoryDetailApi.as_view(), name="memory-detail"),
     path("api/runs/", off_thread(run_apis.RunCreateApi.as_view()), name="run-create"),
     path("api/runs/<str:run_id>/", run_apis.RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),
@@ -27,12 +40,22 @@ openai_compatible = [
     path("v1/models", openai_compat.list_models, name="openai-models"),
 ]
 
+agui = [
+    path("agui/<str:agent>/cancel", agui_views.agui_cancel, name="agui-cancel"),
+    path("agui/<str:agent>", agui_views.agui_run, name="agui-run"),
+]
+
 urlpatterns = [
-    path("", TemplateView.as_view(template_name="index.html"), name="home"),
+    path("", run_views.chat, name="chat"),
+    path("chat/<str:session_id>/", run_views.chat, name="chat-session"),
+    path("sessions/<str:session_id>/", session_views.session_ledger, name="session-ledger"),
+    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(template_name="auth/logged_out.html"), name="logout"),
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     *api,
     *openai_compatible,
+    *agui,
 ]
 
 handler404 = "agentsite.errors.json_404"

@@ -318,6 +318,25 @@ async def _warm_executor(connect: Callable[[], None] | None) -> None:
     await asyncio.gather(*(loop.run_in_executor(None, occupy) for _ in range(EXECUTOR_THREADS)))
 
 
+GOVERNANCE_ENV = "AGENTSITE_BENCH_GOVERNANCE"
+
+
+def _governed(agent: Any, backend: Backend) -> Any:
+    """The production set-up of context governance (DESIGN 6 defaults, 8,192-token window):
+    rolling summaries in the background, projection after the boundary, compaction."""
+    from runs.core.flow.governance import ContextGovernance, extractive_summarizer
+    from runs.core.runner import Runner
+    from sessions_app.core.summary import ContextThreshold, InProcessSummaryScheduler, SummaryEngine
+
+    engine = SummaryEngine(summarizer=extractive_summarizer(), checker=ContextThreshold(window=8192),
+                           context_window=8192)
+    agent.governance = ContextGovernance(summaries=engine, context_window=8192)
+    return Runner(
+        app=APP, agents=[agent], session_service=backend.session_service, run_store=backend.run_store,
+        summary_scheduler=InProcessSummaryScheduler(engine, backend.session_service), load_after_summary=True,
+    )
+
+
 async def _drive(backend: Backend, turns: int, repeats: int) -> dict[str, Any]:
     from runs.core.agents.llm import LLMAgent
     from runs.core.llm.scripted import ScriptedModel
@@ -333,6 +352,8 @@ async def _drive(backend: Backend, turns: int, repeats: int) -> dict[str, Any]:
         tools=[FunctionTool(search_logs), FunctionTool(lookup_ticket), FunctionTool(inspect_host)],
     )
     runner = Runner(app=APP, agents=[agent], session_service=backend.session_service, run_store=backend.run_store)
+    if os.environ.get(GOVERNANCE_ENV, "on") == "on":
+        runner = _governed(agent, backend)
 
     async def turn(session_id: str, number: int) -> float:
         model.requests.clear()
@@ -696,8 +717,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL, help="dropped and recreated at every run")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where the JSON results go")
+    parser.add_argument("--governance", choices=("on", "off"), default=os.environ.get(GOVERNANCE_ENV, "on"),
+                        help="context governance as deployed (on, default) or the raw ledger window (off)")
     parser.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args(argv)
+    os.environ[GOVERNANCE_ENV] = args.governance  # children inherit it
     if args.turns < 2:
         parser.error(f"--turns must be at least 2, got {args.turns!r}")
     if args.repeats < 1:

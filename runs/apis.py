@@ -90,6 +90,20 @@ class RunCreateApi(APIView):
                 )
             return value
 
+    class ListQuery(serializers.Serializer):
+        session_id = serializers.CharField(required=False, max_length=64)
+        status = serializers.ChoiceField(required=False, choices=["queued", "running", "completed", "failed",
+                                                                  "cancelled", "interrupted"])
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
+
+    @extend_schema(parameters=[ListQuery], responses=RunOutput(many=True))
+    def get(self, request: Request) -> Response:
+        """Your runs, newest first (`?session_id=`, `?status=running` to find the active one)."""
+        query = self.ListQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        records = selectors.run_list(user=request.user, **query.validated_data)
+        return Response({"results": [run_data(_live(r)) for r in records]})
+
     @extend_schema(request=InputSerializer, responses={201: RunOutput})
     def post(self, request: Request) -> Response:
         body = self.InputSerializer(data=request.data)
@@ -153,6 +167,16 @@ def _poll_until_finished(user: Any, run_id: str, *, timeout_s: float) -> RunReco
     return record
 
 
+def agent_model_fields(agent: Any) -> dict[str, str | None]:
+    """Who serves an agent's model, and what it is (the offline planner says it is no LLM)."""
+    model = getattr(agent, "model", None)
+    info = model.info() if model is not None and hasattr(model, "info") else None
+    return {
+        "model_provider": info.provider if info is not None else None,
+        "model_description": info.description if info is not None else None,
+    }
+
+
 class AgentListApi(APIView):
     @extend_schema(responses={200: dict})
     def get(self, request: Request) -> Response:
@@ -165,6 +189,7 @@ class AgentListApi(APIView):
                     "kind": agent.kind,
                     "model": agent.model_name,
                     "default": agent.name == runner.default_agent,
+                    **agent_model_fields(agent),
                 }
                 for agent in runner.agents.values()
             ]

@@ -47,3 +47,27 @@ class Run(models.Model):
         if self.started_at is None or self.ended_at is None:
             return None
         return (self.ended_at - self.started_at).total_seconds()
+
+
+class A2ATask(models.Model):
+    """An A2A task served at `/a2a/<agent>`: the protocol's own record, kept beside the run.
+
+    `payload` is the task as the A2A SDK serialises it (protobuf JSON); `context_id` is the
+    Agentsite session the task ran in.
+    """
+
+    id = models.CharField(primary_key=True, max_length=64)
+    context_id = models.CharField(max_length=64, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="a2a_tasks")
+    agent = models.CharField(max_length=128)
+    state = models.CharField(max_length=32, blank=True, default="")
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        indexes = [models.Index(fields=["user", "agent", "-updated_at"], name="runs_a2atask_user_agent_idx")]
+
+    def __str__(self) -> str:
+        return f"a2a task {self.id} ({self.state or 'new'})"

@@ -96,3 +96,50 @@ class EventAdmin(ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description="text")
     def short_text(self, event: orm.Event) -> str:
         return event.text[:120]
+
+
+# -- long-term memory and artifacts ------------------------------------------------------------------
+
+
+@admin.register(orm.Memory)
+class MemoryAdmin(admin.ModelAdmin):
+    """Memories by user and kind; editing keeps the search tokens in step with the text."""
+
+    list_display = ["short_text", "user", "kind", "event_time", "topic_list", "updated_at"]
+    list_filter = ["kind", "app"]
+    search_fields = ["text", "user__username", "location"]
+    list_select_related = ["user"]
+    ordering = ["user__username", "-updated_at"]
+    fields = ["id", "app", "user", "kind", "text", "topics", "event_time", "participants", "location", "created_at", "updated_at"]
+    readonly_fields = ["id", "app", "user", "created_at", "updated_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # memories come from agents, extraction and the API, always for their owner
+
+    @admin.display(description="memory")
+    def short_text(self, memory: orm.Memory) -> str:
+        return memory.text if len(memory.text) <= 120 else memory.text[:120] + " …"
+
+    @admin.display(description="topics")
+    def topic_list(self, memory: orm.Memory) -> str:
+        return ", ".join(memory.topics or [])
+
+    def save_model(self, request: HttpRequest, obj: orm.Memory, form: Any, change: bool) -> None:
+        from sessions_app.core.events import utcnow
+        from sessions_app.core.memory import analyze
+
+        tokens = analyze(obj.text)
+        obj.search_tokens = " ".join(tokens)
+        obj.token_count = len(tokens)
+        obj.embedding = None  # recomputed by the next write through the service, if an embedder is set
+        obj.updated_at = utcnow()
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(orm.Artifact)
+class ArtifactAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["filename", "version", "user", "scope", "mime", "size", "created_at"]
+    list_filter = ["mime", "app"]
+    search_fields = ["filename", "user__username", "scope", "sha256"]
+    list_select_related = ["user"]
+    readonly_fields = [f.name for f in orm.Artifact._meta.fields]

@@ -49,6 +49,9 @@ class EventOutput(serializers.Serializer):
     tool_name = serializers.CharField(required=False)
     state_delta = serializers.DictField(required=False)
     error = serializers.DictField(required=False)
+    run_id = serializers.CharField(required=False, help_text="runner.completion events: the run")
+    status = serializers.CharField(required=False, help_text="runner.completion events: how the run ended")
+    artifact = serializers.DictField(required=False, help_text="a tool result that saved an artifact")
     invocation_id = serializers.CharField()
     created_at = serializers.DateTimeField()
 
@@ -77,6 +80,13 @@ def event_data(row: orm.Event) -> dict[str, Any]:
         data["state_delta"] = payload["state_delta"]
     if payload.get("error"):
         data["error"] = payload["error"]
+    extensions = payload.get("extensions") or {}
+    if row.object == "runner.completion":
+        # How the run ended, so a reader of the ledger alone can tell a cancel from a failure.
+        data["run_id"] = extensions.get("run_id")
+        data["status"] = extensions.get("status")
+    if extensions.get("artifact"):
+        data["artifact"] = extensions["artifact"]
     return data
 
 
@@ -134,3 +144,90 @@ class SessionEventsApi(APIView):
                 f"{request.path}?{urlencode({'after_seq': rows[-1].seq, 'limit': limit})}"
             )
         return Response({"results": [event_data(r) for r in rows], "next": next_url})
+
+
+class ContextBlockOutput(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=["instruction", "summary", "event", "anchor", "restored_call", "context", "placeholder", "truncated"],
+        help_text="what the block is: a ledger event as sent, or what governance put in its place",
+    )
+    role = serializers.CharField()
+    tokens = serializers.IntegerField()
+    preview = serializers.CharField(help_text="the first 280 characters")
+    seq = serializers.IntegerField(required=False, allow_null=True)
+    event_id = serializers.CharField(required=False, allow_null=True)
+    author = serializers.CharField(required=False, allow_null=True)
+    active = serializers.BooleanField(required=False)
+    tool_calls = serializers.ListField(child=serializers.DictField(), required=False)
+    tool_call_id = serializers.CharField(required=False)
+    tool_name = serializers.CharField(required=False, allow_null=True)
+    compaction = serializers.CharField(required=False, help_text="pass0, pass1 or pass2")
+    original_tokens = serializers.IntegerField(required=False, allow_null=True)
+    version = serializers.IntegerField(required=False)
+    last_seq = serializers.IntegerField(required=False)
+    covered_events = serializers.IntegerField(required=False)
+    covered_tokens = serializers.IntegerField(required=False)
+
+
+class ContextBoundaryOutput(serializers.Serializer):
+    last_seq = serializers.IntegerField()
+    last_event_id = serializers.CharField()
+    cutoff_at = serializers.DateTimeField()
+
+
+class ContextTotalsOutput(serializers.Serializer):
+    sent_tokens = serializers.IntegerField(help_text="the messages the next call would send")
+    raw_tokens = serializers.IntegerField(help_text="the same without governance: the whole ledger, uncompacted")
+    saved_tokens = serializers.IntegerField()
+    tools_tokens = serializers.IntegerField()
+    messages = serializers.IntegerField()
+    history_events = serializers.IntegerField()
+    hidden_events = serializers.IntegerField(help_text="loaded events hidden by the summary boundary")
+    ledger_events = serializers.IntegerField()
+    compaction = serializers.DictField(child=serializers.IntegerField())
+
+
+class ContextCallOutput(serializers.Serializer):
+    seq = serializers.IntegerField(help_text="the assistant event the call produced")
+    event_id = serializers.CharField()
+    invocation_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    window = serializers.IntegerField()
+    sent_tokens = serializers.IntegerField()
+    raw_tokens = serializers.IntegerField()
+    tools_tokens = serializers.IntegerField()
+    messages = serializers.IntegerField()
+    history_events = serializers.IntegerField()
+    hidden_events = serializers.IntegerField()
+    summary = serializers.DictField(allow_null=True, help_text="version, last_seq, tokens, covered_events")
+    compaction = serializers.DictField(child=serializers.IntegerField(), help_text="pass0, pass1, pass2, tokens_saved")
+    precall = serializers.DictField(allow_null=True, required=False, help_text="pre-call compaction, when it ran")
+
+
+class ContextOutput(serializers.Serializer):
+    session_id = serializers.CharField()
+    agent = serializers.CharField()
+    model = serializers.CharField(allow_null=True)
+    context_window = serializers.IntegerField(allow_null=True)
+    filter_key = serializers.CharField()
+    boundary = ContextBoundaryOutput(allow_null=True)
+    blocks = ContextBlockOutput(many=True)
+    totals = ContextTotalsOutput(allow_null=True)
+    calls = ContextCallOutput(many=True)
+
+
+class SessionContextApi(APIView):
+    @extend_schema(
+        summary="The context the next model call would see",
+        description=(
+            "The projection of the session for its agent's next model call: instruction, summary "
+            "block, the events after the summary boundary and the placeholders compaction put in "
+            "place of old tool results, each with its token count; the boundary; totals against "
+            "the raw ledger; and `calls`, the context stats of every past model call, oldest first."
+        ),
+        responses=ContextOutput,
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        from sessions_app.summaries import context_report
+
+        return Response(context_report(session=get_owned_session(request, session_id)))

@@ -14,12 +14,13 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F
 
 from runs.core.tokens import count_text
 from sessions_app import mapping
 from sessions_app import models as orm
 from sessions_app.core.events import Event, new_id, utcnow
-from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary
+from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary, select_summary
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,20 +62,56 @@ def _create(app: str, user_id: str, session_id: str, agent: str, title: str, sta
     return mapping.session_from_row(row)
 
 
-def _get(key: SessionKey, event_limit: int | None) -> Session | None:
+def get_session_sync(
+    key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
+) -> Session | None:
+    """`DjangoSessionService.get_session` for synchronous callers (views, tasks)."""
     row = _owned(key).first()
     if row is None:
         return None
+    # A summary row without text is only the database lock's lease holder (sessions_app.locks).
+    summaries = {s.filter_key: mapping.summary_from_row(s) for s in row.summaries.all() if s.text}
+    events = orm.Event.objects.filter(session=row)
+    if after_summary is not None:
+        start = _turn_start(row, summaries, after_summary)
+        if start:
+            events = events.filter(seq__gt=start)
     # Only the columns an Event is rebuilt from: building full model rows (text, JSON
     # payload twice over) for a window of hundreds of events dominated a turn's start.
-    rows = orm.Event.objects.filter(session=row).order_by("-seq").values_list("payload", "seq", "event_id")
+    rows = events.order_by("-seq").values_list("payload", "seq", "event_id")
     if event_limit is not None:
         rows = rows[:event_limit]
     loaded = [mapping.event_from_values(payload, seq, event_id) for payload, seq, event_id in rows]
     loaded.reverse()
     session = mapping.session_from_row(row, loaded)
-    session.summaries = {s.filter_key: mapping.summary_from_row(s) for s in row.summaries.all()}
+    session.summaries = summaries
     return session
+
+
+def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: str) -> int:
+    """The seq after which a turn's window starts: the boundary, or just before the user
+    message of the turn the boundary cuts (index scans on (session, seq), stopping at the
+    first match)."""
+    chosen = select_summary(summaries, filter_key)
+    if chosen is None or chosen.last_seq == 0:
+        return 0
+    boundary = chosen.last_seq
+    following = (
+        orm.Event.objects.filter(session=row, seq__gt=boundary)
+        .exclude(role="system")
+        .order_by("seq")
+        .values_list("role", flat=True)
+        .first()
+    )
+    if following is None or following == "user":
+        return boundary  # the boundary ends a turn: nothing to anchor
+    head = (
+        orm.Event.objects.filter(session=row, seq__lte=boundary, role="user")
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
+    return head - 1 if head is not None else boundary
 
 
 def _list(app: str, user_id: str) -> list[Session]:
@@ -118,26 +155,42 @@ def _list_events(key: SessionKey, after_seq: int, limit: int) -> list[Event]:
 def _get_summary(key: SessionKey, filter_key: str) -> Summary | None:
     if not _owned(key).exists():
         raise SessionNotFoundError(f"session {key.session_id!r} not found")
-    row = orm.Summary.objects.filter(session_id=key.session_id, filter_key=filter_key).first()
+    row = orm.Summary.objects.filter(session_id=key.session_id, filter_key=filter_key).exclude(text="").first()
     return mapping.summary_from_row(row) if row is not None else None
 
 
 def _put_summary(key: SessionKey, summary: Summary) -> None:
     if not _owned(key).exists():
         raise SessionNotFoundError(f"session {key.session_id!r} not found")
-    boundary = summary.boundary
     orm.Summary.objects.update_or_create(
         session_id=key.session_id,
         filter_key=summary.filter_key,
-        defaults={
-            "text": summary.text,
-            "cutoff_at": boundary.cutoff_at if boundary else None,
-            "last_event_id": boundary.last_event_id if boundary else "",
-            "last_seq": boundary.last_seq if boundary else 0,
-            "updated_at": summary.updated_at,
-            "version": summary.version,
-        },
+        defaults={**mapping.summary_fields(summary), "version": summary.version},
     )
+
+
+def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
+    if summary.boundary is None:
+        raise ValueError("advance_summary needs a summary with a boundary")
+    if not _owned(key).exists():
+        raise SessionNotFoundError(f"session {key.session_id!r} not found")
+    fields = mapping.summary_fields(summary)
+    mine = orm.Summary.objects.filter(session_id=key.session_id, filter_key=summary.filter_key)
+    with transaction.atomic():
+        # The idempotency guard is in the WHERE clause: a write whose boundary is not past
+        # the stored one changes nothing, whoever else wrote in between.
+        updated = mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1)
+        if not updated:
+            if mine.exists():
+                return None
+            try:
+                with transaction.atomic():
+                    orm.Summary.objects.create(session_id=key.session_id, filter_key=summary.filter_key, version=1, **fields)
+            except IntegrityError:
+                # Created by a concurrent writer (or the lock) since: compare against it.
+                if not mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1):
+                    return None
+        return mapping.summary_from_row(mine.get())
 
 
 class DjangoSessionService:
@@ -157,8 +210,10 @@ class DjangoSessionService:
         SessionKey(app=app, user_id=user_id, session_id=session_id)
         return await db_call(_create)(app, user_id, session_id, agent, title, dict(state or {}))
 
-    async def get_session(self, key: SessionKey, *, event_limit: int | None = None) -> Session | None:
-        return await db_call(_get)(key, event_limit)
+    async def get_session(
+        self, key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
+    ) -> Session | None:
+        return await db_call(get_session_sync)(key, event_limit=event_limit, after_summary=after_summary)
 
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
         return await db_call(_list)(app, user_id)
@@ -183,3 +238,6 @@ class DjangoSessionService:
 
     async def put_summary(self, key: SessionKey, summary: Summary) -> None:
         await db_call(_put_summary)(key, summary)
+
+    async def advance_summary(self, key: SessionKey, summary: Summary) -> Summary | None:
+        return await db_call(_advance_summary)(key, summary)

@@ -56,4 +56,26 @@ def summary_from_row(row: orm.Summary) -> Summary:
     boundary = None
     if row.cutoff_at is not None:
         boundary = SummaryBoundary(cutoff_at=row.cutoff_at, last_event_id=row.last_event_id, last_seq=row.last_seq)
-    return Summary(filter_key=row.filter_key, text=row.text, boundary=boundary, updated_at=row.updated_at, version=row.version)
+    return Summary(
+        filter_key=row.filter_key,
+        text=row.text,
+        boundary=boundary,
+        updated_at=row.updated_at,
+        version=row.version,
+        covered_events=row.covered_events,
+        covered_tokens=row.covered_tokens,
+    )
+
+
+def summary_fields(summary: Summary) -> dict[str, Any]:
+    """The columns a summary write sets (text and boundary always together)."""
+    boundary = summary.boundary
+    return {
+        "text": summary.text,
+        "cutoff_at": boundary.cutoff_at if boundary else None,
+        "last_event_id": boundary.last_event_id if boundary else "",
+        "last_seq": boundary.last_seq if boundary else 0,
+        "updated_at": summary.updated_at,
+        "covered_events": summary.covered_events,
+        "covered_tokens": summary.covered_tokens,
+    }

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentsite.demo.tools import support_tools
 from runs.core.agents.llm import LLMAgent
+from runs.core.flow.governance import ContextGovernance
 from runs.core.llm.base import Model
+from runs.core.tools.base import Tool
 
 SUPPORT_INSTRUCTION = """\
 You are the on-call support engineer for Example Corp's production services \
@@ -40,21 +44,54 @@ GENERAL_INSTRUCTION = "You are a helpful, concise assistant. Say so plainly when
 GENERAL_DESCRIPTION = "A plain assistant without tools."
 
 
-def build_support_agent(model: Model) -> LLMAgent:
+# Context governance of the demo (AGENTSITE_DEMO_GOVERNANCE, on by default): thresholds small
+# enough that a few turns of the support scenario show a summary, placeholders for old tool
+# results and, now and then, a pre-call compaction. They replace the AGENTSITE_* knobs of the
+# same names; with the offline model (window 8,192) the summary trigger is ~1,200 tokens.
+DEMO_GOVERNANCE = {
+    "summary_trigger_ratio": 0.15,
+    "summary_trigger_min_tokens": 1000,
+    "summary_budget_tokens": 300,
+    "compaction_ratio": 0.35,
+    "compaction_min_tokens": 1500,
+    "tool_result_max_tokens": 120,
+}
+
+
+def build_support_agent(
+    model: Model,
+    governance: ContextGovernance | None = None,
+    *,
+    extra_tools: Sequence[Tool] = (),
+    extra_instruction: str = "",
+) -> LLMAgent:
+    """The support agent; `extra_tools` (recall, memory, artifacts) come from the
+    composition root, which knows the services behind them."""
     return LLMAgent(
         name="support",
         model=model,
-        instruction=SUPPORT_INSTRUCTION,
+        instruction="\n\n".join(part for part in (SUPPORT_INSTRUCTION, extra_instruction) if part),
         description=SUPPORT_DESCRIPTION,
-        tools=support_tools(),
+        tools=[*support_tools(), *extra_tools],
         parallel_tools=True,
+        governance=governance,
     )
 
 
-def build_general_agent(model: Model) -> LLMAgent:
-    return LLMAgent(name="general", model=model, instruction=GENERAL_INSTRUCTION, description=GENERAL_DESCRIPTION)
+def build_general_agent(model: Model, governance: ContextGovernance | None = None) -> LLMAgent:
+    return LLMAgent(
+        name="general", model=model, instruction=GENERAL_INSTRUCTION, description=GENERAL_DESCRIPTION,
+        governance=governance,
+    )
 
 
-def build_demo_agents(model: Model) -> list[LLMAgent]:
-    """The demo's agents, the default (support) first."""
-    return [build_support_agent(model), build_general_agent(model)]
+def build_demo_agents(
+    model: Model,
+    governance: ContextGovernance | None = None,
+    *,
+    extra_tools: Sequence[Tool] = (),
+    extra_instruction: str = "",
+) -> list[LLMAgent]:
+    """The demo's agents, the default (support) first, both governed by `governance`."""
+    support = build_support_agent(model, governance, extra_tools=extra_tools, extra_instruction=extra_instruction)
+    return [support, build_general_agent(model, governance)]

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
@@ -25,6 +25,7 @@ from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunSto
 from sessions_app.core.events import (
     OBJECT_ERROR,
     OBJECT_RUNNER_COMPLETION,
+    OBJECT_TOOL_RESPONSE,
     Event,
     EventError,
     Message,
@@ -34,6 +35,7 @@ from sessions_app.core.events import (
     utcnow,
 )
 from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, SessionService
+from sessions_app.core.summary import SummaryJob, SummaryScheduler, should_enqueue_summary, tool_round_complete
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,10 @@ EventListener = Callable[[Event | None], None]
 
 It must not block: hand the event on (a queue, `call_soon_threadsafe`) and return."""
 
+PostRunHook = Callable[[RunRecord], Awaitable[None]]
+"""Called with the final record once a run's completion is saved (SPEC 1.9 step 6, 1.11:
+auto memory, evolution review). It should only enqueue work; failures are logged, never raised."""
+
 
 @dataclass(kw_only=True)
 class RunHandle:
@@ -60,6 +66,7 @@ class RunHandle:
 
     record: RunRecord
     invocation: Invocation
+    agent: Agent | None = None
     task: asyncio.Task[RunRecord] | None = None
     listeners: list[EventListener] = field(default_factory=list, repr=False)
     _queue: asyncio.Queue[Event | None] | None = field(default=None, repr=False)
@@ -111,6 +118,9 @@ class Runner:
         services: Mapping[str, Any] | None = None,
         history_event_limit: int = DEFAULT_HISTORY_EVENT_LIMIT,
         owner: str = "",
+        summary_scheduler: SummaryScheduler | None = None,
+        load_after_summary: bool = False,
+        post_run: Sequence[PostRunHook] = (),
     ) -> None:
         self.app = app
         self.owner = owner
@@ -129,6 +139,11 @@ class Runner:
         self.sinks = list(sinks)
         self.services = dict(services or {})
         self.history_event_limit = history_event_limit
+        # Context governance: where summary jobs go (SPEC 1.8), and whether a turn loads
+        # only the events after the summary boundary instead of the newest window.
+        self.summary_scheduler = summary_scheduler
+        self.load_after_summary = load_after_summary
+        self.post_run = list(post_run)
         self._active: dict[str, _Registered] = {}
         self._active_requests: set[str] = set()
         self._background: set[asyncio.Task[Any]] = set()
@@ -146,7 +161,7 @@ class Runner:
         self,
         *,
         user_id: str,
-        message: str | Message,
+        message: str | Message | None = None,
         session_id: str | None = None,
         agent: str | None = None,
         request_id: str | None = None,
@@ -154,18 +169,28 @@ class Runner:
         stream: bool = False,
         listeners: Sequence[EventListener] = (),
         seed: Sequence[Message] = (),
+        tool_results: Sequence[Message] = (),
     ) -> RunHandle:
         """Prepare and launch a run; returns once the user message is in the ledger.
 
-        Raises `UsageError` (empty message, unknown agent, duplicate request id) and
-        `SessionNotFoundError` (a session id that belongs to someone else).
+        `tool_results` stands in for the user message when the caller ran tools itself
+        (client-side tools, AG-UI): `tool` messages, each answering a call in the session's
+        loaded history that has no result yet. They are persisted in order as the current
+        turn and the agent continues with them. Pass `message` or `tool_results`.
+
+        Raises `UsageError` (empty message, unknown agent, duplicate request id, a tool
+        result that answers no pending call) and `SessionNotFoundError` (a session id that
+        belongs to someone else).
         """
-        msg = _normalize_message(message)
+        turn = _current_turn(message, tool_results)
+        msg = turn[-1]
         options = options or RunOptions()
         request_id = request_id or new_id()
 
         # 1. get or create the session
         session = await self._open_session(user_id=user_id, session_id=session_id, agent=agent)
+        if tool_results:
+            turn = _answer_pending_calls(session, turn)
         # 2. choose the agent: the request's, else the session's, else the default
         chosen = self.agent(agent or session.agent or None)
         invocation = Invocation(
@@ -201,13 +226,17 @@ class Runner:
                     await self.session_service.append_event(
                         session, invocation.stamp(Event(author=author, message=earlier, extensions={"seed": True}))
                     )
-            await self.session_service.append_event(
-                session, invocation.stamp(Event(author="user", message=msg))
-            )
+            for current in turn:
+                # A tool result is authored by the agent whose call it answers (SPEC 1.4).
+                turn_event = (
+                    Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current)
+                    if current.role == "tool" else Event(author="user", message=current)
+                )
+                await self.session_service.append_event(session, invocation.stamp(turn_event))
         except BaseException:
             self._active_requests.discard(request_id)
             raise
-        handle = RunHandle(record=record, invocation=invocation, listeners=list(listeners))
+        handle = RunHandle(record=record, invocation=invocation, agent=chosen, listeners=list(listeners))
         if stream:
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             handle._queue = queue
@@ -227,6 +256,9 @@ class Runner:
         registered = self._active.get(run_id)
         if registered is None or registered.handle.task is None:
             return False
+        if registered.cancel_requested:
+            # Cancelling the task again could interrupt its completion path.
+            return True
         registered.cancel_requested = True
         task = registered.handle.task
         registered.loop.call_soon_threadsafe(registered.handle.invocation.cancel_event.set)
@@ -277,13 +309,20 @@ class Runner:
         tasks.extend(self._background)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self.summary_scheduler is not None:
+            await self.summary_scheduler.aclose()
 
     # -- phases -----------------------------------------------------------------------------
 
     async def _open_session(self, *, user_id: str, session_id: str | None, agent: str | None) -> Session:
         if session_id:
             key = SessionKey(app=self.app, user_id=user_id, session_id=session_id)
-            session = await self.session_service.get_session(key, event_limit=self.history_event_limit)
+            if self.load_after_summary:
+                session = await self.session_service.get_session(
+                    key, event_limit=self.history_event_limit, after_summary=self.app
+                )
+            else:
+                session = await self.session_service.get_session(key, event_limit=self.history_event_limit)
             if session is not None:
                 return session
         try:
@@ -340,7 +379,32 @@ class Runner:
             logger.exception("run %s: could not persist event %s", handle.run_id, event.id)
             return event
         persisted.add(event.id)
+        await self._enqueue_summary(handle, saved)
         return saved
+
+    async def _enqueue_summary(self, handle: RunHandle, event: Event) -> None:
+        """SPEC 1.8: after a successful append, ask for a summary job when the rule says so."""
+        if self.summary_scheduler is None or event.seq is None:
+            return
+        invocation, agent = handle.invocation, handle.agent
+        complete = not event.is_tool_result or tool_round_complete(invocation.session.events, event)
+        sync = bool(getattr(agent, "sync_summary_intra_run", False))
+        if not should_enqueue_summary(event, sync_intra_run=sync, round_complete=complete):
+            return
+        fork_parent = getattr(agent, "fork_parent", None)
+        job = SummaryJob(
+            key=invocation.session.key,
+            filter_key=event.filter_key,
+            last_seq=event.seq,
+            context_window=getattr(agent, "context_window", None),
+            parent=fork_parent(invocation, event) if callable(fork_parent) else None,
+        )
+        try:
+            await self.summary_scheduler.enqueue(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a summary is maintenance: it never fails a run
+            logger.debug("run %s: summary job not enqueued", handle.run_id, exc_info=True)
 
     @staticmethod
     def _account(handle: RunHandle, event: Event) -> None:
@@ -406,9 +470,56 @@ class Runner:
         except Exception:
             logger.exception("run %s: could not save its record", handle.run_id)
         self._notify(handle, None)
-        self._active.pop(handle.run_id, None)
         self._active_requests.discard(handle.record.request_id)
+        # Post-run jobs (SPEC 1.9 step 6): after the completion is saved and delivered, so
+        # they never delay a reader; a failing hook is logged and the run's outcome stands.
+        # The run stays registered meanwhile, so that `close` waits for its hooks; a cancel
+        # that arrives now only skips the hooks left.
+        try:
+            for hook in self.post_run:
+                try:
+                    await hook(handle.record)
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    break
+                except Exception:
+                    logger.exception("run %s: post-run hook %r failed", handle.run_id, hook)
+        finally:
+            self._active.pop(handle.run_id, None)
         return handle.record
+
+
+def _current_turn(message: str | Message | None, tool_results: Sequence[Message]) -> list[Message]:
+    """What `start` persists as the current turn: the user message, or the tool results."""
+    if not tool_results:
+        if message is None:
+            raise UsageError("message is empty")
+        return [_normalize_message(message)]
+    if message is not None:
+        raise UsageError("pass a message or tool results, not both")
+    for result in tool_results:
+        if result.role != "tool" or not result.tool_call_id:
+            raise UsageError(f"a tool result needs role 'tool' and a tool_call_id, got {result.role!r}, {result.tool_call_id!r}")
+    return list(tool_results)
+
+
+def _answer_pending_calls(session: Session, results: Sequence[Message]) -> list[Message]:
+    """Each result must answer a call of the loaded history that has no result yet; the
+    result takes its tool name from that call."""
+    calls = {call.id: call for event in session.events if event.message is not None for call in event.message.tool_calls}
+    answered = {event.message.tool_call_id for event in session.events if event.is_tool_result and event.message}
+    named: list[Message] = []
+    for result in results:
+        call = calls.get(result.tool_call_id or "")
+        if call is None:
+            raise UsageError(f"tool result {result.tool_call_id!r} answers no tool call of this session")
+        if result.tool_call_id in answered:
+            raise UsageError(f"tool call {result.tool_call_id!r} already has a result")
+        answered.add(result.tool_call_id)
+        named.append(result if result.tool_name else replace(result, tool_name=call.name))
+    return named
 
 
 def _normalize_message(message: str | Message) -> Message:

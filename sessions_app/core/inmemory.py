@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sessions_app.core.events import Event, new_id, utcnow
-from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary
+from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary, select_summary
 
 
 @dataclass(kw_only=True)
@@ -62,11 +63,17 @@ class InMemorySessionService:
         clone.summaries = dict(session.summaries)
         return clone
 
-    async def get_session(self, key: SessionKey, *, event_limit: int | None = None) -> Session | None:
+    async def get_session(
+        self, key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
+    ) -> Session | None:
         stored = self._find(key)
         if stored is None:
             return None
-        events = stored.events if event_limit is None else stored.events[-event_limit:] if event_limit > 0 else []
+        events = stored.events
+        if after_summary is not None:
+            start = _turn_start(events, stored.session.summaries, after_summary)
+            events = [e for e in events if (e.seq or 0) > start]
+        events = events if event_limit is None else events[-event_limit:] if event_limit > 0 else []
         return self._copy(stored.session, events)
 
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
@@ -121,3 +128,35 @@ class InMemorySessionService:
         if stored is None:
             raise SessionNotFoundError(f"session {key.session_id!r} not found")
         stored.session.summaries[summary.filter_key] = summary
+
+    async def advance_summary(self, key: SessionKey, summary: Summary) -> Summary | None:
+        if summary.boundary is None:
+            raise ValueError("advance_summary needs a summary with a boundary")
+        async with self._lock:
+            stored = self._find(key)
+            if stored is None:
+                raise SessionNotFoundError(f"session {key.session_id!r} not found")
+            current = stored.session.summaries.get(summary.filter_key)
+            if current is not None and current.last_seq >= summary.boundary.last_seq:
+                return None
+            written = dataclasses.replace(summary, version=(current.version if current is not None else 0) + 1)
+            stored.session.summaries[summary.filter_key] = written
+            return written
+
+
+def _turn_start(events: list[Event], summaries: Mapping[str, Summary], filter_key: str) -> int:
+    """The seq after which a turn's window starts: the summary boundary, or just before the
+    user message of the turn the boundary cuts, so that the turn keeps its anchor (0: load
+    everything)."""
+    chosen = select_summary(summaries, filter_key)
+    if chosen is None or chosen.last_seq == 0:
+        return 0
+    boundary = chosen.last_seq
+    following = next((e for e in events if (e.seq or 0) > boundary and e.role != "system"), None)
+    if following is None or following.is_user_message:
+        return boundary  # the boundary ends a turn: nothing to anchor
+    for event in reversed(events):
+        seq = event.seq or 0
+        if seq <= boundary and event.is_user_message:
+            return seq - 1
+    return boundary

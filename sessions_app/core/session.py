@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from sessions_app.core.events import Event, utcnow
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,13 +37,78 @@ class SummaryBoundary:
 
 @dataclass(frozen=True, kw_only=True)
 class Summary:
-    """A rolling summary of a session's events for one filter key (`""` = whole session)."""
+    """A rolling summary of a session's events for one filter key (`""` = whole session).
+
+    `text` and `boundary` always move together (SPEC 2.4, 3.3): the text covers exactly the
+    events at or before `boundary.last_seq` that match `filter_key`. `version` counts the
+    writes that advanced it; `covered_events` / `covered_tokens` say how much raw ledger it
+    stands for (the inspector's "raw" line without reading the ledger).
+    """
 
     filter_key: str = ""
     text: str
     boundary: SummaryBoundary | None = None
     updated_at: datetime = field(default_factory=utcnow)
     version: int = 1
+    covered_events: int = 0
+    covered_tokens: int = 0
+
+    def covers(self, event: Event) -> bool:
+        """Whether `event` lies at or before the boundary (SPEC 4.5 rule 4).
+
+        With a boundary, by seq; a legacy summary without one covers what was created
+        before it was written (SPEC 2.4 `CutoffBoundary`).
+        """
+        if self.boundary is not None:
+            return event.seq is not None and event.seq <= self.boundary.last_seq
+        return event.created_at < self.updated_at
+
+    @property
+    def last_seq(self) -> int:
+        return self.boundary.last_seq if self.boundary is not None else 0
+
+
+def summary_key_matches(summary_key: str, filter_key: str) -> bool:
+    """SPEC 2.3: a summary key applies to a filter key when it equals it or is a `/`-path
+    prefix of it; the full-session key `""` applies to every filter key."""
+    return not summary_key or filter_key == summary_key or filter_key.startswith(summary_key + "/")
+
+
+def select_summary(summaries: Mapping[str, Summary], filter_key: str) -> Summary | None:
+    """The summary a projection for `filter_key` shows (SPEC 4.4).
+
+    The exact key's summary when it has text; otherwise the summaries of every key that
+    prefixes `filter_key` (the full session `""` included), joined in key order, with the
+    *earliest* boundary among them so that no event is hidden that one of them does not
+    cover. None when there is nothing to show.
+    """
+    exact = summaries.get(filter_key)
+    if exact is not None and exact.text:
+        return exact
+    matched = [s for k, s in sorted(summaries.items()) if s.text and summary_key_matches(k, filter_key)]
+    if not matched:
+        return None
+    if len(matched) == 1:
+        return matched[0]
+    texts = list(dict.fromkeys(s.text for s in matched))
+    earliest = min(matched, key=lambda s: s.last_seq)
+    # An aggregate has no single last event (SPEC 2.4): it keeps the earliest seq and no id;
+    # one member without a boundary makes it cover nothing (all raw history stays visible).
+    unbounded = any(s.boundary is None for s in matched)
+    boundary = SummaryBoundary(
+        cutoff_at=earliest.boundary.cutoff_at if earliest.boundary is not None and not unbounded else _EPOCH,
+        last_event_id="",
+        last_seq=0 if unbounded else earliest.last_seq,
+    )
+    return Summary(
+        filter_key=filter_key,
+        text="\n\n".join(texts),
+        boundary=boundary,
+        updated_at=min(s.updated_at for s in matched),
+        version=max(s.version for s in matched),
+        covered_events=0 if unbounded else earliest.covered_events,
+        covered_tokens=0 if unbounded else earliest.covered_tokens,
+    )
 
 
 @dataclass(kw_only=True)
@@ -91,9 +158,16 @@ class SessionService(Protocol):
         """Create an empty session; a duplicate id for the same app raises `ValueError`."""
         ...
 
-    async def get_session(self, key: SessionKey, *, event_limit: int | None = None) -> Session | None:
-        """Load a session with at most `event_limit` of its newest events (all when None).
+    async def get_session(
+        self, key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
+    ) -> Session | None:
+        """Load a session with at most `event_limit` of its newest events (all when None),
+        and its summaries.
 
+        With `after_summary` (a filter key), the events covered by that key's summary
+        (`select_summary`) are not loaded, apart from the earlier events of the turn its
+        boundary cuts (from that turn's user message on), which a projection needs to
+        anchor the turn and keep its tool calls paired: a turn never needs the whole ledger.
         Returns None when the session does not exist or belongs to another user.
         """
         ...
@@ -126,4 +200,15 @@ class SessionService(Protocol):
 
     async def put_summary(self, key: SessionKey, summary: Summary) -> None:
         """Store (replace) the summary for `summary.filter_key`."""
+        ...
+
+    async def advance_summary(self, key: SessionKey, summary: Summary) -> Summary | None:
+        """Write text and boundary together, only if that moves the boundary forward.
+
+        `summary.boundary` is required. The write happens, atomically, only when the stored
+        summary for the key is missing or ends at a smaller `last_seq`; it then returns the
+        stored summary (its `version` one more than before). Returns None when the stored
+        boundary is already at or past this one: a late or repeated job never moves a
+        boundary backwards.
+        """
         ...

@@ -249,3 +249,21 @@ def test_healthz_reports_each_component(client: Any) -> None:
     checks = response.json()["checks"]
     assert set(checks) == {"database", "channel_layer", "broker"}
     assert all(value.startswith("ok") for value in checks.values())
+
+
+def test_runs_are_listed_by_session_and_status_and_the_ledger_says_how_each_ended(
+    alice_api: Any, bob_api: Any, use_model: Callable[[Model], None]
+) -> None:
+    use_model(ScriptedModel.of("done", ScriptStep.answer("slow words " * 400, chunk_size=4, delay_s=0.01)))
+    finished = post_run(alice_api, message="quick", wait=True).json()
+    running = post_run(alice_api, message="slow", session_id=finished["session_id"]).json()
+    listed = alice_api.get("/api/runs/", {"session_id": finished["session_id"], "status": "running"}).json()
+    assert [r["id"] for r in listed["results"]] == [running["id"]]
+    assert bob_api.get("/api/runs/", {"session_id": finished["session_id"]}).json()["results"] == []
+    assert_error(alice_api.get("/api/runs/", {"status": "asleep"}), 400, "invalid", "status")
+    alice_api.post(f"/api/runs/{running['id']}/cancel/")
+    completions = [e for e in events_of(alice_api, finished["session_id"]).json()["results"]
+                   if e["object"] == "runner.completion"]
+    assert [(c["run_id"], c["status"]) for c in completions] == [
+        (finished["id"], "completed"), (running["id"], "cancelled")
+    ]

@@ -179,3 +179,102 @@ async def test_summaries_are_stored_per_filter_key(backend: Backend) -> None:
     branch = await backend.service.get_summary(session.key, filter_key="app/x")
     assert whole is not None and whole.text == "v2" and whole.boundary == boundary
     assert branch is not None and branch.text == "branch" and branch.boundary is None
+
+
+# -- context governance: summaries that advance, turns loaded after a summary ----------------
+
+
+def _boundary_at(event: Event) -> SummaryBoundary:
+    assert event.seq is not None
+    return SummaryBoundary(cutoff_at=event.created_at, last_event_id=event.id, last_seq=event.seq)
+
+
+async def _turns(backend: Backend, count: int, *, tool_round: bool = False) -> tuple[Any, list[Event]]:
+    """`count` turns of user message, [tool call, tool result], answer, each its own invocation."""
+    session = await backend.service.create_session(app=APP, user_id=backend.user("alice"))
+    saved = []
+    for i in range(count):
+        inv = f"inv-{i}"
+        saved.append(await backend.service.append_event(session, user_event(f"q{i}", invocation_id=inv, filter_key=APP)))
+        if tool_round:
+            call = ToolCall(id=f"c{i}", name="lookup")
+            saved.append(await backend.service.append_event(session, Event(
+                author="agent", invocation_id=inv, filter_key=APP, message=Message(role="assistant", tool_calls=(call,))
+            )))
+            saved.append(await backend.service.append_event(session, Event(
+                author="agent", invocation_id=inv, filter_key=APP, object="tool.response",
+                message=Message(role="tool", content="r", tool_call_id=f"c{i}", tool_name="lookup"),
+            )))
+        saved.append(await backend.service.append_event(
+            session, assistant_event(f"a{i}", invocation_id=inv, filter_key=APP, done=True)
+        ))
+    return session, saved
+
+
+async def test_advancing_a_summary_writes_text_and_boundary_together_and_counts_versions(backend: Backend) -> None:
+    session, saved = await _turns(backend, 3)
+    first = await backend.service.advance_summary(
+        session.key, Summary(filter_key=APP, text="v1", boundary=_boundary_at(saved[1]), covered_events=2, covered_tokens=9)
+    )
+    second = await backend.service.advance_summary(
+        session.key, Summary(filter_key=APP, text="v2", boundary=_boundary_at(saved[3]), covered_events=4, covered_tokens=20)
+    )
+    assert first is not None and second is not None
+    assert (first.version, second.version) == (1, 2)
+    stored = await backend.service.get_summary(session.key, filter_key=APP)
+    assert stored is not None
+    assert (stored.text, stored.boundary, stored.version) == ("v2", _boundary_at(saved[3]), 2)
+    assert (stored.covered_events, stored.covered_tokens) == (4, 20)
+
+
+async def test_advancing_a_summary_never_moves_its_boundary_backwards(backend: Backend) -> None:
+    session, saved = await _turns(backend, 3)
+    assert await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="late", boundary=_boundary_at(saved[5])))
+    assert await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="early", boundary=_boundary_at(saved[2]))) is None
+    assert await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="again", boundary=_boundary_at(saved[5]))) is None
+    stored = await backend.service.get_summary(session.key, filter_key=APP)
+    assert stored is not None and (stored.text, stored.last_seq, stored.version) == ("late", 6, 1)
+    with pytest.raises(ValueError, match="boundary"):
+        await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="no boundary"))
+
+
+async def test_concurrent_advances_keep_the_furthest_boundary(backend: Backend) -> None:
+    session, saved = await _turns(backend, 5)
+    results = await asyncio.gather(*(
+        backend.service.advance_summary(session.key, Summary(filter_key=APP, text=f"to {e.seq}", boundary=_boundary_at(e)))
+        for e in saved
+    ))
+    stored = await backend.service.get_summary(session.key, filter_key=APP)
+    assert stored is not None and stored.last_seq == 10 and stored.text == "to 10"
+    assert stored.version == sum(1 for r in results if r is not None)
+
+
+async def test_a_turn_loads_only_the_events_after_the_summary_boundary(backend: Backend) -> None:
+    session, saved = await _turns(backend, 4)
+    await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="s", boundary=_boundary_at(saved[3])))
+    loaded = await backend.service.get_session(session.key, event_limit=100, after_summary=APP)
+    assert loaded is not None
+    assert [e.seq for e in loaded.events] == [5, 6, 7, 8]
+    assert loaded.summaries[APP].text == "s" and loaded.last_seq == 8
+    # Without after_summary the newest window loads, whatever the summary says.
+    plain = await backend.service.get_session(session.key, event_limit=3)
+    assert plain is not None and [e.seq for e in plain.events] == [6, 7, 8]
+
+
+async def test_a_turn_cut_by_the_boundary_is_loaded_from_its_user_message(backend: Backend) -> None:
+    session, saved = await _turns(backend, 3, tool_round=True)
+    # Turn 2 is seqs 5-8 (user, call, result, answer); the summary stops at its tool call.
+    await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="s", boundary=_boundary_at(saved[5])))
+    loaded = await backend.service.get_session(session.key, after_summary=APP)
+    assert loaded is not None and [e.seq for e in loaded.events] == [5, 6, 7, 8, 9, 10, 11, 12]
+    capped = await backend.service.get_session(session.key, event_limit=2, after_summary=APP)
+    assert capped is not None and [e.seq for e in capped.events] == [11, 12]
+
+
+async def test_a_summary_of_a_parent_key_bounds_the_load_when_the_key_has_none(backend: Backend) -> None:
+    session, saved = await _turns(backend, 2)
+    await backend.service.advance_summary(session.key, Summary(filter_key="", text="all", boundary=_boundary_at(saved[1])))
+    loaded = await backend.service.get_session(session.key, after_summary=APP)
+    assert loaded is not None and [e.seq for e in loaded.events] == [3, 4]
+    none = await backend.service.get_session(session.key, after_summary="unrelated")
+    assert none is not None and [e.seq for e in none.events] == [3, 4]  # "" covers every key

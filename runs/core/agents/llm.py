@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from runs.core.errors import ModelError, TransientModelError
-from runs.core.flow.request import build_request
+from runs.core.flow.governance import ContextGovernance
+from runs.core.flow.precall import compact_before_call, summarize_now
+from runs.core.flow.request import BuiltRequest, build_context, build_for_invocation
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelResponse
@@ -19,6 +22,8 @@ from sessions_app.core.events import (
     Message,
     new_id,
 )
+from sessions_app.core.session import Session
+from sessions_app.core.summary import ForkParent, model_message
 
 DEFAULT_MAX_STEPS = 10
 
@@ -28,6 +33,11 @@ class LLMAgent:
 
     Each step streams text deltas as partial events, then yields the complete assistant
     event and, for tool calls, one tool-result event per call (in call order).
+
+    With `governance`, each step's request is governed (DESIGN 6): tool results compacted,
+    a synchronous summary and a rebuild when the request reaches the pre-call threshold,
+    optionally a summary before every step but the first. Every complete assistant event
+    carries the context stats of the call that produced it in `extensions["context"]`.
     """
 
     kind = "llm"
@@ -42,6 +52,7 @@ class LLMAgent:
         tools: Sequence[Tool] = (),
         max_steps: int = DEFAULT_MAX_STEPS,
         parallel_tools: bool = True,
+        governance: ContextGovernance | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps!r}")
@@ -55,10 +66,88 @@ class LLMAgent:
         self.tools = {t.name: t for t in tools}
         self.max_steps = max_steps
         self.parallel_tools = parallel_tools
+        self.governance = governance
+        # Per running invocation: its last request (fork parent) and pre-call report.
+        self._last_built: dict[str, BuiltRequest] = {}
+        self._precall: dict[str, dict[str, Any] | None] = {}
 
     @property
     def model_name(self) -> str | None:
         return self.model.info().name
+
+    @property
+    def context_window(self) -> int:
+        """The window the agent plans with: the governance override, else the model's."""
+        if self.governance is not None and self.governance.context_window:
+            return self.governance.context_window
+        return self.model.info().context_window
+
+    @property
+    def sync_summary_intra_run(self) -> bool:
+        """SPEC 4.7: read by the runner, which then skips async jobs for tool results."""
+        governance = self.governance
+        return bool(
+            governance is not None and governance.sync_summary_intra_run
+            and governance.summaries is not None and governance.summaries.summarizer is not None
+        )
+
+    def context_preview(self, session: Session, *, filter_key: str, instruction: str | None = None) -> BuiltRequest:
+        """The request the next model call on `session` would start from (no turn is active)."""
+        return build_context(
+            session,
+            filter_key=filter_key,
+            instruction=self.instruction if instruction is None else instruction,
+            tools=[t.spec() for t in self.tools.values()],
+            governance=self.governance,
+            window=self.context_window,
+        )
+
+    def fork_parent(self, invocation: Invocation, event: Event) -> ForkParent | None:
+        """SPEC 1.8 / 3.6: the run's last request plus the persisted messages since, up to
+        `event`, as the parent of an async summary fork; None when there is none or its
+        last tool round is incomplete."""
+        built = self._last_built.get(invocation.invocation_id)
+        if built is None or event.seq is None:
+            return None
+        parent = built.fork_parent()
+        tail = [
+            m for e in invocation.session.events
+            if e.invocation_id == invocation.invocation_id and parent.covered_last_seq < (e.seq or 0) <= event.seq
+            and (m := model_message(e)) is not None
+        ]
+        answered = {m.tool_call_id for m in tail if m.role == "tool"}
+        if any(call.id not in answered for m in tail for call in m.tool_calls):
+            return None
+        return ForkParent(
+            messages=(*parent.messages, *tail),
+            tools=parent.tools,
+            tools_tokens=parent.tools_tokens,
+            summary_last_seq=parent.summary_last_seq,
+            covered_last_seq=event.seq,
+        )
+
+    async def _request(self, invocation: Invocation, step: int, instruction: str, specs: list[Any]) -> BuiltRequest:
+        """This step's request: governed when the agent has governance (SPEC 4.7, 4.8)."""
+        governance = self.governance
+        window = self.context_window
+
+        def build() -> BuiltRequest:
+            return build_for_invocation(
+                invocation, instruction=instruction, tools=specs, governance=governance, window=window
+            )
+
+        if governance is not None and step > 0 and self.sync_summary_intra_run:
+            previous = self._last_built.get(invocation.invocation_id)
+            await summarize_now(
+                invocation, governance, parent=previous.fork_parent() if previous else None, window=window
+            )
+        built = build()
+        report = None
+        if governance is not None:
+            built, report = await compact_before_call(invocation, built, governance=governance, rebuild=build)
+        self._last_built[invocation.invocation_id] = built
+        self._precall[invocation.invocation_id] = report.to_dict() if report is not None else None
+        return built
 
     def _error(self, invocation: Invocation, type_: str, message: str, code: str | None = None) -> Event:
         return invocation.stamp(
@@ -66,11 +155,20 @@ class LLMAgent:
         )
 
     async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+        try:
+            async for event in self._run(invocation):
+                yield event
+        finally:
+            self._last_built.pop(invocation.invocation_id, None)
+            self._precall.pop(invocation.invocation_id, None)
+
+    async def _run(self, invocation: Invocation) -> AsyncIterator[Event]:
         max_steps = invocation.options.max_steps or self.max_steps
         instruction = invocation.options.instruction or self.instruction
         specs = [t.spec() for t in self.tools.values()]
-        for _ in range(max_steps):
-            request = build_request(invocation, instruction=instruction, tools=specs)
+        for step in range(max_steps):
+            built = await self._request(invocation, step, instruction, specs)
+            request = built.request
             message_id = new_id()
             final: ModelResponse | None = None
             try:
@@ -96,6 +194,7 @@ class LLMAgent:
                 yield self._error(invocation, "model_error", "the model ended its stream without a final response")
                 return
             message = final.message
+            context = {**built.stats(), "precall": self._precall.get(invocation.invocation_id)}
             yield invocation.stamp(Event(
                 id=message_id,
                 author=self.name,
@@ -105,7 +204,7 @@ class LLMAgent:
                 finish_reason=final.finish_reason or ("tool_calls" if message.tool_calls else "stop"),
                 usage=final.usage,
                 model=final.model,
-                extensions={"message_id": message_id},
+                extensions={"message_id": message_id, "context": context},
             ))
             if not message.tool_calls:
                 return

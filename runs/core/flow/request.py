@@ -1,52 +1,51 @@
 """Request building: the processors that turn an invocation into a model request.
 
-Order (SPEC 4.1, the subset this release needs): instruction -> history projection ->
-sanitize. The projection is the seam context governance extends (summary + events after
-the boundary, tool-result placeholders); today it is the loaded window of the ledger.
+Order (SPEC 4.1, the subset this release needs): instruction (the *pre-content snapshot*
+that pre-call compaction rebuilds from) -> content: the summary block and the projected
+history (`projection`: events after the boundary, active turn, anchors, paired tool
+calls) -> tool-result compaction (`compaction`). `BuiltRequest` keeps what each part
+contributed, in tokens, for the per-call stats and the context inspector.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from runs.core.flow.compaction import CompactionStats, compact_tool_results
+from runs.core.flow.governance import TIKTOKEN, ContextGovernance, tools_tokens
+from runs.core.flow.projection import ProjectedItem, Projection, SummaryInjection, project
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelRequest, ToolSpec
-from sessions_app.core.events import Event, Message, filter_matches
+from sessions_app.core.events import Event, Message
+from sessions_app.core.session import Session
+from sessions_app.core.summary import ForkParent, Tokenizer, model_message
+
+NEXT_UNIT = "req:(next)"
+"""The compaction unit of a request not made yet (the inspector's "next call")."""
+_PREVIEW_CHARS = 280
 
 
 def event_to_message(event: Event) -> Message | None:
     """The model-visible message of a ledger event, or None when it has none."""
-    if event.partial or event.is_runner_completion:
-        return None
-    message = event.message
-    if message is None or not message.has_payload:
-        if event.error is not None:
-            return Message(role="assistant", content=f"type: {event.error.type}, message: {event.error.message}")
-        return None
-    if message.role == "system":
-        return None
-    return message
+    return model_message(event)
 
 
-def project_history(events: Iterable[Event], *, filter_key: str) -> list[Message]:
-    """The ledger events an agent's next request shows, as messages, oldest first."""
-    messages: list[Message] = []
-    for event in events:
-        if not filter_matches(event.filter_key, filter_key):
-            continue
-        message = event_to_message(event)
-        if message is not None:
-            messages.append(message)
-    return sanitize(messages)
+def project_history(
+    events: Iterable[Event], *, filter_key: str, session: Session | None = None, active_invocation_id: str | None = None
+) -> list[Message]:
+    """The ledger events an agent's next request shows, as messages, oldest first
+    (with `session`'s summaries, when given)."""
+    view = Session(app="-", user_id="-", id="-", events=list(events), summaries=dict(session.summaries) if session else {})
+    return [item.message for item in project(view, filter_key=filter_key, active_invocation_id=active_invocation_id).items]
 
 
 def sanitize(messages: Sequence[Message]) -> list[Message]:
-    """Make a history the OpenAI protocol accepts.
-
-    Starts at the first user message, and keeps an assistant tool-call message only when
-    every call has its result right after it (a run cancelled between the call and the
-    result would otherwise make every later request fail); orphan results are dropped.
-    """
+    """Make a plain message list the OpenAI protocol accepts: start at the first user
+    message and keep a tool-call message only with all its results right after it."""
     start = next((i for i, m in enumerate(messages) if m.role == "user"), len(messages))
     out: list[Message] = []
     i = start
@@ -75,12 +74,223 @@ def sanitize(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class BuiltRequest:
+    """A model request and how it was made: the pre-content prefix, the projection, the
+    history items after compaction and the compaction stats."""
+
+    request: ModelRequest
+    prefix: tuple[Message, ...]
+    projection: Projection
+    items: tuple[ProjectedItem, ...]
+    summary_message: Message | None
+    summary_injection: SummaryInjection
+    compaction: CompactionStats
+    window: int
+    tokenizer: Tokenizer = TIKTOKEN
+
+    @functools.cached_property
+    def sent_tokens(self) -> int:
+        """Tokens of the messages sent (tool schemas apart: see `tools_tokens`)."""
+        return self.tokenizer.count_messages(self.request.messages)
+
+    @functools.cached_property
+    def tools_tokens(self) -> int:
+        return tools_tokens(self.request.tools, self.tokenizer)
+
+    @functools.cached_property
+    def raw_tokens(self) -> int:
+        """What the messages would weigh without governance: the prefix, the raw ledger a
+        summary stands for, and every event after it uncompacted."""
+        summary = self.projection.summary
+        if summary is None and self.summary_message is None and all(
+            i.kind == "event" and i.compaction is None for i in self.items
+        ):
+            return self.sent_tokens  # nothing governed: the request is the raw ledger
+        raw = self.tokenizer.count_messages(self.prefix) + (summary.covered_tokens if summary is not None else 0)
+        for event in self.projection.visible_after_boundary:
+            message = model_message(event)
+            if message is not None:
+                raw += self.tokenizer.count_message(message)
+        return raw
+
+    @property
+    def covered_last_seq(self) -> int:
+        return max((i.event.seq or 0 for i in self.items if i.event is not None), default=0)
+
+    def fork_parent(self) -> ForkParent:
+        """This request as the parent of a cache-safe summary fork (SPEC 3.6)."""
+        summary = self.projection.summary
+        return ForkParent(
+            messages=self.request.messages,
+            tools=self.request.tools,
+            tools_tokens=self.tools_tokens,
+            summary_last_seq=summary.last_seq if summary is not None else 0,
+            covered_last_seq=self.covered_last_seq,
+        )
+
+    def with_items(self, items: Sequence[ProjectedItem]) -> BuiltRequest:
+        return dataclasses.replace(self, items=tuple(items))
+
+    def stats(self) -> dict[str, Any]:
+        """Per-call context stats (JSON-safe), kept in the answer event's `extensions["context"]`."""
+        summary = self.projection.summary
+        return {
+            "window": self.window,
+            "sent_tokens": self.sent_tokens,
+            "raw_tokens": self.raw_tokens,
+            "tools_tokens": self.tools_tokens,
+            "messages": len(self.request.messages),
+            "history_events": sum(1 for i in self.items if i.kind == "event"),
+            "hidden_events": self.projection.hidden_events,
+            "summary": None if summary is None else {
+                "version": summary.version,
+                "last_seq": summary.last_seq,
+                "tokens": self.tokenizer.count_text(self.projection.summary_block(self.summary_injection) or ""),
+                "covered_events": summary.covered_events,
+            },
+            "compaction": self.compaction.to_dict(),
+        }
+
+    def blocks(self) -> list[dict[str, Any]]:
+        """The request as inspector blocks (JSON-safe): instruction, summary, history."""
+        count = self.tokenizer.count_message
+        blocks: list[dict[str, Any]] = [
+            {"kind": "instruction", "role": m.role, "tokens": count(m), "preview": _preview(m.content)}
+            for m in self.prefix
+        ]
+        summary = self.projection.summary
+        if summary is not None:
+            block = self.projection.summary_block(self.summary_injection) or ""
+            blocks.append({
+                "kind": "summary",
+                "role": self.summary_injection,
+                "tokens": self.tokenizer.count_text(block) + (3 if self.summary_message is not None else 0),
+                "version": summary.version,
+                "last_seq": summary.last_seq,
+                "covered_events": summary.covered_events,
+                "covered_tokens": summary.covered_tokens,
+                "preview": _preview(summary.text),
+            })
+        for item in self.items:
+            message, event = item.message, item.event
+            kind = {"pass0": "placeholder", "pass1": "placeholder", "pass2": "truncated"}.get(item.compaction or "", item.kind)
+            block = {
+                "kind": kind,
+                "role": message.role,
+                "tokens": count(message),
+                "seq": event.seq if event is not None else None,
+                "event_id": event.id if event is not None else None,
+                "author": event.author if event is not None else None,
+                "active": item.active,
+                "preview": _preview(message.content),
+            }
+            if message.tool_calls:
+                block["tool_calls"] = [{"id": c.id, "name": c.name} for c in message.tool_calls]
+            if message.tool_call_id:
+                block["tool_call_id"] = message.tool_call_id
+                block["tool_name"] = message.tool_name
+            if item.compaction is not None:
+                block["compaction"] = item.compaction
+                block["original_tokens"] = item.original_tokens
+            blocks.append(block)
+        return blocks
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= _PREVIEW_CHARS else text[: _PREVIEW_CHARS - 1] + "…"
+
+
+def build_context(
+    session: Session,
+    *,
+    filter_key: str,
+    instruction: str,
+    tools: Sequence[ToolSpec],
+    governance: ContextGovernance | None,
+    window: int,
+    active_invocation_id: str | None = None,
+    current_unit: str = NEXT_UNIT,
+) -> BuiltRequest:
+    """Instruction, summary block and projected history, with tool results compacted.
+
+    Without `governance`, the history is shown uncompacted (a stored summary still
+    replaces what it covers: the events before it may not even be loaded).
+    """
+    tokenizer = governance.tokenizer if governance is not None else TIKTOKEN
+    mode: SummaryInjection = governance.summary_injection if governance is not None else "system"
+    prefix = (Message(role="system", content=instruction),) if instruction else ()
+    projection = project(session, filter_key=filter_key, active_invocation_id=active_invocation_id)
+    items = list(projection.items)
+    stats = CompactionStats()
+    if governance is not None:
+        items, stats = compact_tool_results(
+            items,
+            config=governance.compaction,
+            current_unit=current_unit,
+            unit_order=projection.unit_order,
+            completed_units=projection.completed_units,
+            session_load=any(t.name == "session_load" for t in tools),
+            tokenizer=tokenizer,
+        )
+    block = projection.summary_block(mode)
+    summary_message: Message | None = None
+    if block is not None and mode == "user":
+        # SPEC 4.3 step 7: user-mode blocks open the first user message of the history.
+        first = next((i for i, item in enumerate(items) if item.message.role == "user"), None)
+        if first is not None:
+            item = items[first]
+            items[first] = dataclasses.replace(
+                item, message=dataclasses.replace(item.message, content=f"{block}\n\n{item.message.content}")
+            )
+        else:
+            summary_message = Message(role="user", content=block)
+    elif block is not None:
+        summary_message = Message(role="system", content=block)
+    messages = [*prefix, *([summary_message] if summary_message is not None else []), *(i.message for i in items)]
+    return BuiltRequest(
+        request=ModelRequest(messages=tuple(messages), tools=tuple(tools)),
+        prefix=prefix,
+        projection=projection,
+        items=tuple(items),
+        summary_message=summary_message,
+        summary_injection=mode,
+        compaction=stats,
+        window=window,
+        tokenizer=tokenizer,
+    )
+
+
+def build_for_invocation(
+    invocation: Invocation,
+    *,
+    instruction: str,
+    tools: Sequence[ToolSpec],
+    governance: ContextGovernance | None,
+    window: int,
+) -> BuiltRequest:
+    """The request of the running invocation's next model call."""
+    return build_context(
+        invocation.session,
+        filter_key=invocation.filter_key,
+        instruction=instruction,
+        tools=tools,
+        governance=governance,
+        window=window,
+        active_invocation_id=invocation.invocation_id,
+        current_unit=f"req:{invocation.request_id}" if invocation.request_id else f"inv:{invocation.invocation_id}",
+    )
+
+
 def build_request(
-    invocation: Invocation, *, instruction: str, tools: Sequence[ToolSpec]
+    invocation: Invocation,
+    *,
+    instruction: str,
+    tools: Sequence[ToolSpec],
+    governance: ContextGovernance | None = None,
+    window: int = 8192,
 ) -> ModelRequest:
     """Instruction first, then the projected history (which ends with the current turn)."""
-    messages: list[Message] = []
-    if instruction:
-        messages.append(Message(role="system", content=instruction))
-    messages.extend(project_history(invocation.session.events, filter_key=invocation.filter_key))
-    return ModelRequest(messages=tuple(messages), tools=tuple(tools))
+    return build_for_invocation(
+        invocation, instruction=instruction, tools=tools, governance=governance, window=window
+    ).request

@@ -62,7 +62,7 @@ async def _call_one(invocation: Invocation, call: ToolCall, tools: Mapping[str, 
         object=OBJECT_TOOL_RESPONSE,
         message=Message(role="tool", content=content, tool_call_id=call.id, tool_name=call.name),
         state_delta=dict(context.state_delta),
-        extensions={"tool_error": True} if failed else {},
+        extensions={**context.extensions, **({"tool_error": True} if failed else {})},
     )
     return invocation.stamp(event), stop
 

@@ -19,7 +19,8 @@ class ToolArgumentError(ValueError):
 class ToolContext:
     """What a tool may see and touch while it runs.
 
-    `state_delta` collects state changes the tool wants recorded; they travel inside the
+    `state_delta` collects state changes the tool wants recorded and `extensions` the
+    namespaced metadata (e.g. `artifact`) it wants on its result; both travel inside the
     tool-result event (the ledger is the only write path).
     """
 
@@ -30,6 +31,7 @@ class ToolContext:
     cancel_event: asyncio.Event
     services: Mapping[str, Any] = field(default_factory=dict)
     state_delta: dict[str, Any] = field(default_factory=dict)
+    extensions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def state(self) -> Mapping[str, Any]:

@@ -1,0 +1,617 @@
+"""The A2A server: every agent of the runner at `/a2a/<agent>`, through the `a2a-sdk`.
+
+`a2a_application` is the ASGI app `agentsite.asgi` hands every HTTP path under `/a2a/`. It
+finds the agent (unknown: 404), authenticates the caller with a bearer token (every call but
+the agent card; missing or wrong: 401), and passes the request to that agent's Starlette
+app, built once from the SDK's own routes:
+
+- `GET /a2a/<agent>/.well-known/agent-card.json`: the card (name, description, url, one
+  skill for the agent and one per tool, streaming, the bearer security scheme);
+- `POST /a2a/<agent>`: JSON-RPC over `DefaultRequestHandler` (`SendMessage`,
+  `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask`; the
+  A2A 0.3 names `message/send`, `message/stream`, `tasks/get`, `tasks/cancel` too). 1.0
+  callers send `A2A-Version: 1.0`, as the SDK's client does.
+
+`AgentsiteAgentExecutor` turns a message into a run of our Runner: `contextId` is the
+session id (the caller's own, or a new one; someone else's is refused before a task
+exists), request and message metadata become session state through a state-delta event in
+the ledger, and the run's events become the task's updates:
+
+| our event | A2A |
+| --- | --- |
+| run started | status `working` (metadata: run id, session id) |
+| text delta | artifact update (one artifact per assistant message, chunks appended, batched) |
+| complete assistant text | the artifact's last chunk |
+| assistant tool calls | status `working`, message: a line per call + a data part per call |
+| tool result | status `working`, message: what the tool returned + a data part |
+| completion `completed` | status `completed`, message: the final answer |
+| completion `failed` | status `failed`, message: the error (metadata: error type, message) |
+| completion `cancelled` | status `canceled` |
+
+Tasks live in our database (`DjangoTaskStore`). `CancelTask` stops the run, in this process
+or, through the channel layer, in the one that runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from a2a.helpers.proto_helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestContextBuilder
+from a2a.server.agent_execution.simple_request_context_builder import SimpleRequestContextBuilder
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler, build_error_response
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import TaskUpdater
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    CancelTaskRequest,
+    HTTPAuthSecurityScheme,
+    Message,
+    Part,
+    Role,
+    SecurityRequirement,
+    SecurityScheme,
+    SendMessageRequest,
+    StringList,
+    Task,
+    TaskState,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    InvalidRequestError,
+)
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from google.protobuf.json_format import MessageToDict
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from agentsite.api.auth import AuthenticationError
+from agentsite.composition import run_manager
+from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
+from runs.a2a.task_store import DjangoTaskStore
+from runs.core.agents.base import Agent
+from runs.core.errors import UsageError
+from runs.core.invocation import RunOptions
+from runs.core.manager import RunManager
+from runs.core.runner import Runner
+from runs.fanout import request_cancel
+from sessions_app import models as sessions_orm
+from sessions_app.backends import db_call
+from sessions_app.core.events import (
+    OBJECT_CHUNK,
+    OBJECT_STATE_UPDATE,
+    Event,
+    EventError,
+    new_id,
+)
+from sessions_app.core.session import SessionKey, SessionNotFoundError
+
+logger = logging.getLogger(__name__)
+
+A2A_PREFIX = "/a2a/"
+BEARER_SCHEME = "bearer"
+CARD_VERSION = "1.0.0"
+TEXT_MODES = ["text/plain", "application/json"]
+# Text deltas are sent at most this often (each update rewrites the stored task).
+FLUSH_INTERVAL_S = 0.1
+# Task metadata keys: where the task ran, so a cancel can find the run from any process.
+META_RUN_ID = "agentsite_run_id"
+META_SESSION_ID = "agentsite_session_id"
+META_AGENT = "agentsite_agent"
+_MAX_CONTEXT_ID = 64
+_RESULT_PREVIEW_CHARS = 2000
+
+# The base URL of the request being served, for the agent card's interface URLs.
+_base_url: contextvars.ContextVar[str] = contextvars.ContextVar("a2a_base_url", default="http://localhost")
+
+
+# -- the agent card --------------------------------------------------------------------------
+
+
+def _tools_of(agent: Agent) -> list[Any]:
+    tools = getattr(agent, "tools", None) or ()
+    return list(tools.values()) if isinstance(tools, Mapping) else list(tools)
+
+
+def build_agent_card(agent: Agent, *, url: str) -> AgentCard:
+    """The agent's card: one default skill and one skill per tool (SPEC 12.2)."""
+    description = agent.description or f"The Agentsite agent {agent.name!r}."
+    skills = [AgentSkill(id=agent.name, name=agent.name, description=description, tags=["default"])]
+    for tool in _tools_of(agent):
+        skills.append(AgentSkill(id=tool.name, name=tool.name, description=tool.description or tool.name, tags=["tool"]))
+    return AgentCard(
+        name=agent.name,
+        description=description,
+        version=CARD_VERSION,
+        provider=AgentProvider(organization="Agentsite", url=url.split(A2A_PREFIX, 1)[0] or url),
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        security_schemes={BEARER_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
+            scheme="Bearer",
+            description="An Agentsite API token (`manage.py create_api_token USER`), sent as 'Authorization: Bearer <token>'.",
+        ))},
+        security_requirements=[SecurityRequirement(schemes={BEARER_SCHEME: StringList()})],
+        default_input_modes=TEXT_MODES,
+        default_output_modes=TEXT_MODES,
+        skills=skills,
+    )
+
+
+def _agent_url(name: str) -> str:
+    return f"{_base_url.get().rstrip('/')}{A2A_PREFIX}{name}"
+
+
+# -- messages in and out ---------------------------------------------------------------------
+
+
+def message_text(message: Message) -> str:
+    """The text a message carries: its text parts, and its data parts as JSON (SPEC 12.2)."""
+    texts: list[str] = []
+    for part in message.parts:
+        if part.HasField("text"):
+            texts.append(part.text)
+        elif part.HasField("data"):
+            texts.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
+        else:
+            raise ContentTypeNotSupportedError(message="only text and data parts are supported, not files")
+    return "\n".join(t for t in texts if t)
+
+
+def _metadata_state(context: RequestContext) -> dict[str, Any]:
+    """Request metadata, overlaid by message metadata: what becomes session state."""
+    state = dict(context.metadata)
+    if context.message is not None and context.message.HasField("metadata"):
+        state.update(MessageToDict(context.message.metadata))
+    return state
+
+
+def _data_part(data: Mapping[str, Any], kind: str) -> Part:
+    part = Part(metadata={"type": kind})
+    part.data.struct_value.update(dict(data))
+    return part
+
+
+def _agent_message(updater: TaskUpdater, text: str, *extra: Part) -> Message:
+    parts = [Part(text=text)] if text else []
+    return updater.new_agent_message([*parts, *extra])
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= _RESULT_PREVIEW_CHARS else text[:_RESULT_PREVIEW_CHARS] + "…"
+
+
+# -- the request context: checks made before a task exists -----------------------------------
+
+
+def _session_owner(session_id: str) -> int | None:
+    return sessions_orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list(
+        "user_id", flat=True).first()
+
+
+class AgentsiteRequestContextBuilder(RequestContextBuilder):
+    """Refuses what cannot run before the SDK creates a task for it: an anonymous caller, a
+    message without text, files, an over-long message, someone else's context."""
+
+    def __init__(self) -> None:
+        self._inner = SimpleRequestContextBuilder()
+
+    async def build(
+        self,
+        context: ServerCallContext,
+        params: SendMessageRequest | None = None,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        task: Task | None = None,
+    ) -> RequestContext:
+        user = request_user(context)
+        if user is None:
+            raise InvalidRequestError(message="authentication required: send 'Authorization: Bearer <token>'")
+        if params is not None:
+            if params.message.role not in (Role.ROLE_USER, Role.ROLE_UNSPECIFIED):
+                raise InvalidParamsError(message="the message must have the user role")
+            text = message_text(params.message)
+            if not text.strip():
+                raise InvalidParamsError(message="the message has no text")
+            if len(text) > settings.AGENTSITE_MAX_MESSAGE_CHARS:
+                raise InvalidParamsError(
+                    message=f"the message is longer than {settings.AGENTSITE_MAX_MESSAGE_CHARS} characters")
+            if context_id:
+                if len(context_id) > _MAX_CONTEXT_ID:
+                    raise InvalidParamsError(message=f"contextId is longer than {_MAX_CONTEXT_ID} characters")
+                owner = await db_call(_session_owner)(context_id)
+                if owner is not None and owner != user.pk:
+                    # Another user's session: indistinguishable from one that does not exist.
+                    raise InvalidParamsError(message=f"context {context_id!r} not found", data={"contextId": context_id})
+        return await self._inner.build(
+            context=context, params=params, task_id=task_id, context_id=context_id, task=task
+        )
+
+
+# -- the executor: a message in, a run of our Runner, its events out as task updates --------
+
+
+@dataclass(kw_only=True)
+class _TaskTranslator:
+    """Turns the events of one run into the updates of one task."""
+
+    updater: TaskUpdater
+    streamed: dict[str, str] = field(default_factory=dict)
+    pending_id: str = ""
+    pending: list[str] = field(default_factory=list)
+    last_flush: float = 0.0
+    answer: str = ""
+    error: EventError | None = None
+
+    async def feed(self, event: Event) -> str | None:
+        """Translate one event; returns the run's final status at its completion event."""
+        if event.object == OBJECT_CHUNK and event.partial:
+            if event.text:
+                await self._delta(_message_id(event), event.text)
+            return None
+        await self.flush()
+        if event.is_runner_completion:
+            self.error = event.error or self.error
+            return str(event.extensions.get("status") or "failed")
+        if event.is_error:
+            self.error = event.error or self.error
+            return None
+        message = event.message
+        if message is None or event.partial:
+            return None
+        if message.role == "assistant" and message.tool_calls:
+            await self._close(_message_id(event), message.content, tool_calls=len(message.tool_calls))
+            lines = [f"Calling {call.name}({call.arguments})" for call in message.tool_calls]
+            parts = [_data_part({"id": call.id, "name": call.name, "arguments": call.arguments}, "function_call")
+                     for call in message.tool_calls]
+            await self.updater.update_status(
+                TaskState.TASK_STATE_WORKING, message=_agent_message(self.updater, "\n".join(lines), *parts)
+            )
+        elif message.role == "assistant" and message.content:
+            await self._close(_message_id(event), message.content)
+            self.answer = message.content
+        elif message.role == "tool":
+            name = message.tool_name or "tool"
+            part = _data_part({"id": message.tool_call_id or "", "name": name, "response": _preview(message.content)},
+                              "function_response")
+            await self.updater.update_status(
+                TaskState.TASK_STATE_WORKING, message=_agent_message(self.updater, f"{name} returned.", part)
+            )
+        return None
+
+    async def _delta(self, message_id: str, text: str) -> None:
+        if self.pending and message_id != self.pending_id:
+            await self.flush()
+        self.pending_id = message_id
+        self.pending.append(text)
+        if time.monotonic() - self.last_flush >= FLUSH_INTERVAL_S:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.pending:
+            return
+        text, message_id = "".join(self.pending), self.pending_id
+        self.pending = []
+        self.last_flush = time.monotonic()
+        first = message_id not in self.streamed
+        self.streamed[message_id] = self.streamed.get(message_id, "") + text
+        await self.updater.add_artifact(
+            [Part(text=text)], artifact_id=message_id, name="response", append=not first, last_chunk=False
+        )
+
+    async def _close(self, message_id: str, content: str, *, tool_calls: int = 0) -> None:
+        """The last chunk of a message's artifact: what the deltas did not carry."""
+        streamed = self.streamed.pop(message_id, None)
+        metadata = {"tool_calls": tool_calls} if tool_calls else {"final": True}
+        if streamed is None:
+            if content:
+                await self.updater.add_artifact([Part(text=content)], artifact_id=message_id, name="response",
+                                                metadata=metadata, append=False, last_chunk=True)
+        elif content.startswith(streamed):
+            await self.updater.add_artifact([Part(text=content[len(streamed):])], artifact_id=message_id,
+                                            metadata=metadata, append=True, last_chunk=True)
+        else:
+            await self.updater.add_artifact([Part(text=content)], artifact_id=message_id, name="response",
+                                            metadata=metadata, append=False, last_chunk=True)
+
+
+def _message_id(event: Event) -> str:
+    return str(event.extensions.get("message_id") or event.id)
+
+
+@dataclass(kw_only=True)
+class _Execution:
+    """A task this process is executing: its run, and whether it has been told to stop."""
+
+    manager: RunManager
+    run_id: str | None = None
+    cancelled: bool = False  # by a CancelTask, which reports the task's end itself
+    stop_requested: bool = False
+    stop_sent: bool = False
+
+    def attach(self, run_id: str) -> None:
+        self.run_id = run_id
+        if self.stop_requested:  # the stop came while the run was starting
+            self._send_stop()
+
+    def stop(self) -> None:
+        self.stop_requested = True
+        self._send_stop()
+
+    def _send_stop(self) -> None:
+        # Once only: a second cancel of a run could cut its completion short.
+        if self.run_id is not None and not self.stop_sent:
+            self.stop_sent = True
+            self.manager.cancel(self.run_id)
+
+
+class AgentsiteAgentExecutor(AgentExecutor):
+    """Runs one of our agents for each A2A message (see the module docstring)."""
+
+    def __init__(self, *, agent_name: str, manager: Callable[[], RunManager] = run_manager) -> None:
+        self.agent_name = agent_name
+        self._manager = manager
+        self._executions: dict[str, _Execution] = {}
+
+    @property
+    def manager(self) -> RunManager:
+        return self._manager()
+
+    def is_running(self, task_id: str) -> bool:
+        """Whether this process is executing the task now."""
+        return task_id in self._executions
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        user = request_user(context.call_context)
+        message = context.message
+        if user is None or message is None or not context.task_id or not context.context_id:
+            raise InvalidRequestError(message="an authenticated message is required")
+        task_id, session_id = context.task_id, context.context_id
+        updater = TaskUpdater(event_queue, task_id, session_id)
+        if context.current_task is None:
+            await event_queue.enqueue_event(new_task_from_user_message(message))
+        text = message_text(message)
+        state = _metadata_state(context)
+        manager = self.manager
+        execution = self._executions[task_id] = _Execution(manager=manager)
+        listener, events = manager.bridge()
+        request_id = new_id()
+
+        async def start(runner: Runner) -> str:
+            if state:
+                await _record_state(runner, user_id=str(user.pk), session_id=session_id, agent=self.agent_name,
+                                    delta=state, request_id=request_id, task_id=task_id)
+            handle = await runner.start(
+                user_id=str(user.pk), message=text, session_id=session_id, agent=self.agent_name,
+                request_id=request_id, listeners=[listener], options=RunOptions(metadata={"a2a_task_id": task_id}),
+            )
+            execution.attach(handle.run_id)
+            return handle.run_id
+
+        translator = _TaskTranslator(updater=updater)
+        try:
+            try:
+                # Shielded: a run half-started by a cancelled request would be nobody's.
+                run_id = await asyncio.shield(manager.acall(start))
+            except SessionNotFoundError:
+                raise InvalidParamsError(message=f"context {session_id!r} not found") from None
+            except UsageError as exc:
+                raise InvalidParamsError(message=str(exc)) from None
+            await updater.update_status(TaskState.TASK_STATE_WORKING, metadata={
+                META_RUN_ID: run_id, META_SESSION_ID: session_id, META_AGENT: self.agent_name,
+            })
+            final = "failed"
+            async for event in events:
+                outcome = await translator.feed(event)
+                if outcome is not None:
+                    final = outcome
+            if not execution.cancelled:
+                await _finish(updater, final, translator)
+        except BaseException:
+            # The SDK cancels execute() after a CancelTask and when it shuts down; a failure
+            # here fails the task. Either way the run must not outlive its task.
+            execution.stop()
+            raise
+        finally:
+            self._executions.pop(task_id, None)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        execution = self._executions.get(context.task_id or "")
+        if execution is not None:
+            execution.cancelled = True
+            execution.stop()
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        await updater.cancel(message=_agent_message(updater, "Cancelled at the caller's request."))
+
+
+async def _finish(updater: TaskUpdater, status: str, translator: _TaskTranslator) -> None:
+    if status == "completed":
+        answer = translator.answer
+        await updater.complete(message=_agent_message(updater, answer) if answer else None)
+    elif status == "cancelled":
+        await updater.cancel(message=_agent_message(updater, "The run was cancelled."))
+    else:
+        error = translator.error or EventError(type=status, message=f"the run ended {status}")
+        await updater.update_status(
+            TaskState.TASK_STATE_FAILED,
+            message=_agent_message(updater, f"{error.type}: {error.message}"),
+            metadata={"error_type": error.type, "error_message": error.message},
+        )
+
+
+async def _record_state(runner: Runner, *, user_id: str, session_id: str, agent: str, delta: Mapping[str, Any],
+                        request_id: str, task_id: str) -> None:
+    """Metadata becomes session state the only way state changes: an event in the ledger."""
+    service = runner.session_service
+    session = await service.get_session(SessionKey(app=runner.app, user_id=user_id, session_id=session_id),
+                                        event_limit=0)
+    if session is None:
+        try:
+            session = await service.create_session(app=runner.app, user_id=user_id, session_id=session_id, agent=agent)
+        except ValueError:
+            raise SessionNotFoundError(f"session {session_id!r} not found") from None
+    await service.append_event(session, Event(
+        author="user", object=OBJECT_STATE_UPDATE, request_id=request_id, branch=agent, filter_key=runner.app,
+        state_delta=dict(delta), extensions={"source": "a2a", "a2a_task_id": task_id},
+    ))
+
+
+class AgentsiteRequestHandler(DefaultRequestHandler):
+    """The SDK's handler; a cancel of a task that runs in another process reaches its run."""
+
+    def __init__(self, *, executor: AgentsiteAgentExecutor, **kwargs: Any) -> None:
+        super().__init__(agent_executor=executor, **kwargs)
+        self.executor = executor
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        local = self.executor.is_running(params.id)
+        task = await super().on_cancel_task(params, context)
+        run_id = task.metadata.fields.get(META_RUN_ID) if task is not None else None
+        if not local and run_id is not None and run_id.string_value:
+            # Running elsewhere (or nowhere): the SDK marked the task; the run's owner stops it.
+            logger.info("A2A task %s is not running here: cancelling run %s across processes", params.id,
+                        run_id.string_value)
+            await self.executor.manager.acall(lambda runner: request_cancel(runner, run_id.string_value))
+        return task
+
+
+# -- the ASGI application --------------------------------------------------------------------
+
+
+def _allowed_host(host: str) -> bool:
+    allowed = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not allowed:
+        allowed = [".localhost", "127.0.0.1", "[::1]"]  # as Django does
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, allowed)
+
+
+def _limited(receive: Any, limit: int | None) -> Any:
+    """`receive` that stops a body (sent without a length) once it passes `limit` bytes."""
+    if limit is None:
+        return receive
+    seen = 0
+
+    async def limited() -> dict[str, Any]:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                # The SDK's dispatcher answers this with its "Payload too large" error.
+                raise HTTPException(status_code=413)
+        return message
+
+    return limited
+
+
+def _error(status: int, error: A2AError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(build_error_response(None, error), status_code=status, headers=dict(headers or {}))
+
+
+@dataclass(kw_only=True)
+class _Served:
+    agent: Agent
+    app: Starlette
+
+
+class A2AApplication:
+    """ASGI app for `/a2a/<agent>/...`: agent lookup, authentication, then the SDK's routes."""
+
+    def __init__(self, *, manager: Callable[[], RunManager] = run_manager) -> None:
+        self._manager = manager
+        self._served: dict[str, _Served] = {}
+
+    def _app_for(self, agent: Agent) -> Starlette:
+        served = self._served.get(agent.name)
+        if served is None or served.agent is not agent:
+            served = _Served(agent=agent, app=self._build(agent))
+            self._served[agent.name] = served
+        return served.app
+
+    def _build(self, agent: Agent) -> Starlette:
+        path = f"{A2A_PREFIX}{agent.name}"
+        card = build_agent_card(agent, url=f"http://localhost{path}")
+
+        async def for_this_request(card: AgentCard) -> AgentCard:
+            served = AgentCard()
+            served.CopyFrom(card)
+            url = _agent_url(agent.name)
+            for interface in served.supported_interfaces:
+                interface.url = url
+            served.provider.url = url.split(A2A_PREFIX, 1)[0]
+            return served
+
+        executor = AgentsiteAgentExecutor(agent_name=agent.name, manager=self._manager)
+        handler = AgentsiteRequestHandler(
+            executor=executor, task_store=DjangoTaskStore(agent=agent.name), agent_card=card,
+            request_context_builder=AgentsiteRequestContextBuilder(),
+        )
+        routes = [
+            *create_agent_card_routes(card, card_modifier=for_this_request, card_url=f"{path}{AGENT_CARD_WELL_KNOWN_PATH}"),
+            *create_jsonrpc_routes(handler, rpc_url=path, context_builder=AgentsiteCallContextBuilder(),
+                                   enable_v0_3_compat=True),
+        ]
+        return Starlette(routes=routes)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope)
+        if not _allowed_host(request.headers.get("host", "")):
+            # Django refuses these for its own views; the card's URLs are built from it.
+            await _error(400, InvalidRequestError(message="invalid Host header"))(scope, receive, send)
+            return
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        declared = request.headers.get("content-length", "")
+        if limit is not None and declared.isdigit() and int(declared) > limit:
+            await _error(413, InvalidRequestError(message=f"the body is larger than {limit} bytes"))(
+                scope, receive, send)
+            return
+        name, _, rest = scope["path"][len(A2A_PREFIX):].partition("/")
+        agent = self._manager().runner.agents.get(name)
+        if agent is None:
+            message = f"agent {name!r} not found; see /api/agents/ for the agents you may run"
+            await _error(404, InvalidRequestError(message=message, data={"agent": name}))(scope, receive, send)
+            return
+        if f"/{rest}" != AGENT_CARD_WELL_KNOWN_PATH:
+            try:
+                user = await authenticate(request.headers.get("authorization"))
+            except AuthenticationError as exc:
+                user, problem = None, str(exc)
+            else:
+                problem = "authentication required: send 'Authorization: Bearer <token>'"
+            if user is None:
+                await _error(401, InvalidRequestError(message=problem), {"WWW-Authenticate": "Bearer"})(
+                    scope, receive, send)
+                return
+            scope = {**scope, SCOPE_USER: user}
+        token = _base_url.set(str(request.base_url))
+        try:
+            await self._app_for(agent)(scope, _limited(receive, limit), send)
+        finally:
+            _base_url.reset(token)
+
+
+a2a_application = A2AApplication()

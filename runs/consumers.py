@@ -1,0 +1,332 @@
+"""The session websocket: `/ws/sessions/<session_id>/` (DESIGN 5).
+
+A socket follows one session: its ledger from `after_seq` on, then everything that happens
+on it live, whoever started it. Several sockets on one session see the same stream.
+
+Connecting
+    `ws[s]://<host>/ws/sessions/<session_id>/?after_seq=<n>` (`after_seq` defaults to 0).
+    Authentication: the Django session cookie (browsers), or an API token as
+    `Authorization: Bearer <token>` or `?token=<token>`. The `Origin` header must name an
+    allowed host. After the handshake the socket is closed with
+    4401 (not authenticated), 4403 (someone else's session), 4404 (no such session) or
+    4400 (`after_seq` is not a non-negative integer).
+
+Client frames (JSON text)
+    {"type": "run", "message": str, "agent"?: str}
+        start a run on this session (no agent: the session's, else the default). The
+        answer is first `{"type": "run.accepted", "run_id": str}`, then the run's events.
+    {"type": "cancel", "run_id": str}
+        cancel a run of this session; its events end with RUN_FINISHED.
+    A bad frame (not JSON, not an object, unknown `type`, missing or empty `message`,
+    wrong types, unknown agent or run) is answered with
+    `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
+    socket stays open. Codes: malformed_json, invalid_frame, unknown_type,
+    message_too_large, unknown_agent, not_found, run_not_active, invalid_request.
+
+Server frames (JSON text)
+    One AG-UI event per frame (`ag_ui.core` models, camelCase: `{"type": "RUN_STARTED",
+    "threadId", "runId", ...}`), translated by `AguiTranslator` (see
+    runs/core/protocols/agui.py for the mapping), plus the two control frames above
+    (`run.accepted`, `error`), told apart by their lower-case `type`.
+    - Each run is framed by RUN_STARTED ... RUN_FINISHED (completed, or cancelled with
+      `outcome: {"type": "cancelled"}`) or RUN_ERROR (failed, interrupted).
+    - User messages appear as TEXT_MESSAGE_START/CONTENT/END with `role: "user"`
+      (messageId = the ledger event id); assistant text streams as
+      TEXT_MESSAGE_START/CONTENT.../END (messageId = the message id, the same live and in
+      replay); tool calls as TOOL_CALL_START/ARGS/END; tool results as TOOL_CALL_RESULT;
+      state changes as STATE_DELTA; model and tool steps as STEP_STARTED/STEP_FINISHED.
+    - Every frame derived from a ledger event carries `metadata.seq`; reconnect with
+      `?after_seq=<the highest seq received>` to lose nothing and receive nothing twice.
+      A message whose deltas were cut off by the disconnect comes back whole under the
+      same messageId: render messages by id (upsert), not by arrival.
+
+Order and completeness: the socket joins the session's channel-layer group first (live
+events wait in its queue), then replays the ledger after `after_seq`, then relays the live
+events, skipping persisted ones whose seq it already sent and fetching from the ledger any
+seq it missed (a user message is persisted but not broadcast). Deltas carry no seq and
+pass through; the translator drops a delta of a message already sent whole. A socket
+closing never stops a run.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.db.models import Max, Min
+
+from agentsite.composition import run_manager
+from runs import models as run_orm
+from runs.core.errors import AgentNotFoundError, UsageError
+from runs.core.protocols.agui import AguiTranslator
+from runs.core.records import RunRecord
+from runs.core.runner import Runner
+from runs.fanout import request_cancel, session_group
+from sessions_app import mapping
+from sessions_app import models as orm
+from sessions_app.core.events import Event
+from sessions_app.core.session import SessionNotFoundError
+
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+REPLAY_PAGE = 500
+_LIVE = ("queued", "running")
+
+
+# -- database reads (each in a worker thread) ------------------------------------------------
+
+
+@database_sync_to_async
+def _session_owner(session_id: str) -> int | None:
+    row = orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list("user_id", flat=True).first()
+    return row
+
+
+@database_sync_to_async
+def _events_after(session_id: str, after_seq: int, limit: int) -> list[Event]:
+    rows = orm.Event.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")
+    return [mapping.event_from_values(p, s, i) for p, s, i in rows.values_list("payload", "seq", "event_id")[:limit]]
+
+
+@database_sync_to_async
+def _runs_by_request(session_id: str) -> dict[str, str]:
+    return dict(run_orm.Run.objects.filter(session_id=session_id).values_list("request_id", "id"))
+
+
+@database_sync_to_async
+def _live_runs(session_id: str) -> dict[str, str]:
+    """request id -> run id of the session's runs still queued or running."""
+    return dict(run_orm.Run.objects.filter(session_id=session_id, status__in=_LIVE).values_list("request_id", "id"))
+
+
+@database_sync_to_async
+def _requests_spanning(session_id: str, after_seq: int) -> set[str]:
+    """Request ids with ledger events at or before `after_seq` and after it (runs the client
+    saw start before it disconnected and that went on after)."""
+    spans = (
+        orm.Event.objects.filter(session_id=session_id).exclude(request_id="")
+        .values("request_id").annotate(first=Min("seq"), last=Max("seq"))
+        .filter(first__lte=after_seq, last__gt=after_seq)
+    )
+    return {row["request_id"] for row in spans}
+
+
+@database_sync_to_async
+def _first_seq(session_id: str, request_ids: list[str]) -> dict[str, int]:
+    rows = (
+        orm.Event.objects.filter(session_id=session_id, request_id__in=request_ids)
+        .values("request_id").annotate(first=Min("seq"))
+    )
+    return {row["request_id"]: row["first"] for row in rows}
+
+
+@database_sync_to_async
+def _run_of_session(session_id: str, user_id: int, run_id: str) -> RunRecord | None:
+    from runs.backends import record_from_row
+
+    row = run_orm.Run.objects.filter(pk=run_id, session_id=session_id, user_id=user_id).first()
+    return record_from_row(row) if row is not None else None
+
+
+def _error_frame(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field:
+        error["field"] = field
+    return {"type": "error", "error": error}
+
+
+class FrameError(Exception):
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.frame = _error_frame(code, message, field)
+
+
+class SessionConsumer(AsyncWebsocketConsumer):
+    """Authorise, join the session's group, replay the ledger, relay live events."""
+
+    session_id: str
+    group: str | None = None
+    user: Any = None
+
+    # -- connection --------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        self.user = self.scope.get("user")
+        self.translator = AguiTranslator(thread_id=self.session_id, include_user_messages=True)
+        self.last_seq = 0
+        self.runs_by_request: dict[str, str] = {}
+        self.translated_runs: set[str] = set()
+        self.joined_mid_run: set[str] = set()
+        # Accept first: a close code only reaches the client after the handshake.
+        await self.accept()
+        if self.user is None or not self.user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        after_seq = self._after_seq()
+        if after_seq is None:
+            await self.close(code=CLOSE_BAD_REQUEST)
+            return
+        owner = await _session_owner(self.session_id)
+        if owner is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        if owner != self.user.pk:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        # Join first, so nothing emitted from now on is missed; it waits in our queue
+        # while the ledger is replayed (Channels hands us one message at a time).
+        self.group = session_group(self.session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.runs_by_request = await _runs_by_request(self.session_id)
+        live = await _live_runs(self.session_id)
+        # Deltas already streamed before we joined are lost to us: of a run in progress,
+        # relay no delta until its next persisted event; its message then comes whole.
+        self.joined_mid_run = set(live.values())
+        if after_seq > 0:
+            await self._resume_runs_seen_before(after_seq, live)
+        self.last_seq = after_seq
+        await self._catch_up()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = None
+
+    def _after_seq(self) -> int | None:
+        query = parse_qs((self.scope.get("query_string") or b"").decode("latin-1"))
+        raw = (query.get("after_seq") or ["0"])[-1]
+        try:
+            value = int(raw)
+        except ValueError:
+            return None
+        return value if value >= 0 else None
+
+    async def _resume_runs_seen_before(self, after_seq: int, live: dict[str, str]) -> None:
+        """Runs the client saw start (at or before `after_seq`) get no second RUN_STARTED."""
+        spanning = await _requests_spanning(self.session_id, after_seq)
+        first = await _first_seq(self.session_id, list(live))
+        spanning.update(request for request, seq in first.items() if seq <= after_seq)
+        for request_id in spanning:
+            self.translator.resume_run(self.runs_by_request.get(request_id, request_id))
+
+    # -- relaying ---------------------------------------------------------------------------
+
+    async def _catch_up(self, *, until_seq: int | None = None, until: datetime | None = None) -> None:
+        """Send the ledger events after the last seq sent, in seq order: all of them, or the
+        contiguous run of them up to `until_seq` / created no later than `until`.
+
+        The bounds keep the ledger from overtaking the live queue (the run goes on while we
+        read), so a message still streaming arrives as its deltas, not whole.
+        """
+        while True:
+            page = await _events_after(self.session_id, self.last_seq, REPLAY_PAGE)
+            for event in page:
+                if (until_seq is not None and (event.seq or 0) > until_seq) or (until is not None and event.created_at > until):
+                    return
+                await self._send_event(event, await self._run_id(event))
+                self.last_seq = max(self.last_seq, event.seq or 0)
+            if len(page) < REPLAY_PAGE:
+                return
+
+    async def _run_id(self, event: Event) -> str:
+        request_id = event.request_id
+        if request_id and request_id not in self.runs_by_request:
+            self.runs_by_request.update(await _runs_by_request(self.session_id))
+        found = self.runs_by_request.get(request_id) if request_id else None
+        return found or str(event.extensions.get("run_id") or request_id or event.invocation_id or event.id)
+
+    async def _send_event(self, event: Event, run_id: str) -> None:
+        self.translated_runs.add(run_id)
+        for item in self.translator.translate(event, run_id=run_id):
+            await self.send(text_data=item.model_dump_json(by_alias=True))
+
+    async def run_event(self, message: dict[str, Any]) -> None:
+        """A live event from the session's group (`runs.fanout`)."""
+        event = Event.from_dict(message["event"])
+        run_id = str(message.get("run_id") or "")
+        if event.request_id and run_id:
+            self.runs_by_request[event.request_id] = run_id
+        run_id = run_id or await self._run_id(event)
+        if event.seq is not None:
+            self.joined_mid_run.discard(run_id)
+            if event.seq > self.last_seq + 1:
+                # seqs we never get live: a user message, tool results a client sent in
+                await self._catch_up(until_seq=event.seq - 1)
+            if event.seq <= self.last_seq:
+                return
+            await self._send_event(event, run_id)
+            self.last_seq = event.seq
+            return
+        if event.partial and run_id in self.joined_mid_run:
+            return
+        if run_id not in self.translated_runs:
+            # A new run: its user message is in the ledger, not on the group.
+            await self._catch_up(until=event.created_at)
+        await self._send_event(event, run_id)
+
+    # -- client frames ----------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            if text_data is None:
+                raise FrameError("invalid_frame", "frames must be JSON text, not binary")
+            try:
+                frame = json.loads(text_data)
+            except json.JSONDecodeError as exc:
+                raise FrameError("malformed_json", f"the frame is not valid JSON: {exc}") from None
+            if not isinstance(frame, dict):
+                raise FrameError("invalid_frame", "a frame must be a JSON object")
+            kind = frame.get("type")
+            if not isinstance(kind, str):
+                raise FrameError("invalid_frame", "type must be a string", "type")
+            if kind == "run":
+                await self._run(frame)
+            elif kind == "cancel":
+                await self._cancel(frame)
+            else:
+                raise FrameError("unknown_type", f"unknown frame type {kind!r}; expected 'run' or 'cancel'", "type")
+        except FrameError as exc:
+            await self.send(text_data=json.dumps(exc.frame))
+
+    async def _run(self, frame: dict[str, Any]) -> None:
+        message = frame.get("message")
+        if not isinstance(message, str) or not message.strip():
+            raise FrameError("invalid_frame", "message must be a non-empty string", "message")
+        limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+        if len(message) > limit:
+            raise FrameError("message_too_large", f"message is {len(message)} characters; the limit is {limit}", "message")
+        agent = frame.get("agent")
+        if agent is not None and (not isinstance(agent, str) or not agent):
+            raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
+        user_id, session_id = str(self.user.pk), self.session_id
+
+        async def start(runner: Runner) -> RunRecord:
+            handle = await runner.start(user_id=user_id, message=message, session_id=session_id, agent=agent)
+            return handle.record
+
+        try:
+            record = await run_manager().acall(start)
+        except AgentNotFoundError as exc:
+            raise FrameError("unknown_agent", str(exc), "agent") from None
+        except (UsageError, SessionNotFoundError) as exc:
+            raise FrameError("invalid_request", str(exc)) from None
+        await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
+
+    async def _cancel(self, frame: dict[str, Any]) -> None:
+        run_id = frame.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise FrameError("invalid_frame", "run_id must be a non-empty string", "run_id")
+        record = await _run_of_session(self.session_id, self.user.pk, run_id)
+        if record is None:
+            raise FrameError("not_found", f"run {run_id!r} not found in this session", "run_id")
+        if record.finished:
+            raise FrameError("run_not_active", f"run {run_id!r} already ended ({record.status})", "run_id")
+        await run_manager().acall(lambda runner: request_cancel(runner, run_id))

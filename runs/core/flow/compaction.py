@@ -1,0 +1,237 @@
+"""Tool-result compaction (SPEC 4.6): slimmer copies of old tool results in a request.
+
+Works on the projected history, copy-on-write: an item whose result changes is replaced
+by a new item with a new message; the ledger, the session's events and the items given
+are never modified. A request's history is made of *units*, one per request (run) that
+produced it (`req:<request id>`, else `inv:<invocation id>`). Protected from passes 0 and
+1: the current unit and the last `keep_recent_requests` completed units (a unit is
+completed when one of its events is `done`).
+
+- Pass 0 (policy): results of tools in `force_clean_tools` and not in `keep_tools` become
+  a short policy note, whatever their size.
+- Pass 1 (historical): results over `tool_result_max_tokens` become a recoverable
+  placeholder naming the event, the tool call and the tool; it advertises `session_load`
+  only when the request exposes that tool.
+- Pass 2 (oversized, off by default): results over `oversized_tool_result_max_tokens`,
+  the current unit's included, keep their head and tail around a marker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from runs.core.flow.projection import ProjectedItem, compaction_unit
+from sessions_app.core.summary import Tokenizer
+
+SESSION_LOAD_TOOL = "session_load"
+PLACEHOLDER_TAG = "[compacted tool result]"
+"""Every text a pass writes starts with this; a pass never compacts it again."""
+
+# DESIGN 6 / SPEC 4.2 defaults.
+KEEP_RECENT_REQUESTS = 1
+TOOL_RESULT_MAX_TOKENS = 1024
+OVERSIZED_TOOL_RESULT_MAX_TOKENS = 0
+OVERSIZED_RECOMMENDED = 8192
+
+CompactionPass = Literal["pass0", "pass1", "pass2"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionConfig:
+    """The compaction knobs (DESIGN 6). `enabled=False` turns every pass off."""
+
+    enabled: bool = True
+    keep_recent_requests: int = KEEP_RECENT_REQUESTS
+    tool_result_max_tokens: int = TOOL_RESULT_MAX_TOKENS
+    oversized_tool_result_max_tokens: int = OVERSIZED_TOOL_RESULT_MAX_TOKENS
+    force_clean_tools: frozenset[str] = frozenset()
+    keep_tools: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionStats:
+    """How many results each pass replaced, and the tokens that saved."""
+
+    pass0: int = 0
+    pass1: int = 0
+    pass2: int = 0
+    tokens_saved: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.pass0 + self.pass1 + self.pass2
+
+    def to_dict(self) -> dict[str, int]:
+        return {"pass0": self.pass0, "pass1": self.pass1, "pass2": self.pass2, "tokens_saved": self.tokens_saved}
+
+
+def protected_units(
+    unit_order: Sequence[str], completed: Iterable[str], *, current_unit: str, keep_recent_requests: int
+) -> frozenset[str]:
+    """The current unit and the last `keep_recent_requests` completed ones before it."""
+    done = set(completed)
+    protected = {current_unit}
+    kept = 0
+    for unit in reversed(unit_order):
+        if kept >= keep_recent_requests:
+            break
+        if unit != current_unit and unit in done:
+            protected.add(unit)
+            kept += 1
+    return frozenset(protected)
+
+
+def is_compacted(content: str) -> bool:
+    return content.startswith(PLACEHOLDER_TAG)
+
+
+def policy_note() -> str:
+    """Pass 0's text: no ids and no recovery hints (SPEC 4.6)."""
+    return f"{PLACEHOLDER_TAG} This result was left out of the context by the compaction policy for this tool."
+
+
+def placeholder(item: ProjectedItem, *, session_load: bool, reason: str = "historical_compaction") -> str:
+    """Pass 1's recoverable placeholder for a tool result."""
+    message = item.message
+    event = item.event
+    event_id = event.id if event is not None else ""
+    failed = bool(event is not None and event.extensions.get("tool_error"))
+    lines = [
+        f"{PLACEHOLDER_TAG} This tool call {'ended with an error' if failed else 'succeeded'}; the assistant "
+        "already used its result, which was removed to save context. Rely on the summary and the details "
+        "below. Re-run a tool only if it is read-only or idempotent and the exact data is needed; never "
+        "repeat an operation with side effects."
+    ]
+    if event_id:
+        lines.append(f"event_id: {event_id}")
+    if message.tool_call_id:
+        lines.append(f"tool_call_id: {message.tool_call_id}")
+    lines.append(f"tool_name: {message.tool_name or 'tool'}")
+    lines.append(f"reason: {reason}")
+    if not event_id and not message.tool_call_id:
+        lines.append("recoverable: false")
+    elif session_load and event_id:
+        lines.append(
+            f"For the full result, call {SESSION_LOAD_TOOL} with this event_id "
+            "(content_offset/content_limit page through it)."
+        )
+    else:
+        lines.append("The full result cannot be loaded with the tools available here.")
+    return "\n".join(lines)
+
+
+def _truncation_marker(item: ProjectedItem, dropped: int, *, session_load: bool) -> str:
+    message = item.message
+    event_id = item.event.id if item.event is not None else ""
+    parts = [f"[... {dropped} characters of this tool result left out"]
+    if event_id:
+        parts.append(f"event_id={event_id}")
+    if message.tool_call_id:
+        parts.append(f"tool_call_id={message.tool_call_id}")
+    parts.append(f"tool_name={message.tool_name or 'tool'}")
+    if session_load and event_id:
+        parts.append(f"call {SESSION_LOAD_TOOL} with this event_id for the rest ...]")
+    else:
+        parts.append("re-run only safe read-only or idempotent tools if the rest is needed ...]")
+    return "; ".join(parts)
+
+
+def truncate_middle(item: ProjectedItem, limit: int, tokenizer: Tokenizer, *, session_load: bool) -> str | None:
+    """The longest head + marker + tail of the result within `limit` tokens (binary search
+    over the characters kept), or None when even the marker alone does not fit."""
+    content = item.message.content
+    best: str | None = None
+    low, high = 0, len(content)
+    while low <= high:
+        keep = (low + high) // 2
+        head, tail = content[: (keep + 1) // 2], content[len(content) - keep // 2:] if keep // 2 else ""
+        marker = _truncation_marker(item, len(content) - keep, session_load=session_load)
+        candidate = f"{PLACEHOLDER_TAG} {head}\n{marker}\n{tail}"
+        if tokenizer.count_text(candidate) <= limit:
+            best, low = candidate, keep + 1
+        else:
+            high = keep - 1
+    return best
+
+
+def _replace(item: ProjectedItem, content: str, which: CompactionPass, tokenizer: Tokenizer) -> tuple[ProjectedItem, int]:
+    before = tokenizer.count_message(item.message)
+    message = dataclasses.replace(item.message, content=content)
+    saved = before - tokenizer.count_message(message)
+    return (
+        dataclasses.replace(
+            item, message=message, compaction=which, original_tokens=item.original_tokens or before
+        ),
+        saved,
+    )
+
+
+def compact_tool_results(
+    items: Sequence[ProjectedItem],
+    *,
+    config: CompactionConfig,
+    current_unit: str,
+    unit_order: Sequence[str],
+    completed_units: Iterable[str],
+    session_load: bool,
+    tokenizer: Tokenizer,
+) -> tuple[list[ProjectedItem], CompactionStats]:
+    """Run the enabled passes in order (0, 1, 2) over a copy of `items`."""
+    out = list(items)
+    if not config.enabled:
+        return out, CompactionStats()
+    protected = protected_units(
+        unit_order, completed_units, current_unit=current_unit, keep_recent_requests=config.keep_recent_requests
+    )
+    counts: dict[str, int] = {"pass0": 0, "pass1": 0, "pass2": 0}
+    saved_total = 0
+
+    def results(*, include_protected: bool) -> Iterable[tuple[int, ProjectedItem]]:
+        for index, item in enumerate(out):
+            message = item.message
+            if message.role != "tool" or message.tool_call_id is None or is_compacted(message.content):
+                continue
+            if (message.tool_name or "") in config.keep_tools:
+                continue
+            if not include_protected and (item.event is None or compaction_unit(item.event) in protected):
+                continue
+            yield index, item
+
+    if config.force_clean_tools:
+        for index, item in list(results(include_protected=False)):
+            if (item.message.tool_name or "") in config.force_clean_tools:
+                out[index], saved = _replace(item, policy_note(), "pass0", tokenizer)
+                counts["pass0"] += 1
+                saved_total += max(0, saved)
+    if config.tool_result_max_tokens > 0 and current_unit:
+        for index, item in list(results(include_protected=False)):
+            if tokenizer.count_text(item.message.content) <= config.tool_result_max_tokens:
+                continue
+            replaced, saved = _replace(item, placeholder(item, session_load=session_load), "pass1", tokenizer)
+            if saved > 0:
+                out[index] = replaced
+                counts["pass1"] += 1
+                saved_total += saved
+    limit = config.oversized_tool_result_max_tokens
+    if limit > 0:
+        for index, item in list(results(include_protected=True)):
+            if item.message.tool_name == SESSION_LOAD_TOOL or tokenizer.count_text(item.message.content) <= limit:
+                continue
+            truncated = truncate_middle(item, limit, tokenizer, session_load=session_load)
+            if truncated is None:
+                continue
+            replaced, saved = _replace(item, truncated, "pass2", tokenizer)
+            if saved > 0:
+                out[index] = replaced
+                counts["pass2"] += 1
+                saved_total += saved
+    return out, CompactionStats(tokens_saved=saved_total, **counts)
+

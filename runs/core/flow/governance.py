@@ -1,0 +1,164 @@
+"""Context governance of an LLM agent: its knobs, and the run layer's adapters for summaries.
+
+`ContextGovernance` gathers what an `LLMAgent` does about its context: the summary engine
+for synchronous summaries (pre-call compaction, intra-run), how the summary block is
+injected, tool-result compaction and the pre-call threshold. Its defaults are DESIGN 6's.
+An agent without one shows its loaded history (and any stored summary) as it is.
+
+The adapters let `sessions_app.core.summary` (which knows no run layer) use a `Model` and
+tiktoken: `ModelSummaryModel`, `TIKTOKEN`, `llm_summarizer`, `extractive_summarizer`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runs.core.flow.compaction import CompactionConfig
+from runs.core.llm.base import Model, ModelRequest, ToolSpec
+from runs.core.llm.offline import extractive_summary
+from runs.core.tokens import count_message, count_text
+from sessions_app.core.events import Message
+from sessions_app.core.summary import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    SummaryEngine,
+    Tokenizer,
+)
+
+_CACHED_CHARS = 256 * 1024
+"""Larger texts are counted each time rather than kept alive by the cache."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_message(message: Message) -> int:
+    return count_message(message)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_text(text: str) -> int:
+    return count_text(text)
+
+
+_BY_OBJECT: dict[int, tuple[Message, int]] = {}
+_BY_OBJECT_MAX = 16_384
+
+
+def _count_message(message: Message) -> int:
+    # Every call counts the whole history it sends (and the raw ledger): the same messages
+    # over and over. Counts are remembered by object first (a dict lookup, the common case:
+    # a run reuses its loaded events), then by value (Message is immutable and hashable).
+    hit = _BY_OBJECT.get(id(message))
+    if hit is not None and hit[0] is message:
+        return hit[1]
+    if len(message.content) > _CACHED_CHARS:
+        return count_message(message)
+    tokens = _cached_message(message)
+    if len(_BY_OBJECT) >= _BY_OBJECT_MAX:
+        _BY_OBJECT.clear()
+    _BY_OBJECT[id(message)] = (message, tokens)
+    return tokens
+
+
+def _count_text(text: str) -> int:
+    return _cached_text(text) if len(text) <= _CACHED_CHARS else count_text(text)
+
+
+TIKTOKEN = Tokenizer(count_text=_count_text, count_message=_count_message)
+"""The token counter every threshold compares against (DESIGN 7: cl100k_base), memoized."""
+
+# DESIGN 6 / SPEC 4.8 defaults.
+PRECALL_RATIO = 0.7
+PRECALL_MIN_TOKENS = 2000
+DEFAULT_SYNC_LOCK_WAIT_S = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecallConfig:
+    """SPEC 4.8: compact when a request reaches max(window × `ratio`, `min_tokens`)
+    (never above the window): summarize synchronously, rebuild if the summary advanced."""
+
+    enabled: bool = True
+    ratio: float = PRECALL_RATIO
+    min_tokens: int = PRECALL_MIN_TOKENS
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"pre-call compaction ratio must be in (0, 1], got {self.ratio!r}")
+
+    def threshold(self, window: int) -> int:
+        return min(window, max(int(window * self.ratio), self.min_tokens))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextGovernance:
+    """What an LLM agent does about its context (DESIGN 6 defaults)."""
+
+    summaries: SummaryEngine | None = None
+    """Runs synchronous summaries; None: the agent never summarizes by itself."""
+    summary_injection: Literal["system", "user"] = "system"
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    precall: PrecallConfig = field(default_factory=PrecallConfig)
+    sync_summary_intra_run: bool = False
+    """SPEC 4.7: summarize before every model call of a run but the first."""
+    context_window: int | None = None
+    """Plan with this window instead of the model's."""
+    tokenizer: Tokenizer = TIKTOKEN
+    sync_lock_wait_s: float = DEFAULT_SYNC_LOCK_WAIT_S
+
+
+def tool_json(spec: ToolSpec) -> str:
+    return json.dumps(
+        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+        sort_keys=True, ensure_ascii=False, default=str,
+    )
+
+
+def tools_tokens(tools: Sequence[ToolSpec], tokenizer: Tokenizer = TIKTOKEN) -> int:
+    return sum(tokenizer.count_text(tool_json(t)) for t in tools)
+
+
+class ModelSummaryModel:
+    """A run-layer `Model` as the `SummaryModel` of an `LLMSummarizer`: one non-streaming
+    call, the final text (tool calls, if the model makes any, are ignored)."""
+
+    def __init__(self, model: Model, *, context_window: int | None = None) -> None:
+        self.model = model
+        self._window = context_window
+
+    @property
+    def context_window(self) -> int:
+        return self._window or self.model.info().context_window
+
+    async def complete(self, messages: Sequence[Message], *, tools: Sequence[Any] = ()) -> str:
+        request = ModelRequest(messages=tuple(messages), tools=tuple(tools), stream=False)
+        text = ""
+        async for response in self.model.generate(request):
+            if not response.partial and response.message is not None:
+                text = response.message.content
+        return text
+
+
+def llm_summarizer(
+    model: Model,
+    *,
+    context_window: int | None = None,
+    max_summary_words: int = 0,
+    cache_safe_forking: bool = False,
+    tokenizer: Tokenizer = TIKTOKEN,
+) -> LLMSummarizer:
+    return LLMSummarizer(
+        ModelSummaryModel(model, context_window=context_window),
+        name=f"llm:{model.info().name}",
+        max_summary_words=max_summary_words,
+        cache_safe_forking=cache_safe_forking,
+        tokenizer=tokenizer,
+    )
+
+
+def extractive_summarizer(*, budget_tokens: int = 512) -> ExtractiveSummarizer:
+    """The offline model's summarizer (`runs.core.llm.offline.extractive_summary`)."""
+    return ExtractiveSummarizer(extractive_summary, budget_tokens=budget_tokens, name="offline-extractive")

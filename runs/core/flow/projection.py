@@ -1,0 +1,240 @@
+"""History projection (SPEC 4.3-4.5): which ledger events a model call shows, and how.
+
+The projection of a session for a filter key is its summary block plus the events after
+the summary's boundary, with these repairs:
+
+- the active turn (the running invocation's events: its user message and everything
+  after) is always shown, even when a summary made during the run already covers it;
+- a turn whose user message the boundary hid, but whose later messages are shown, gets
+  that user message back in front of them (user anchor);
+- a tool call hidden by the boundary whose results are shown comes back as a minimal call
+  message carrying only those call ids, so calls and results stay paired;
+- results are moved to follow their call; a call without its results, or a result
+  without its call (a run cancelled in between, a window cut), turns into a plain
+  "For context:" user message that keeps its payload.
+
+The projection reads `session.events` and `session.summaries` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from sessions_app.core.events import Event, Message, filter_matches
+from sessions_app.core.session import Session, Summary, select_summary
+from sessions_app.core.summary import model_message
+
+ItemKind = Literal["event", "anchor", "restored_call", "context"]
+SummaryInjection = Literal["system", "user"]
+
+_SUMMARY_OPEN = "<summary_of_previous_interactions>"
+_SUMMARY_CLOSE = "</summary_of_previous_interactions>"
+
+
+def format_summary(text: str, mode: SummaryInjection) -> str:
+    """The summary block (SPEC 4.4): as system context, or as user-side background."""
+    if mode == "user":
+        lead = (
+            "Background from earlier in this conversation. Treat it as context only; where it "
+            "disagrees with the conversation below, the conversation is right:"
+        )
+    else:
+        lead = (
+            "A short summary of the earlier part of this conversation follows. It may be out of "
+            "date: when it disagrees with the messages after it, those messages are right."
+        )
+    return f"{lead}\n{_SUMMARY_OPEN}\n{text}\n{_SUMMARY_CLOSE}"
+
+
+def compaction_unit(event: Event) -> str:
+    """SPEC 4.6: the request an event belongs to (`req:<id>`, else `inv:<id>`, else "")."""
+    if event.request_id:
+        return f"req:{event.request_id}"
+    if event.invocation_id:
+        return f"inv:{event.invocation_id}"
+    return ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectedItem:
+    """One history message of a request and where it comes from.
+
+    `event` is the ledger event it shows (also for anchors, restored calls and context
+    messages); `compaction` names the pass that replaced its content, if any, and
+    `original_tokens` what it weighed before.
+    """
+
+    message: Message
+    kind: ItemKind
+    event: Event | None
+    active: bool = False
+    compaction: str | None = None
+    original_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Projection:
+    """The history part of a request: summary and items, plus what compaction needs."""
+
+    filter_key: str
+    summary: Summary | None
+    items: tuple[ProjectedItem, ...]
+    hidden_events: int
+    unit_order: tuple[str, ...]
+    completed_units: frozenset[str]
+    visible_after_boundary: tuple[Event, ...]
+    """The events after the boundary a model would see raw (for the raw-ledger token count)."""
+
+    @property
+    def boundary_seq(self) -> int:
+        return self.summary.last_seq if self.summary is not None else 0
+
+    def summary_block(self, mode: SummaryInjection) -> str | None:
+        return format_summary(self.summary.text, mode) if self.summary is not None else None
+
+
+def _context_text(event: Event, message: Message, *, orphan: bool) -> list[str]:
+    author = event.author or "unknown"
+    if message.role == "tool":
+        return [f"For context: [{author}] tool `{message.tool_name or 'tool'}` (call {message.tool_call_id}) returned: {message.content}"]
+    lines = [f"For context: [{author}] said: {message.content}"] if message.content else []
+    note = "; no result of it is recorded." if orphan else "."
+    lines.extend(
+        f"For context: [{author}] called tool `{call.name}` with arguments {call.arguments}{note}"
+        for call in message.tool_calls
+    )
+    return lines
+
+
+def _as_context(item: ProjectedItem, message: Message | None = None, *, orphan: bool = True) -> ProjectedItem:
+    assert item.event is not None
+    text = "\n".join(_context_text(item.event, message or item.message, orphan=orphan))
+    return dataclasses.replace(item, kind="context", message=Message(role="user", content=text))
+
+
+def _bind_results(messages: Sequence[Message]) -> dict[int, int]:
+    """Result index -> index of the call message it answers: the most recent earlier call
+    with its id still unanswered. Ids are only unique within a request, not a ledger (a
+    provider may reuse `call_1`), so results are bound by position, not by id alone."""
+    open_calls: dict[str, list[int]] = {}
+    owner: dict[int, int] = {}
+    for index, message in enumerate(messages):
+        if message.role == "tool" and message.tool_call_id is not None:
+            waiting = open_calls.get(message.tool_call_id)
+            if waiting:
+                owner[index] = waiting.pop()
+            continue
+        for call in message.tool_calls:
+            open_calls.setdefault(call.id, []).append(index)
+    return owner
+
+
+def pair_tool_calls(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
+    """Keep each tool call directly followed by its results; orphans become context.
+
+    Results are moved up to their call (SPEC 4.3 step 6). A call message keeps the calls
+    whose results exist; the others become a context message after it. A result with no
+    call before it becomes a context message where it stands. Messages before the first
+    user message become context too, so that a history always opens with the user.
+    """
+    owner = _bind_results([item.message for item in items])
+    results_of: dict[int, dict[str, int]] = {}
+    for result, call in owner.items():
+        results_of.setdefault(call, {}).setdefault(items[result].message.tool_call_id or "", result)
+    out: list[ProjectedItem] = []
+    for index, item in enumerate(items):
+        message = item.message
+        if message.role == "tool" and message.tool_call_id is not None:
+            if index not in owner:
+                out.append(_as_context(item))
+            continue  # emitted right after its call
+        if not message.tool_calls:
+            out.append(item)
+            continue
+        answered = results_of.get(index, {})
+        kept = tuple(call for call in message.tool_calls if call.id in answered)
+        orphans = tuple(call for call in message.tool_calls if call.id not in answered)
+        if not kept:
+            out.append(_as_context(item))
+            continue
+        out.append(item if not orphans else dataclasses.replace(
+            item, message=dataclasses.replace(message, tool_calls=kept)
+        ))
+        out.extend(items[answered[call.id]] for call in kept)
+        if orphans:
+            out.append(_as_context(item, Message(role="assistant", tool_calls=orphans)))
+    first_user = next((i for i, item in enumerate(out) if item.message.role == "user"), len(out))
+    return [
+        _as_context(item, orphan=False) if i < first_user and item.kind != "context" else item
+        for i, item in enumerate(out)
+    ]
+
+
+def project(
+    session: Session,
+    *,
+    filter_key: str,
+    active_invocation_id: str | None = None,
+) -> Projection:
+    """The history a model call for `filter_key` sees (see the module docstring)."""
+    summary = select_summary(session.summaries, filter_key)
+    eligible: list[tuple[Event, Message]] = []
+    last_at: dict[str, int] = {}  # compaction unit -> position of its newest event
+    completed: set[str] = set()
+    for position, event in enumerate(session.events):
+        if not filter_matches(event.filter_key, filter_key):
+            continue
+        unit = compaction_unit(event)
+        if unit:
+            last_at[unit] = position
+            if event.done:
+                completed.add(unit)
+        message = model_message(event)
+        if message is not None:
+            eligible.append((event, message))
+    active = [active_invocation_id is not None and e.invocation_id == active_invocation_id for e, _ in eligible]
+    beyond = [summary is None or not summary.covers(e) for e, _ in eligible]
+    covered = [not (b or a) for b, a in zip(beyond, active, strict=True)]
+
+    # Hidden calls whose results are shown come back with just those call ids.
+    owner = _bind_results([m for _, m in eligible])
+    needed_calls: dict[int, set[str]] = {}
+    for result, call in owner.items():
+        if not covered[result] and covered[call]:
+            needed_calls.setdefault(call, set()).add(eligible[result][1].tool_call_id or "")
+    # Turns with shown messages but no shown user message of their own need an anchor.
+    anchored_turns = {e.invocation_id for (e, m), c in zip(eligible, covered, strict=True) if not c and e.invocation_id and m.role != "user"}
+    anchored_turns -= {e.invocation_id for (e, m), c in zip(eligible, covered, strict=True) if not c and m.role == "user"}
+    last_hidden_user = {
+        e.invocation_id: e.id
+        for (e, m), c in zip(eligible, covered, strict=True)
+        if c and m.role == "user" and e.invocation_id in anchored_turns
+    }
+
+    items: list[ProjectedItem] = []
+    hidden = 0
+    for index, (event, message) in enumerate(eligible):
+        if not covered[index]:
+            items.append(ProjectedItem(message=message, kind="event", event=event, active=active[index]))
+        elif message.role == "user" and last_hidden_user.get(event.invocation_id) == event.id:
+            items.append(ProjectedItem(message=message, kind="anchor", event=event))
+        elif index in needed_calls:
+            needed = tuple(c for c in message.tool_calls if c.id in needed_calls[index])
+            items.append(ProjectedItem(
+                message=Message(role="assistant", tool_calls=needed), kind="restored_call", event=event
+            ))
+        else:
+            hidden += 1
+    units = tuple(sorted(last_at, key=last_at.__getitem__))
+    return Projection(
+        filter_key=filter_key,
+        summary=summary,
+        items=tuple(pair_tool_calls(items)),
+        hidden_events=hidden,
+        unit_order=units,
+        completed_units=frozenset(completed),
+        visible_after_boundary=tuple(e for (e, _), b in zip(eligible, beyond, strict=True) if b),
+    )

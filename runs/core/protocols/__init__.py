@@ -1,0 +1,1 @@
+"""Protocol adapters that need no Django: event translators for AG-UI (and later A2A)."""

@@ -1,0 +1,387 @@
+"""AG-UI: our events as Agent-User Interaction protocol events (SPEC 12.1).
+
+`AguiTranslator` holds the state of one consumer (an SSE response, one websocket) and
+turns each `Event` of a session into `ag_ui.core` events:
+
+| our event | AG-UI |
+| --- | --- |
+| first event of a run | RUN_STARTED (threadId = session id, runId = run id), once |
+| `chat.completion.chunk` delta | STEP_STARTED `model` and TEXT_MESSAGE_START (messageId = the `message_id` extension) on the first delta, then TEXT_MESSAGE_CONTENT |
+| `chat.completion` (complete) | closes its text stream with TEXT_MESSAGE_END (sending the text the deltas did not carry), or START+CONTENT+END when nothing was streamed (replay from the ledger); tool calls: close text streams, TOOL_CALL_START/ARGS/END per call (parentMessageId = the message); STEP_FINISHED `model` |
+| `tool.response` | STEP_STARTED <tool name>, TOOL_CALL_RESULT (messageId = event id), STATE_DELTA, STEP_FINISHED <tool name> |
+| state delta | STATE_DELTA: JSON Patch `add` for a new key, `replace` for a known one |
+| `extensions["artifact"]` | CUSTOM `agentsite.artifact` |
+| `error` | close open streams and steps, RUN_ERROR (message, code = error type) |
+| `runner.completion` | close open streams and steps; RUN_FINISHED (cancelled: outcome `cancelled`); failed or interrupted: RUN_ERROR unless one was sent |
+| user message (only with `include_user_messages`) | TEXT_MESSAGE_START/CONTENT/END, role `user`, messageId = event id |
+
+Every id goes out once per translator: an event fed twice (a retry, replay overlapping
+live), a delta that arrives after its complete message, a tool call or result seen again in
+another segment, all translate to nothing new. Nothing follows a run's RUN_FINISHED or
+RUN_ERROR. Events derived from a ledger event carry `metadata.seq`, the event's seq, so a
+client knows where to resume. Plain Python on purpose: no Django in here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    CustomEvent,
+    FunctionCall,
+    MessagesSnapshotEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCall,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UserMessage,
+)
+
+from sessions_app.core.events import Event
+
+MODEL_STEP = "model"
+"""The step name of a model call; a tool result's step is named after its tool."""
+ARTIFACT_EVENT = "agentsite.artifact"
+"""CUSTOM event name for an event that carries `extensions["artifact"]`."""
+
+
+def json_pointer_token(key: str) -> str:
+    """RFC 6901: `~` becomes `~0` and `/` becomes `~1` (in that order)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(kw_only=True)
+class _Run:
+    run_id: str
+    started: bool = False
+    ended: bool = False
+    open_text: list[str] = field(default_factory=list)
+    model_step: str | None = None  # the message id whose model step is open
+
+
+class AguiTranslator:
+    """Translates the events of one session (one or more runs) for one consumer."""
+
+    def __init__(self, *, thread_id: str, include_user_messages: bool = False) -> None:
+        self.thread_id = thread_id
+        self.include_user_messages = include_user_messages
+        self._runs: dict[str, _Run] = {}
+        self._seen_events: set[str] = set()
+        self._streamed: dict[str, str] = {}  # message id -> text sent so far, while open
+        self._ended_text: set[str] = set()
+        self._done_steps: set[str] = set()  # message ids whose model step finished
+        self._tool_calls: dict[str, str] = {}  # tool call id -> tool name
+        self._results: set[str] = set()  # tool call ids whose result went out
+        self._state_keys: set[str] = set()
+
+    # -- public API ---------------------------------------------------------------------
+
+    def run_started(self, run_id: str, *, timestamp: int | None = None) -> list[BaseEvent]:
+        """RUN_STARTED for `run_id`, unless this translator already started it."""
+        run = self._run(run_id)
+        if run.started or run.ended:
+            return []
+        run.started = True
+        stamp = timestamp if timestamp is not None else _millis(datetime.now(UTC))
+        return [RunStartedEvent(thread_id=self.thread_id, run_id=run_id, timestamp=stamp)]
+
+    def resume_run(self, run_id: str) -> None:
+        """Treat `run_id` as started without sending RUN_STARTED (the client has seen it)."""
+        self._run(run_id).started = True
+
+    def is_finished(self, run_id: str) -> bool:
+        run = self._runs.get(run_id)
+        return run is not None and run.ended
+
+    def translate(self, event: Event, *, run_id: str | None = None) -> list[BaseEvent]:
+        """The AG-UI events for one of our events (possibly none).
+
+        `run_id` names the run the event belongs to; without it the run is taken from the
+        event (`extensions["run_id"]`, else its request id).
+        """
+        if event.id in self._seen_events:
+            return []
+        self._seen_events.add(event.id)
+        rid = run_id or str(event.extensions.get("run_id") or event.request_id or event.invocation_id or event.id)
+        run = self._run(rid)
+        if run.ended:
+            return []
+        stamp = _millis(event.created_at)
+        out: list[BaseEvent] = list(self.run_started(rid, timestamp=stamp))
+        terminal: list[BaseEvent] = []
+        state_done = False
+        message = event.message
+        if event.is_runner_completion:
+            terminal = self._completion(run, event)
+        elif event.is_error:
+            error = event.error
+            terminal = [RunErrorEvent(
+                message=error.message if error is not None else (event.text or "the run failed"),
+                code=error.type if error is not None else "error",
+            )]
+        elif message is None:
+            pass
+        elif event.partial:
+            if message.role == "assistant":
+                out.extend(self._delta(run, event))
+        elif message.role == "user":
+            if self.include_user_messages and message.content:
+                out.extend([
+                    TextMessageStartEvent(message_id=event.id, role="user"),
+                    TextMessageContentEvent(message_id=event.id, delta=message.content),
+                    TextMessageEndEvent(message_id=event.id),
+                ])
+        elif message.role == "tool" and message.tool_call_id:
+            out.extend(self._tool_result(run, event))
+            state_done = True
+        elif message.role == "assistant":
+            out.extend(self._assistant(run, event))
+        if event.state_delta and not state_done:
+            out.extend(self._state_delta(event.state_delta))
+        artifact = event.extensions.get("artifact")
+        if artifact is not None:
+            # Artifacts arrive with the artifact service; this is the hook their events use.
+            out.append(CustomEvent(name=ARTIFACT_EVENT, value=artifact))
+        if terminal:
+            out.extend(self._close(run))
+            out.extend(terminal)
+            run.ended = True
+        return self._stamped(out, stamp=stamp, seq=event.seq)
+
+    def tool_result(self, *, run_id: str, message_id: str, tool_call_id: str, content: str) -> list[BaseEvent]:
+        """TOOL_CALL_RESULT for a result the client sent in (client-side tools), once."""
+        run = self._run(run_id)
+        if run.ended or tool_call_id in self._results:
+            return []
+        self._results.add(tool_call_id)
+        out = list(self.run_started(run_id))
+        out.append(ToolCallResultEvent(message_id=message_id, tool_call_id=tool_call_id, content=content, role="tool"))
+        return out
+
+    def finish(self, run_id: str, *, error: tuple[str, str] | None = None) -> list[BaseEvent]:
+        """End a run whose completion event will not come (a stream cut short): close what is
+        open, then RUN_FINISHED, or RUN_ERROR with `error` = (code, message)."""
+        run = self._run(run_id)
+        if run.ended:
+            return []
+        out = list(self.run_started(run_id))
+        out.extend(self._close(run))
+        if error is None:
+            out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=run_id))
+        else:
+            out.append(RunErrorEvent(code=error[0], message=error[1]))
+        run.ended = True
+        return out
+
+    def state_snapshot(self, state: Mapping[str, Any]) -> StateSnapshotEvent:
+        """STATE_SNAPSHOT of the session state; later deltas are relative to it."""
+        self._state_keys = set(state)
+        return StateSnapshotEvent(snapshot=dict(state))
+
+    # -- pieces -----------------------------------------------------------------------------
+
+    def _run(self, run_id: str) -> _Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = _Run(run_id=run_id)
+        return run
+
+    @staticmethod
+    def _stamped(events: list[BaseEvent], *, stamp: int, seq: int | None) -> list[BaseEvent]:
+        for item in events:
+            if item.timestamp is None:
+                item.timestamp = stamp
+            if seq is not None:
+                item.metadata = {**(item.metadata or {}), "seq": seq}
+        return events
+
+    def _open_step(self, run: _Run, message_id: str) -> list[BaseEvent]:
+        if message_id in self._done_steps or run.model_step == message_id:
+            return []
+        out = self._close_step(run)
+        run.model_step = message_id
+        out.append(StepStartedEvent(step_name=MODEL_STEP))
+        return out
+
+    def _close_step(self, run: _Run) -> list[BaseEvent]:
+        if run.model_step is None:
+            return []
+        self._done_steps.add(run.model_step)
+        run.model_step = None
+        return [StepFinishedEvent(step_name=MODEL_STEP)]
+
+    def _close_text(self, run: _Run) -> list[BaseEvent]:
+        out: list[BaseEvent] = []
+        for message_id in run.open_text:
+            self._streamed.pop(message_id, None)
+            self._ended_text.add(message_id)
+            out.append(TextMessageEndEvent(message_id=message_id))
+        run.open_text.clear()
+        return out
+
+    def _close(self, run: _Run) -> list[BaseEvent]:
+        return self._close_text(run) + self._close_step(run)
+
+    def _open_text(self, run: _Run, message_id: str) -> list[BaseEvent]:
+        self._streamed[message_id] = ""
+        run.open_text.append(message_id)
+        return [TextMessageStartEvent(message_id=message_id, role="assistant")]
+
+    def _end_text(self, run: _Run, message_id: str) -> list[BaseEvent]:
+        self._streamed.pop(message_id, None)
+        self._ended_text.add(message_id)
+        if message_id in run.open_text:
+            run.open_text.remove(message_id)
+        return [TextMessageEndEvent(message_id=message_id)]
+
+    @staticmethod
+    def _message_id(event: Event) -> str:
+        return str(event.extensions.get("message_id") or event.id)
+
+    def _delta(self, run: _Run, event: Event) -> list[BaseEvent]:
+        message_id = str(event.extensions.get("message_id") or event.invocation_id or event.id)
+        delta = event.text
+        if not delta or message_id in self._ended_text:
+            return []
+        out: list[BaseEvent] = []
+        if message_id not in self._streamed:
+            out.extend(self._open_step(run, message_id))
+            out.extend(self._open_text(run, message_id))
+        self._streamed[message_id] += delta
+        out.append(TextMessageContentEvent(message_id=message_id, delta=delta))
+        return out
+
+    def _assistant(self, run: _Run, event: Event) -> list[BaseEvent]:
+        assert event.message is not None
+        message = event.message
+        message_id = self._message_id(event)
+        out: list[BaseEvent] = []
+        if message_id not in self._ended_text and (message.content or message_id in self._streamed):
+            if message_id not in self._streamed:  # nothing was streamed: the whole message now
+                out.extend(self._open_step(run, message_id))
+                out.extend(self._open_text(run, message_id))
+            streamed = self._streamed[message_id]
+            if len(message.content) > len(streamed) and message.content.startswith(streamed):
+                out.append(TextMessageContentEvent(message_id=message_id, delta=message.content[len(streamed):]))
+            out.extend(self._end_text(run, message_id))
+        calls = [call for call in message.tool_calls if call.id not in self._tool_calls]
+        if calls:
+            out.extend(self._close_text(run))
+            out.extend(self._open_step(run, message_id))
+            for call in calls:
+                self._tool_calls[call.id] = call.name
+                out.append(ToolCallStartEvent(tool_call_id=call.id, tool_call_name=call.name, parent_message_id=message_id))
+                if call.arguments:
+                    out.append(ToolCallArgsEvent(tool_call_id=call.id, delta=call.arguments))
+                out.append(ToolCallEndEvent(tool_call_id=call.id))
+        if run.model_step == message_id:
+            out.extend(self._close_step(run))
+        return out
+
+    def _tool_result(self, run: _Run, event: Event) -> list[BaseEvent]:
+        assert event.message is not None and event.message.tool_call_id is not None
+        message = event.message
+        call_id = message.tool_call_id
+        if call_id in self._results:
+            return []
+        self._results.add(call_id)
+        name = message.tool_name or self._tool_calls.get(call_id) or "tool"
+        out = self._close(run)
+        out.append(StepStartedEvent(step_name=name))
+        out.append(ToolCallResultEvent(message_id=event.id, tool_call_id=call_id, content=message.content, role="tool"))
+        if event.state_delta:
+            out.extend(self._state_delta(event.state_delta))
+        out.append(StepFinishedEvent(step_name=name))
+        return out
+
+    def _state_delta(self, delta: Mapping[str, Any]) -> list[BaseEvent]:
+        operations: list[dict[str, Any]] = []
+        for key, value in delta.items():
+            op = "replace" if key in self._state_keys else "add"
+            operations.append({"op": op, "path": "/" + json_pointer_token(str(key)), "value": value})
+            self._state_keys.add(key)
+        return [StateDeltaEvent(delta=operations)] if operations else []
+
+    def _completion(self, run: _Run, event: Event) -> list[BaseEvent]:
+        status = str(event.extensions.get("status") or "completed")
+        if status == "completed":
+            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id)]
+        if status == "cancelled":
+            # SPEC 12.1: an explicit cancel ends the run with RUN_FINISHED, not RUN_ERROR.
+            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id, outcome=RunFinishedCancelledOutcome())]
+        error = event.error
+        return [RunErrorEvent(
+            message=error.message if error is not None else f"the run ended as {status!r}",
+            code=error.type if error is not None else status,
+        )]
+
+
+def messages_snapshot(events: Iterable[Event]) -> MessagesSnapshotEvent:
+    """MESSAGES_SNAPSHOT of a ledger (complete events, oldest first), for history reload.
+
+    User messages and tool results keep their event ids; an assistant message takes its
+    message id, the id its live TEXT_MESSAGE_* events used, so a client can match both.
+    """
+    messages: list[Any] = []
+    assistants: dict[str, AssistantMessage] = {}
+    calls_seen: set[str] = set()
+    results_seen: set[str] = set()
+    for event in events:
+        message = event.message
+        if event.partial or event.is_runner_completion or message is None:
+            continue
+        if message.role == "user":
+            messages.append(UserMessage(id=event.id, content=message.content))
+        elif message.role == "tool" and message.tool_call_id:
+            if message.tool_call_id in results_seen:
+                continue
+            results_seen.add(message.tool_call_id)
+            messages.append(ToolMessage(id=event.id, content=message.content, tool_call_id=message.tool_call_id))
+        elif message.role == "assistant":
+            message_id = str(event.extensions.get("message_id") or event.id)
+            calls = [
+                ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+                for c in message.tool_calls
+                if c.id not in calls_seen
+            ]
+            calls_seen.update(c.id for c in calls)
+            known = assistants.get(message_id)
+            if known is not None:
+                if calls:
+                    known.tool_calls = [*(known.tool_calls or []), *calls]
+                if message.content and not known.content:
+                    known.content = message.content
+                continue
+            built = AssistantMessage(id=message_id, content=message.content or None, tool_calls=calls or None)
+            assistants[message_id] = built
+            messages.append(built)
+    return MessagesSnapshotEvent(messages=messages)
+
+
+def text_of(content: str | Sequence[Any]) -> str:
+    """The text of AG-UI message content: a string, or the text parts of a part list."""
+    if isinstance(content, str):
+        return content
+    return "".join(getattr(part, "text", "") or "" for part in content if getattr(part, "type", None) == "text")

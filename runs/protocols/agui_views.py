@@ -1,0 +1,420 @@
+"""AG-UI over HTTP: `POST /agui/<agent>` streams a run as AG-UI events (SPEC 12.1, DESIGN 5).
+
+In: a `RunAgentInput` (camelCase JSON). `threadId` is the session id: the caller's own
+session, or a new one with that id. The last message is the run's input: a `user` message
+(its text), or a trailing run of `tool` messages, the results of client-side tools, which
+answer tool calls of the thread that have no result yet; they go into the ledger and the
+agent continues with them. `tools`, `state`, `context` and `forwardedProps` are accepted
+and not used: the agent brings its own tools and state.
+
+Out: `text/event-stream` of AG-UI events, encoded with `ag_ui.encoder.EventEncoder`:
+RUN_STARTED, TOOL_CALL_RESULT for each tool message sent in, then the run translated by
+`AguiTranslator`, ending with RUN_FINISHED (completed or cancelled) or RUN_ERROR (failed,
+or stopped after `AGENTSITE_AGUI_RUN_TIMEOUT_S`). The run is detached from the request: a
+client that goes away does not stop it. One active run per thread: a second POST while one
+runs answers 409.
+
+`POST /agui/<agent>/cancel` `{"threadId", "runId"?}` cancels the thread's active run (in
+whichever process runs it); its stream then ends with RUN_FINISHED.
+
+Errors before the stream starts use the API envelope `{"error": {"code", "message",
+"field"?}}`: 401 without credentials, 403 for a cookie without CSRF token, 404 for an
+unknown agent or someone else's thread, 409 for a second active run, 422 for an input that
+is not a valid `RunAgentInput` (the field is named, dotted and camelCase).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
+from ag_ui.encoder import EventEncoder
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.request import Request
+
+from agentsite.composition import run_manager
+from agentsite.errors import envelope
+from runs import models as run_orm
+from runs.auth import BearerTokenAuthentication
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from runs.core.invocation import RunOptions
+from runs.core.manager import RunManager
+from runs.core.protocols.agui import AguiTranslator, text_of
+from runs.core.records import RunRecord
+from runs.core.runner import RunHandle, Runner
+from runs.fanout import request_cancel
+from sessions_app import selectors as session_selectors
+from sessions_app.backends import db_call
+from sessions_app.core.events import Event, EventError, Message
+from sessions_app.core.session import SessionNotFoundError
+
+_LIVE = ("queued", "running")
+_SESSION_ID_MAX = 64
+_MESSAGE_ROLES = {"developer", "system", "assistant", "user", "tool", "activity", "reasoning"}
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Threads whose run is being started right now, on the run loop (one loop, no lock needed):
+# closes the gap between "no active run in the database" and the new run's row.
+_starting: set[str] = set()
+
+
+class AguiRequestError(Exception):
+    """An error answered before the stream starts, in the API envelope."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+    def response(self) -> JsonResponse:
+        return JsonResponse(envelope(self.code, self.message, self.field), status=self.status)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AguiTurn:
+    """What a RunAgentInput asks for: a user message, or client-side tool results."""
+
+    thread_id: str
+    client_run_id: str
+    text: str | None = None
+    tool_messages: tuple[ToolMessage, ...] = ()
+    tool_indexes: tuple[int, ...] = ()  # their positions in `messages`, to name a bad field
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+def _authenticate_sync(request: HttpRequest) -> Any:
+    """DRF's bearer-token, then session authentication (which enforces CSRF); None when
+    the request carries neither."""
+    wrapped = Request(request)
+    for authenticator in (BearerTokenAuthentication(), SessionAuthentication()):
+        found = authenticator.authenticate(wrapped)
+        if found is not None:
+            return found[0]
+    return None
+
+
+async def authenticate(request: HttpRequest) -> Any:
+    """The authenticated user, or raise `AguiRequestError` (401, or 403 for a missing CSRF token)."""
+    try:
+        user = await sync_to_async(_authenticate_sync, thread_sensitive=False)(request)
+    except exceptions.AuthenticationFailed as exc:
+        raise AguiRequestError(401, "authentication_failed", str(exc.detail)) from None
+    except exceptions.PermissionDenied as exc:
+        raise AguiRequestError(403, "permission_denied", str(exc.detail)) from None
+    if user is None:
+        raise AguiRequestError(
+            401, "not_authenticated", "authentication credentials were not provided: send 'Authorization: Bearer <token>'"
+        )
+    return user
+
+
+# -- input -------------------------------------------------------------------------------------
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    """pydantic's error location as a dotted camelCase path, without union tags
+    (`("messages", 0, "tool", "toolCallId")` -> `messages.0.toolCallId`)."""
+    parts: list[str] = []
+    previous: int | str | None = None
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(str(item))
+        elif _FIELD.match(item) and item not in _TYPE_TAGS and not (isinstance(previous, int) and item in _MESSAGE_ROLES):
+            parts.append(item)
+        previous = item
+    return ".".join(parts)
+
+
+def _invalid(message: str, field: str | None) -> AguiRequestError:
+    return AguiRequestError(422, "invalid_input", message, field)
+
+
+def _load_json(request: HttpRequest) -> Any:
+    try:
+        return json.loads(request.body or b"")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AguiRequestError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
+
+
+def parse_run_input(body: Any) -> AguiTurn:
+    """Validate a RunAgentInput and find the run's input in it (SPEC 12.1 input parsing)."""
+    if not isinstance(body, dict):
+        raise _invalid("the body must be a JSON object (a RunAgentInput)", None)
+    try:
+        run_input = RunAgentInput.model_validate(body)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = _field_path(first["loc"])
+        raise _invalid(f"{field or 'input'}: {first['msg']}", field or None) from None
+    thread_id = run_input.thread_id
+    if not thread_id.strip() or len(thread_id) > _SESSION_ID_MAX:
+        raise _invalid(f"threadId must be 1 to {_SESSION_ID_MAX} characters, got {thread_id!r}", "threadId")
+    messages = run_input.messages
+    if not messages:
+        raise _invalid("messages must not be empty", "messages")
+    last_index = len(messages) - 1
+    last = messages[last_index]
+    if isinstance(last, UserMessage):
+        text = _text(last.content, last_index)
+        if not text.strip():
+            raise _invalid("the last user message is empty", f"messages.{last_index}.content")
+        limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+        if len(text) > limit:
+            raise _invalid(f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content")
+        return AguiTurn(thread_id=thread_id, client_run_id=run_input.run_id, text=text)
+    if isinstance(last, ToolMessage):
+        start = last_index
+        while start > 0 and isinstance(messages[start - 1], ToolMessage):
+            start -= 1
+        tools: list[ToolMessage] = []
+        for index in range(start, last_index + 1):
+            tool = messages[index]
+            assert isinstance(tool, ToolMessage)
+            if not tool.tool_call_id.strip():
+                raise _invalid("a tool message needs its toolCallId", f"messages.{index}.toolCallId")
+            _text(tool.content, index)
+            tools.append(tool)
+        return AguiTurn(
+            thread_id=thread_id, client_run_id=run_input.run_id, tool_messages=tuple(tools),
+            tool_indexes=tuple(range(start, last_index + 1)),
+        )
+    raise _invalid(
+        f"the last message must have role 'user' or 'tool', got {last.role!r}", f"messages.{last_index}.role"
+    )
+
+
+def _text(content: Any, index: int) -> str:
+    if isinstance(content, list) and any(getattr(part, "type", None) != "text" for part in content):
+        raise _invalid("only text content is supported", f"messages.{index}.content")
+    return text_of(content)
+
+
+# -- the thread and its runs ----------------------------------------------------------------
+
+
+def _active_run_sync(user_id: int, thread_id: str, run_id: str | None) -> RunRecord | None:
+    from runs.backends import record_from_row
+
+    rows = run_orm.Run.objects.filter(session_id=thread_id, user_id=user_id, status__in=_LIVE)
+    if run_id:
+        rows = rows.filter(pk=run_id)
+    row = rows.order_by("-created_at").first()
+    return record_from_row(row) if row is not None else None
+
+
+async def active_run(user: Any, thread_id: str, run_id: str | None = None) -> RunRecord | None:
+    """The thread's run that is queued or running (in any process), if any."""
+    return await db_call(_active_run_sync)(user.pk, thread_id, run_id)
+
+
+async def _check_thread(user: Any, thread_id: str) -> None:
+    """404 when the thread belongs to someone else; a new id is fine (the run creates it)."""
+    owned = await db_call(session_selectors.session_get)(user=user, session_id=thread_id)
+    if owned is None and await db_call(session_selectors.session_exists)(session_id=thread_id):
+        raise AguiRequestError(404, "not_found", f"thread {thread_id!r} not found", "threadId")
+
+
+async def _check_agent(manager: RunManager, agent: str) -> None:
+    async def check(runner: Runner) -> None:
+        runner.agent(agent)
+
+    try:
+        await manager.acall(check)
+    except AgentNotFoundError:
+        raise AguiRequestError(404, "unknown_agent", f"agent {agent!r} not found", "agent") from None
+
+
+@dataclass(kw_only=True)
+class _Deadline:
+    expired: bool = False
+
+
+async def _stop_at_deadline(runner: Runner, handle: RunHandle, timeout_s: float, deadline: _Deadline) -> None:
+    """SPEC 12.1: an AG-UI run has a deadline (1 h by default) even with nobody watching."""
+    try:
+        await asyncio.wait_for(handle.wait(), timeout_s)
+    except TimeoutError:
+        deadline.expired = True
+        runner.cancel(handle.run_id)
+
+
+# -- views --------------------------------------------------------------------------------------
+
+
+def _method_not_allowed(request: HttpRequest) -> JsonResponse:
+    response = JsonResponse(envelope("method_not_allowed", f"method {request.method!r} not allowed; use POST"), status=405)
+    response["Allow"] = "POST"
+    return response
+
+
+@dataclass(kw_only=True)
+class _Started:
+    """A run this view started, and where to reach it (the run loop may be another's)."""
+
+    record: RunRecord
+    runner: Runner
+    loop: asyncio.AbstractEventLoop
+    state: dict[str, Any]
+
+
+@csrf_exempt  # bearer tokens need no CSRF; session authentication enforces it (DRF)
+async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
+    """`POST /agui/<agent>`: run the agent and stream the run as AG-UI server-sent events."""
+    if request.method != "POST":
+        return _method_not_allowed(request)
+    manager = run_manager()
+    try:
+        user = await authenticate(request)
+        turn = parse_run_input(_load_json(request))
+        await _check_agent(manager, agent)
+        await _check_thread(user, turn.thread_id)
+        listener, events = manager.bridge()
+        deadline = _Deadline()
+        timeout_s = float(settings.AGENTSITE_AGUI_RUN_TIMEOUT_S)
+        tool_results = [
+            Message(role="tool", content=text_of(t.content), tool_call_id=t.tool_call_id) for t in turn.tool_messages
+        ]
+
+        async def start(runner: Runner) -> _Started:
+            # Claimed before the first await, so a concurrent start of this thread sees it.
+            busy = AguiRequestError(409, "run_active", f"thread {turn.thread_id!r} already has an active run", "threadId")
+            if turn.thread_id in _starting:
+                raise busy
+            _starting.add(turn.thread_id)
+            try:
+                if await active_run(user, turn.thread_id) is not None:
+                    raise busy
+                handle = await runner.start(
+                    user_id=str(user.pk),
+                    message=turn.text,
+                    tool_results=tool_results,
+                    session_id=turn.thread_id,
+                    agent=agent,
+                    options=RunOptions(metadata={"agui_run_id": turn.client_run_id}),
+                    listeners=[listener],
+                )
+            finally:
+                _starting.discard(turn.thread_id)
+            runner.spawn(_stop_at_deadline(runner, handle, timeout_s, deadline), name=f"agui-deadline-{handle.run_id}")
+            return _Started(
+                record=handle.record, runner=runner, loop=asyncio.get_running_loop(),
+                state=dict(handle.invocation.session.state),
+            )
+
+        try:
+            started = await manager.acall(start)
+        except SessionNotFoundError as exc:
+            raise AguiRequestError(404, "not_found", str(exc), "threadId") from None
+        except DuplicateRequestError as exc:
+            raise AguiRequestError(409, "duplicate_request", str(exc)) from None
+        except UsageError as exc:
+            raise _invalid(str(exc), _tool_field(turn, str(exc))) from None
+    except AguiRequestError as exc:
+        return exc.response()
+    encoder = EventEncoder(accept=request.headers.get("Accept", ""))
+    response = StreamingHttpResponse(
+        _stream(manager, started, turn, events, listener, deadline, encoder), content_type=encoder.get_content_type()
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies must pass each event on at once
+    return response
+
+
+def _tool_field(turn: AguiTurn, message: str) -> str | None:
+    """The input field a refused tool result is about (the runner names the call id)."""
+    for index, tool in zip(turn.tool_indexes, turn.tool_messages, strict=True):
+        if repr(tool.tool_call_id) in message:
+            return f"messages.{index}.toolCallId"
+    return "messages" if turn.tool_messages else None
+
+
+async def _stream(
+    manager: RunManager,
+    started: _Started,
+    turn: AguiTurn,
+    events: AsyncIterator[Event],
+    listener: Any,
+    deadline: _Deadline,
+    encoder: EventEncoder,
+) -> AsyncIterator[str]:
+    record = started.record
+    run_id = record.id
+    translator = AguiTranslator(thread_id=record.session_id)
+    try:
+        for item in translator.run_started(run_id):
+            yield encoder.encode(item)
+        if started.state:
+            # The thread's state as the run starts; the run's STATE_DELTAs apply to it.
+            yield encoder.encode(translator.state_snapshot(started.state))
+        for tool in turn.tool_messages:
+            for item in translator.tool_result(
+                run_id=run_id, message_id=tool.id, tool_call_id=tool.tool_call_id, content=text_of(tool.content)
+            ):
+                yield encoder.encode(item)
+        async for event in events:
+            if event.is_runner_completion and deadline.expired and event.extensions.get("status") == "cancelled":
+                event = event.replace(
+                    extensions={**event.extensions, "status": "failed"},
+                    error=EventError(type="timeout", message=f"the run exceeded {settings.AGENTSITE_AGUI_RUN_TIMEOUT_S}s"),
+                )
+            for item in translator.translate(event, run_id=run_id):
+                yield encoder.encode(item)
+        if not translator.is_finished(run_id):
+            # The completion event never reached us (it could not be emitted in time).
+            final = await manager.await_run(run_id, 5.0) or record
+            error = None
+            if final.status not in ("completed", "cancelled"):
+                details = final.error or {}
+                error = (str(details.get("type") or final.status), str(details.get("message") or f"the run ended as {final.status!r}"))
+            for item in translator.finish(run_id, error=error):
+                yield encoder.encode(item)
+    finally:
+        # A client that went away stops listening; the run itself goes on (detached).
+        with contextlib.suppress(RuntimeError):  # the run loop is closed (shutting down)
+            started.loop.call_soon_threadsafe(started.runner.remove_listener, run_id, listener)
+
+
+@csrf_exempt
+async def agui_cancel(request: HttpRequest, agent: str) -> HttpResponse:
+    """`POST /agui/<agent>/cancel` `{"threadId", "runId"?}`: cancel the thread's active run."""
+    if request.method != "POST":
+        return _method_not_allowed(request)
+    manager = run_manager()
+    try:
+        user = await authenticate(request)
+        body = _load_json(request)
+        if not isinstance(body, dict):
+            raise _invalid("the body must be a JSON object", None)
+        thread_id = body.get("threadId")
+        if not isinstance(thread_id, str) or not thread_id.strip():
+            raise _invalid("threadId must be a non-empty string", "threadId")
+        run_id = body.get("runId")
+        if run_id is not None and not isinstance(run_id, str):
+            raise _invalid("runId must be a string", "runId")
+        await _check_agent(manager, agent)
+        owned = await db_call(session_selectors.session_get)(user=user, session_id=thread_id)
+        if owned is None:
+            raise AguiRequestError(404, "not_found", f"thread {thread_id!r} not found", "threadId")
+        record = await active_run(user, thread_id, run_id or None)
+        if record is None:
+            what = f"run {run_id!r} of thread {thread_id!r}" if run_id else f"thread {thread_id!r}"
+            raise AguiRequestError(404, "run_not_found", f"no active run on {what}", "runId" if run_id else "threadId")
+    except AguiRequestError as exc:
+        return exc.response()
+    target = record.id
+    await manager.acall(lambda runner: request_cancel(runner, target))
+    return JsonResponse({"threadId": thread_id, "runId": target, "status": "cancelling"}, status=202)

@@ -1,0 +1,1103 @@
+"""Rolling session summaries (SPEC 2.4, 3): summarizers, trigger checks, the algorithm, jobs.
+
+A summary stands for the events of one filter key up to a boundary (the last event it
+includes). `summarize_session` rolls it forward: the previous summary, as a system line,
+plus only the events after its boundary go to a `Summarizer`; the new text and the new
+boundary are written together, and only after a non-empty result. Anything else (no
+summarizer, no new events, trigger not met, empty text, an error) leaves both as they were.
+Writes go through `SessionService.advance_summary`, which refuses to move a boundary
+backwards, and each (session, filter key) has one summariser at a time (`SummaryLock`).
+
+Jobs: the Runner enqueues a `SummaryJob` after persisting a final answer or a tool result
+(`should_enqueue_summary`, SPEC 1.8) on a `SummaryScheduler`: `InProcessSummaryScheduler`
+here (asyncio tasks, in order per session), a Celery one in `sessions_app.tasks`. A job is
+idempotent for its (session, filter key, last seq): once a summary covers that seq, it does
+nothing.
+
+Plain Python: the model and the token counter are injected (`SummaryModel`, `Tokenizer`),
+so this module depends on neither Django nor the run layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from sessions_app.core.events import Event, Message, ToolCall, filter_matches, new_id, utcnow
+from sessions_app.core.session import (
+    Session,
+    SessionKey,
+    SessionNotFoundError,
+    SessionService,
+    Summary,
+    SummaryBoundary,
+)
+
+logger = logging.getLogger(__name__)
+
+FULL_SESSION = ""
+"""The filter key of the whole-session summary (SPEC 2.1)."""
+
+# SPEC 3.4 / 3.5 / 14 defaults.
+FALLBACK_CONTEXT_WINDOW = 8192
+SUMMARY_BUDGET_RATIO = 0.7
+SUMMARY_RETRY_RATIO = 0.5
+CONTEXT_THRESHOLD_RATIO = 0.5
+CONTEXT_THRESHOLD_MIN_TOKENS = 2000
+DEFAULT_MAX_EVENTS = 2000
+"""Most events one summary run reads after the boundary; the rest wait for the next run."""
+DEFAULT_LOCK_WAIT_S = 30.0
+DEFAULT_JOB_TIMEOUT_S = 60.0
+
+
+# -- tokens and the model-visible form of events ------------------------------------------
+
+
+def _approx_text(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+def _approx_message(message: Message) -> int:
+    total = 3 + _approx_text(message.content)
+    for call in message.tool_calls:
+        total += _approx_text(call.name) + _approx_text(call.arguments) + 3
+    return total
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tokenizer:
+    """How tokens are counted. The run layer injects tiktoken's (`runs.core.tokens`); the
+    default here is SPEC's estimate, characters / 4."""
+
+    count_text: Callable[[str], int] = _approx_text
+    count_message: Callable[[Message], int] = _approx_message
+
+    def count_messages(self, messages: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+
+APPROX_TOKENIZER = Tokenizer()
+
+
+def model_message(event: Event) -> Message | None:
+    """The message a model is shown for a ledger event, or None when it shows nothing.
+
+    Streaming deltas, completion markers, system rows and events without content show
+    nothing; an error without content shows as `type: <t>, message: <m>` (SPEC 1.12).
+    """
+    if event.partial or event.is_runner_completion:
+        return None
+    message = event.message
+    if message is None or not message.has_payload:
+        if event.error is not None:
+            return Message(role="assistant", content=f"type: {event.error.type}, message: {event.error.message}")
+        return None
+    if message.role == "system":
+        return None
+    return message
+
+
+def conversation_lines(event: Event) -> list[str]:
+    """An event as transcript lines for a summarizer (SPEC 3.4): `<author>: <text>`, a line
+    per tool call, `[<tool> returned: <content>]` for a result; nothing when empty."""
+    message = model_message(event)
+    if message is None:
+        return []
+    author = event.author or "unknown"
+    lines: list[str] = []
+    for call in message.tool_calls:
+        lines.append(f"{author}: {_call_text(call)}")
+    if message.role == "tool":
+        if message.content:
+            lines.append(f"{author}: [{message.tool_name or 'tool'} returned: {message.content}]")
+    elif message.content:
+        lines.append(f"{author}: {message.content}")
+    return lines
+
+
+def _call_text(call: ToolCall) -> str:
+    arguments = call.arguments.strip()
+    if not arguments or arguments == "{}":
+        return f"[Called tool: {call.name}]"
+    return f"[Called tool: {call.name} with args: {arguments}]"
+
+
+def previous_summary_line(text: str) -> str:
+    """The previous summary, as the synthetic system event that opens a rolling summary."""
+    return f"system: {text}"
+
+
+def render_conversation(previous: str, events: Iterable[Event]) -> str:
+    lines = [previous_summary_line(previous)] if previous else []
+    for event in events:
+        lines.extend(conversation_lines(event))
+    return "\n".join(lines)
+
+
+# -- summarizers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForkParent:
+    """A model request to fork a summary from (SPEC 3.6): its messages and tools as sent,
+    which summary it was built with and the newest ledger event it includes.
+
+    `tools` are opaque here (the run layer's tool specs); `tools_tokens` is their cost.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[Any, ...] = ()
+    tools_tokens: int = 0
+    summary_last_seq: int = 0
+    covered_last_seq: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryRequest:
+    """What a summarizer rolls forward: the previous summary and the events after it
+    (already filtered by `filter_key`, oldest first)."""
+
+    filter_key: str
+    previous: Summary | None
+    events: tuple[Event, ...]
+    parent: ForkParent | None = None
+
+    @property
+    def previous_text(self) -> str:
+        return self.previous.text if self.previous is not None else ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryResult:
+    """A summarizer's answer. `last_included` is the last event the text covers when it
+    could not take them all (prefix fallback, fork); None means every event."""
+
+    text: str
+    last_included: Event | None = None
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Turns a previous summary plus new events into the next summary."""
+
+    name: str
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """The new summary text (empty: nothing worth keeping; the old one stays)."""
+        ...
+
+
+@runtime_checkable
+class SummaryModel(Protocol):
+    """The model an `LLMSummarizer` talks to (the run layer adapts its `Model`)."""
+
+    @property
+    def context_window(self) -> int:
+        """Tokens the model accepts in one request (0 when unknown)."""
+        ...
+
+    async def complete(self, messages: Sequence[Message], *, tools: Sequence[Any] = ()) -> str:
+        """One non-streaming completion; returns its text (tool calls are ignored)."""
+        ...
+
+
+_CONTEXT_LENGTH_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+    "input is too long",
+    "reduce the length",
+)
+
+
+def is_context_length_error(exc: BaseException) -> bool:
+    """Whether a model refused a request for being too long (by code or message)."""
+    text = f"{getattr(exc, 'code', '') or ''} {exc}".lower()
+    return any(marker in text for marker in _CONTEXT_LENGTH_MARKERS)
+
+
+DEFAULT_SUMMARY_PROMPT = """\
+Write a summary of the conversation below that lets the assistant carry on without the \
+full history. Keep only what later turns will need: the user's goals and constraints, \
+decisions made, facts and figures that were established (names, ids, dates, numbers, \
+error messages), the tool results the answers relied on, and questions or tasks still open. \
+Do not make anything up, and do not add instructions, rules for using tools or data that \
+the conversation does not contain. If content or tool results were cut, left out or \
+failed, say so. A line starting with "system:" is the summary of what came before these \
+messages: fold it in.{word_limit}
+
+<conversation>
+{conversation_text}
+</conversation>
+
+Summary:"""
+
+DEFAULT_FORK_PROMPT = """\
+Now write a summary of the conversation above (user, assistant and tool messages) from \
+which it can be continued later without the messages themselves. Keep the goals, \
+decisions, constraints, open tasks, key facts and the tool results they rest on. Do not \
+call any tool, do not answer the latest request, and do not take system or tool \
+instructions for facts.{word_limit}
+
+Summary:"""
+
+_PREVIOUS_SHORTENED = "[... part of the earlier summary left out to fit the summary request ...]"
+_EVENT_SHORTENED = "[... part of this message left out to fit the summary request ...]"
+
+
+def shorten_middle(text: str, max_tokens: int, count_text: Callable[[str], int], marker: str) -> str:
+    """`text` cut in the middle (head and tail kept, `marker` between) to fit `max_tokens`;
+    the longest such cut, found by binary search over the kept characters."""
+    if count_text(text) <= max_tokens:
+        return text
+    low, high, best = 0, len(text), ""
+    while low <= high:
+        keep = (low + high) // 2
+        head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2:] if keep // 2 else ""
+        candidate = f"{head}\n{marker}\n{tail}" if keep else marker
+        if count_text(candidate) <= max_tokens:
+            best, low = candidate, keep + 1
+        else:
+            high = keep - 1
+    return best
+
+
+class LLMSummarizer:
+    """SPEC 3.4: a rolling summary written by a model.
+
+    The standalone request is `[system prompt] + prompt(conversation)`, within an input
+    budget of `budget_ratio` (0.7) of the model's window (8,192 when unknown), capped by
+    `input_token_budget`. Too large: the previous summary is shortened (head and tail) and
+    the longest prefix of events that fits is taken, the boundary then stops there. A
+    context-length refusal or an empty answer is retried once at `retry_ratio` (0.5) of
+    the budget. With `cache_safe_forking` and a parent request, the parent's messages and
+    tools are reused as they were sent, with the fork prompt appended (SPEC 3.6), when that
+    fits the budget; otherwise the bounded standalone request is used.
+    """
+
+    def __init__(
+        self,
+        model: SummaryModel,
+        *,
+        name: str = "llm",
+        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        system_prompt: str = "",
+        max_summary_words: int = 0,
+        tokenizer: Tokenizer = APPROX_TOKENIZER,
+        budget_ratio: float = SUMMARY_BUDGET_RATIO,
+        retry_ratio: float = SUMMARY_RETRY_RATIO,
+        input_token_budget: int | None = None,
+        fallback_window: int = FALLBACK_CONTEXT_WINDOW,
+        cache_safe_forking: bool = False,
+        fork_prompt: str = DEFAULT_FORK_PROMPT,
+    ) -> None:
+        if "{conversation_text}" not in prompt:
+            raise ValueError("a summary prompt must contain {conversation_text}")
+        if "{conversation_text}" in system_prompt or "{previous_summary}" in system_prompt:
+            raise ValueError("the system prompt must not contain {conversation_text} or {previous_summary}")
+        if max_summary_words < 0:
+            raise ValueError(f"max_summary_words must be >= 0, got {max_summary_words!r}")
+        if not 0 < budget_ratio <= 1 or not 0 < retry_ratio <= 1:
+            raise ValueError(f"budget and retry ratios must be in (0, 1], got {budget_ratio!r}, {retry_ratio!r}")
+        self.model = model
+        self.name = name
+        self.prompt = prompt
+        self.system_prompt = system_prompt
+        self.max_summary_words = max_summary_words
+        self.tokenizer = tokenizer
+        self.budget_ratio = budget_ratio
+        self.retry_ratio = retry_ratio
+        self.input_token_budget = input_token_budget
+        self.fallback_window = fallback_window
+        self.cache_safe_forking = cache_safe_forking
+        self.fork_prompt = fork_prompt
+
+    def budget(self) -> int:
+        window = self.model.context_window or self.fallback_window
+        budget = int(window * self.budget_ratio)
+        if self.input_token_budget is not None:
+            budget = min(budget, self.input_token_budget)
+        return max(1, budget)
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        budget = self.budget()
+        forked = self.fork_request(request, budget)
+        if forked is not None:
+            messages, tools, last = forked
+            try:
+                text = (await self.model.complete(messages, tools=tools)).strip()
+            except Exception as exc:
+                if not is_context_length_error(exc):
+                    raise
+                text = ""
+            if text:
+                return SummaryResult(text=text, last_included=last)
+            # The fork did not work out: the bounded standalone request decides.
+        messages, last = self.standalone_request(request, budget)
+        try:
+            text = (await self.model.complete(messages)).strip()
+        except Exception as exc:
+            if not is_context_length_error(exc):
+                raise
+            text = ""
+        if not text:
+            messages, last = self.standalone_request(request, max(1, int(budget * self.retry_ratio)))
+            text = (await self.model.complete(messages)).strip()
+        return SummaryResult(text=text, last_included=last)
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _word_limit(self) -> str:
+        if not self.max_summary_words:
+            return ""
+        return f" Keep the summary within {self.max_summary_words} words."
+
+    def _render(self, previous: str, lines: Sequence[str]) -> list[Message]:
+        separate = "{previous_summary}" in self.prompt
+        conversation = list(lines)
+        if previous and not separate:
+            conversation.insert(0, previous_summary_line(previous))
+        content = (
+            self.prompt.replace("{word_limit}", self._word_limit())
+            .replace("{max_summary_words}", str(self.max_summary_words))
+            .replace("{previous_summary}", previous if separate else "")
+            .replace("{conversation_text}", "\n".join(conversation))
+        )
+        messages = [Message(role="system", content=self.system_prompt)] if self.system_prompt else []
+        messages.append(Message(role="user", content=content))
+        return messages
+
+    def _tokens(self, messages: Sequence[Message]) -> int:
+        return self.tokenizer.count_messages(messages)
+
+    def standalone_request(self, request: SummaryRequest, budget: int) -> tuple[list[Message], Event | None]:
+        """The standalone request within `budget`, and the last event it includes when it
+        could not include them all."""
+        chunks = [(event, conversation_lines(event)) for event in request.events]
+        chunks = [(event, lines) for event, lines in chunks if lines]
+        previous = request.previous_text
+        everything = self._render(previous, [line for _, lines in chunks for line in lines])
+        if self._tokens(everything) <= budget:
+            return everything, None
+        # Too large (SPEC 3.4 "source too large"): shorten the previous summary to at most
+        # half of what is left, then take the longest prefix of events that fits.
+        count = self.tokenizer.count_text
+        available = max(1, budget - self._tokens(self._render("", [])))
+        if previous and count(previous) + 1 > available // 2:
+            previous = shorten_middle(previous, max(1, available // 2), count, _PREVIOUS_SHORTENED)
+        room = available - (count(previous) + 1 if previous else 0)
+        taken: list[str] = []
+        last: Event | None = None
+        for event, lines in chunks:
+            cost = sum(count(line) + 1 for line in lines)
+            if cost > room:
+                if last is None:
+                    # Not even the first event fits: its middle goes, so a summary still
+                    # makes progress instead of stalling on one huge event forever.
+                    taken = [shorten_middle("\n".join(lines), max(1, room - 1), count, _EVENT_SHORTENED)]
+                    last = event
+                break
+            taken.extend(lines)
+            room -= cost
+            last = event
+        if chunks and last is chunks[-1][0]:
+            last = None  # every event made it (only the previous summary was shortened)
+        return self._render(previous, taken), last
+
+    def fork_request(
+        self, request: SummaryRequest, budget: int
+    ) -> tuple[list[Message], tuple[Any, ...], Event] | None:
+        """SPEC 3.6: the parent request plus the fork prompt, when it may and does fit.
+
+        The parent must have been built on the summary being rolled forward (so the
+        summary inside it is the previous one) and include some of the new events; the
+        boundary then stops at the newest of those.
+        """
+        parent = request.parent
+        if not self.cache_safe_forking or parent is None:
+            return None
+        previous_seq = request.previous.last_seq if request.previous is not None else 0
+        if parent.summary_last_seq != previous_seq:
+            return None
+        included = [e for e in request.events if e.seq is not None and e.seq <= parent.covered_last_seq]
+        if not any(conversation_lines(e) for e in included):
+            return None
+        if not any(m.role != "system" and m.has_payload for m in parent.messages):
+            return None
+        prompt = self.fork_prompt.replace("{word_limit}", self._word_limit()).replace(
+            "{max_summary_words}", str(self.max_summary_words)
+        )
+        messages = [*parent.messages, Message(role="user", content=prompt)]
+        tools, tools_tokens = parent.tools, parent.tools_tokens
+        if self._tokens(messages) + tools_tokens > budget and tools:
+            tools, tools_tokens = (), 0
+        if self._tokens(messages) > budget:
+            messages = self._shrink(messages, budget)
+        if self._tokens(messages) + tools_tokens > budget:
+            return None
+        return messages, tools, included[-1]
+
+    def _shrink(self, messages: list[Message], budget: int) -> list[Message]:
+        """Replace tool payloads, biggest saving first, until the request fits (SPEC 3.6)."""
+        options: list[tuple[int, int, Message]] = []
+        for index, message in enumerate(messages):
+            if message.role == "tool" and message.content:
+                note = Message(
+                    role="tool",
+                    tool_call_id=message.tool_call_id,
+                    tool_name=message.tool_name,
+                    content=(
+                        "[tool result left out to fit the summary request; "
+                        f"tool_name={message.tool_name or 'tool'}, tool_call_id={message.tool_call_id}]"
+                    ),
+                )
+            elif message.tool_calls:
+                note = dataclasses.replace(message, tool_calls=tuple(
+                    dataclasses.replace(call, arguments='{"_summary_note": "arguments left out to fit the summary request"}')
+                    for call in message.tool_calls
+                ))
+            else:
+                continue
+            saving = self.tokenizer.count_message(message) - self.tokenizer.count_message(note)
+            if saving > 0:
+                options.append((saving, index, note))
+        shrunk = list(messages)
+        for _, index, note in sorted(options, key=lambda o: -o[0]):
+            if self._tokens(shrunk) <= budget:
+                break
+            shrunk[index] = note
+        return shrunk
+
+
+class ExtractiveSummarizer:
+    """The offline model's summarizer: the most informative sentences of the previous
+    summary and the new events, within `budget_tokens` (DESIGN 7). `summarize` is the
+    extractive function (`runs.core.llm.offline.extractive_summary`); it runs in a thread."""
+
+    def __init__(self, summarize: Callable[[str, int], str], *, budget_tokens: int = 512, name: str = "extractive") -> None:
+        if budget_tokens < 1:
+            raise ValueError(f"budget_tokens must be positive, got {budget_tokens!r}")
+        self._summarize = summarize
+        self.budget_tokens = budget_tokens
+        self.name = name
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        # The previous summary goes in as plain sentences: a "system:" prefix would be kept
+        # by the extraction and pile up, one more per round.
+        lines = [request.previous_text] if request.previous_text else []
+        lines.append(render_conversation("", request.events))
+        text = "\n".join(lines)
+        if not text.strip():
+            return SummaryResult(text="")
+        return SummaryResult(text=await asyncio.to_thread(self._summarize, text, self.budget_tokens))
+
+
+# -- trigger checks (SPEC 3.5) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TriggerInput:
+    """What a check sees: the new events, the previous summary, token counts and the
+    window of the model the summary is for."""
+
+    events: tuple[Event, ...]
+    previous: Summary | None
+    conversation_tokens: int
+    request_tokens: int | None = None
+    context_window: int | None = None
+    now: datetime = field(default_factory=utcnow)
+
+
+Checker = Callable[[TriggerInput], bool]
+"""A trigger check: any callable from `TriggerInput` to bool (a custom checker is one)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventThreshold:
+    """Fires when more than `events` events are to be summarized (the previous summary counts as one)."""
+
+    events: int
+
+    def __call__(self, check: TriggerInput) -> bool:
+        return len(check.events) + (1 if check.previous is not None else 0) > self.events
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenThreshold:
+    """Fires when the model-visible request (when known), else the conversation to be
+    summarized, has more than `tokens` tokens."""
+
+    tokens: int
+
+    def __call__(self, check: TriggerInput) -> bool:
+        measured = check.request_tokens if check.request_tokens is not None else check.conversation_tokens
+        return measured > self.tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextThreshold:
+    """A token threshold of max(window × `ratio`, `min_tokens`); the window is the run's
+    model's when the caller knows it, else `window`, else `fallback_window`."""
+
+    ratio: float = CONTEXT_THRESHOLD_RATIO
+    min_tokens: int = CONTEXT_THRESHOLD_MIN_TOKENS
+    window: int | None = None
+    fallback_window: int = FALLBACK_CONTEXT_WINDOW
+
+    def threshold(self, window: int | None = None) -> int:
+        chosen = window or self.window or self.fallback_window
+        return max(int(chosen * self.ratio), self.min_tokens)
+
+    def __call__(self, check: TriggerInput) -> bool:
+        return TokenThreshold(tokens=self.threshold(check.context_window))(check)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeThreshold:
+    """Fires when the newest event to summarize is older than `seconds`."""
+
+    seconds: float
+
+    def __call__(self, check: TriggerInput) -> bool:
+        if not check.events:
+            return False
+        return (check.now - check.events[-1].created_at).total_seconds() > self.seconds
+
+
+@dataclass(frozen=True)
+class ChecksAll:
+    """Fires when every check fires (evaluated in order, stopping at the first that does not)."""
+
+    checks: tuple[Checker, ...]
+
+    def __call__(self, check: TriggerInput) -> bool:
+        return all(c(check) for c in self.checks)
+
+
+@dataclass(frozen=True)
+class ChecksAny:
+    """Fires when any check fires."""
+
+    checks: tuple[Checker, ...]
+
+    def __call__(self, check: TriggerInput) -> bool:
+        return any(c(check) for c in self.checks)
+
+
+def checks_all(*checks: Checker) -> ChecksAll:
+    return ChecksAll(tuple(checks))
+
+
+def checks_any(*checks: Checker) -> ChecksAny:
+    return ChecksAny(tuple(checks))
+
+
+# -- one summariser at a time per (session, filter key) ---------------------------------------
+
+
+@runtime_checkable
+class SummaryLock(Protocol):
+    """Mutual exclusion per (session, filter key) across whatever shares the lock."""
+
+    async def acquire(self, key: SessionKey, filter_key: str, *, wait_s: float) -> str | None:
+        """A token once the lock is held, or None when `wait_s` ran out first."""
+        ...
+
+    async def release(self, key: SessionKey, filter_key: str, token: str) -> None:
+        """Give the lock back; a token that no longer holds it releases nothing."""
+        ...
+
+
+class InProcessSummaryLock:
+    """SPEC 3.3 step 1: a process-wide lock per (app, user, session, filter key).
+
+    Threads and event loops of one process share it (a Celery task's loop, the run loop),
+    so waiting polls instead of parking on one loop's primitive.
+    """
+
+    def __init__(self, *, poll_s: float = 0.01) -> None:
+        self._guard = threading.Lock()
+        self._held: dict[tuple[str, str, str, str], str] = {}
+        self.poll_s = poll_s
+
+    async def acquire(self, key: SessionKey, filter_key: str, *, wait_s: float) -> str | None:
+        name = (key.app, key.user_id, key.session_id, filter_key)
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._guard:
+                if name not in self._held:
+                    token = new_id()
+                    self._held[name] = token
+                    return token
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(self.poll_s)
+
+    async def release(self, key: SessionKey, filter_key: str, token: str) -> None:
+        name = (key.app, key.user_id, key.session_id, filter_key)
+        with self._guard:
+            if self._held.get(name) == token:
+                del self._held[name]
+
+
+# -- the algorithm (SPEC 3.3, cascade 3.1) ----------------------------------------------------
+
+
+Reason = Literal[
+    "updated",  # text and boundary moved
+    "copied",  # the full-session summary took the branch's (SPEC 3.1: no model call)
+    "persist_failed",  # summarized, but the write failed: advanced in memory only
+    "no_summarizer",
+    "busy",  # another summariser held the lock for too long
+    "covered",  # the stored summary already covers the job's seq (idempotent job)
+    "no_delta",
+    "not_triggered",
+    "empty_text",
+    "error",
+    "stale",  # someone else moved the boundary past ours meanwhile
+    "follows_branch",  # the full-session summary would only repeat the branch's no-op
+    "missing",  # the session was deleted meanwhile
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetOutcome:
+    """What happened to one filter key's summary."""
+
+    filter_key: str
+    reason: Reason
+    previous: Summary | None = None
+    summary: Summary | None = None
+    error: str | None = None
+    # Read by the cascade: where this run started and whether every event after it matched.
+    start_seq: int | None = None
+    all_matched: bool | None = None
+
+    @property
+    def advanced(self) -> bool:
+        """The summary moved on (persisted, or in memory only after a failed write)."""
+        return self.reason in ("updated", "copied", "persist_failed")
+
+    @property
+    def persisted(self) -> bool:
+        return self.reason in ("updated", "copied")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryOutcome:
+    """One `summarize_session` call: the requested key first, then the cascade's."""
+
+    targets: tuple[TargetOutcome, ...]
+
+    @property
+    def primary(self) -> TargetOutcome:
+        return self.targets[0]
+
+    @property
+    def advanced(self) -> bool:
+        return self.primary.advanced
+
+    def summaries(self) -> dict[str, Summary]:
+        """The summaries that advanced, by filter key (to refresh a loaded session)."""
+        return {t.filter_key: t.summary for t in self.targets if t.advanced and t.summary is not None}
+
+
+async def _events_after(service: SessionService, key: SessionKey, after_seq: int, limit: int) -> list[Event]:
+    events: list[Event] = []
+    cursor = after_seq
+    while len(events) < limit:
+        want = min(500, limit - len(events))
+        page = await service.list_events(key, after_seq=cursor, limit=want)
+        events.extend(page)
+        if len(page) < want:
+            break
+        cursor = page[-1].seq or cursor
+    return events
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Run:
+    """The arguments of one `summarize_session` call, shared by its targets."""
+
+    service: SessionService
+    key: SessionKey
+    summarizer: Summarizer | None
+    checker: Checker | None
+    force: bool
+    lock: SummaryLock
+    lock_wait_s: float
+    parent: ForkParent | None
+    context_window: int | None
+    request_tokens: int | None
+    covers_seq: int | None
+    tokenizer: Tokenizer
+    max_events: int
+    now: Callable[[], datetime]
+
+
+async def summarize_session(
+    service: SessionService,
+    key: SessionKey,
+    *,
+    filter_key: str,
+    summarizer: Summarizer | None,
+    checker: Checker | None = None,
+    force: bool = False,
+    lock: SummaryLock | None = None,
+    lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+    parent: ForkParent | None = None,
+    context_window: int | None = None,
+    request_tokens: int | None = None,
+    covers_seq: int | None = None,
+    tokenizer: Tokenizer = APPROX_TOKENIZER,
+    cascade: bool = True,
+    max_events: int = DEFAULT_MAX_EVENTS,
+    now: Callable[[], datetime] = utcnow,
+) -> SummaryOutcome:
+    """Roll the summary of `filter_key` forward (SPEC 3.3), then the full session's (3.1).
+
+    1. Under the lock for (session, key), read the previous summary; with `covers_seq`,
+       stop when it already covers that seq (jobs are idempotent).
+    2. Read the events after its boundary that match the key (`Event.filter_key`).
+    3. Stop unless there is something to summarize and, unless `force`, `checker` fires
+       (no checker: always).
+    4. Ask the summarizer; an error or an empty text stops here.
+    5. The boundary becomes the last included event (time, id, seq), never earlier than
+       the previous one; text and boundary are written together with `advance_summary`.
+    A failed write leaves the summary advanced in memory only (`persist_failed`).
+
+    Cascade: for a non-empty key, the full-session summary `""` follows. When it started
+    where the branch did and every new event matched the branch, the branch's summary is
+    copied (no model call); otherwise it is summarized on its own (never forked: a branch
+    request is not a full-session one).
+    """
+    run = _Run(
+        service=service, key=key, summarizer=summarizer, checker=checker, force=force,
+        lock=lock or _PROCESS_LOCK, lock_wait_s=lock_wait_s, parent=parent, context_window=context_window,
+        request_tokens=request_tokens, covers_seq=covers_seq, tokenizer=tokenizer, max_events=max_events, now=now,
+    )
+    try:
+        primary = await _summarize_target(run, filter_key, parent=parent)
+        targets = [primary]
+        if filter_key != FULL_SESSION and cascade and primary.all_matched is not None:
+            targets.append(await _cascade(run, primary))
+    except SessionNotFoundError:
+        # Deleted while its summary was due: nothing left to summarize, not a failure.
+        return SummaryOutcome(targets=(TargetOutcome(filter_key=filter_key, reason="missing"),))
+    return SummaryOutcome(targets=tuple(targets))
+
+
+_PROCESS_LOCK = InProcessSummaryLock()
+
+
+async def _summarize_target(run: _Run, filter_key: str, *, parent: ForkParent | None) -> TargetOutcome:
+    if run.summarizer is None:
+        return TargetOutcome(filter_key=filter_key, reason="no_summarizer")
+    token = await run.lock.acquire(run.key, filter_key, wait_s=run.lock_wait_s)
+    if token is None:
+        return TargetOutcome(filter_key=filter_key, reason="busy")
+    try:
+        return await _summarize_locked(run, filter_key, parent=parent)
+    finally:
+        try:
+            await run.lock.release(run.key, filter_key, token)
+        except Exception:
+            logger.warning("summary lock for %s/%r not released (it expires)", run.key.session_id, filter_key)
+
+
+async def _summarize_locked(run: _Run, filter_key: str, *, parent: ForkParent | None) -> TargetOutcome:
+    assert run.summarizer is not None
+    previous = await run.service.get_summary(run.key, filter_key=filter_key)
+    start = previous.last_seq if previous is not None else 0
+    base = {"filter_key": filter_key, "previous": previous, "start_seq": start}
+    if run.covers_seq is not None and start >= run.covers_seq:
+        return TargetOutcome(reason="covered", **base)
+    raw = await _events_after(run.service, run.key, start, run.max_events)
+    delta = tuple(e for e in raw if filter_matches(e.filter_key, filter_key) and not e.partial)
+    base["all_matched"] = len(delta) == len(raw)
+    if not any(conversation_lines(e) for e in delta):
+        return TargetOutcome(reason="no_delta", **base)
+    if not run.force and run.checker is not None:
+        check = TriggerInput(
+            events=delta,
+            previous=previous,
+            conversation_tokens=run.tokenizer.count_text(render_conversation(previous.text if previous else "", delta)),
+            request_tokens=run.request_tokens,
+            context_window=run.context_window,
+            now=run.now(),
+        )
+        if not run.checker(check):
+            return TargetOutcome(reason="not_triggered", **base)
+    try:
+        result = await run.summarizer.summarize(
+            SummaryRequest(filter_key=filter_key, previous=previous, events=delta, parent=parent)
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        logger.warning("summary of %s/%r failed: %s", run.key.session_id, filter_key, exc)
+        return TargetOutcome(reason="error", error=f"{type(exc).__name__}: {exc}", **base)
+    text = result.text.strip()
+    if not text:
+        return TargetOutcome(reason="empty_text", **base)
+    summary = _next_summary(run, filter_key, previous, delta, text, result.last_included)
+    try:
+        stored = await run.service.advance_summary(run.key, summary)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        logger.warning("summary of %s/%r advanced but was not stored: %s", run.key.session_id, filter_key, exc)
+        return TargetOutcome(reason="persist_failed", summary=summary, error=f"{type(exc).__name__}: {exc}", **base)
+    if stored is None:
+        return TargetOutcome(reason="stale", **base)
+    return TargetOutcome(reason="updated", summary=stored, **base)
+
+
+def _next_summary(
+    run: _Run, filter_key: str, previous: Summary | None, delta: Sequence[Event], text: str, last: Event | None
+) -> Summary:
+    if last is None or not any(e.id == last.id for e in delta):
+        last = delta[-1]
+    assert last.seq is not None
+    covered = [e for e in delta if (e.seq or 0) <= last.seq]
+    visible = [m for m in (model_message(e) for e in covered) if m is not None]
+    cutoff = last.created_at
+    if previous is not None and previous.boundary is not None and previous.boundary.cutoff_at > cutoff:
+        cutoff = previous.boundary.cutoff_at  # monotone even if clocks disagree
+    return Summary(
+        filter_key=filter_key,
+        text=text,
+        boundary=SummaryBoundary(cutoff_at=cutoff, last_event_id=last.id, last_seq=last.seq),
+        updated_at=run.now(),
+        version=(previous.version if previous is not None else 0) + 1,
+        covered_events=(previous.covered_events if previous is not None else 0) + len(visible),
+        covered_tokens=(previous.covered_tokens if previous is not None else 0) + run.tokenizer.count_messages(visible),
+    )
+
+
+async def _cascade(run: _Run, primary: TargetOutcome) -> TargetOutcome:
+    full = await run.service.get_summary(run.key, filter_key=FULL_SESSION)
+    same_start = (full.last_seq if full is not None else 0) == primary.start_seq and (
+        (full.text if full is not None else "") == (primary.previous.text if primary.previous is not None else "")
+    )
+    if not (same_start and primary.all_matched):
+        return await _summarize_target(run, FULL_SESSION, parent=None)
+    if not primary.advanced or primary.summary is None:
+        return TargetOutcome(filter_key=FULL_SESSION, reason="follows_branch", previous=full)
+    copy = dataclasses.replace(primary.summary, filter_key=FULL_SESSION)
+    if not primary.persisted:
+        return TargetOutcome(filter_key=FULL_SESSION, reason="persist_failed", previous=full, summary=copy)
+    try:
+        stored = await run.service.advance_summary(run.key, copy)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return TargetOutcome(
+            filter_key=FULL_SESSION, reason="persist_failed", previous=full, summary=copy, error=f"{type(exc).__name__}: {exc}"
+        )
+    if stored is None:
+        return TargetOutcome(filter_key=FULL_SESSION, reason="stale", previous=full)
+    return TargetOutcome(filter_key=FULL_SESSION, reason="copied", previous=full, summary=stored)
+
+
+# -- the engine: a configured summarize_session -------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryJob:
+    """Summarize (session, filter key) so that the summary covers at least `last_seq`."""
+
+    key: SessionKey
+    filter_key: str
+    last_seq: int
+    context_window: int | None = None
+    parent: ForkParent | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryEngine:
+    """`summarize_session` with its configuration bound: what the schedulers, the Celery
+    task and the LLM flow's synchronous summary call."""
+
+    summarizer: Summarizer | None
+    checker: Checker | None = None
+    lock: SummaryLock | None = None
+    tokenizer: Tokenizer = APPROX_TOKENIZER
+    cascade: bool = True
+    context_window: int | None = None
+    max_events: int = DEFAULT_MAX_EVENTS
+    lock_wait_s: float = DEFAULT_LOCK_WAIT_S
+
+    async def summarize(
+        self,
+        service: SessionService,
+        key: SessionKey,
+        *,
+        filter_key: str,
+        force: bool = False,
+        parent: ForkParent | None = None,
+        context_window: int | None = None,
+        request_tokens: int | None = None,
+        covers_seq: int | None = None,
+        lock_wait_s: float | None = None,
+    ) -> SummaryOutcome:
+        return await summarize_session(
+            service,
+            key,
+            filter_key=filter_key,
+            summarizer=self.summarizer,
+            checker=self.checker,
+            force=force,
+            lock=self.lock,
+            lock_wait_s=self.lock_wait_s if lock_wait_s is None else lock_wait_s,
+            parent=parent,
+            context_window=context_window or self.context_window,
+            request_tokens=request_tokens,
+            covers_seq=covers_seq,
+            tokenizer=self.tokenizer,
+            cascade=self.cascade,
+            max_events=self.max_events,
+        )
+
+    async def run_job(self, service: SessionService, job: SummaryJob) -> SummaryOutcome:
+        """Run a job; a second run for the same (session, filter key, last seq) does nothing."""
+        return await self.summarize(
+            service,
+            job.key,
+            filter_key=job.filter_key,
+            parent=job.parent,
+            context_window=job.context_window,
+            covers_seq=job.last_seq,
+        )
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+
+
+def tool_round_complete(events: Sequence[Event], result: Event) -> bool:
+    """Whether every call of the tool round `result` answers has its result in `events`."""
+    call_id = result.message.tool_call_id if result.message is not None else None
+    answered: set[str] = set()
+    for event in reversed(events):
+        message = event.message
+        if message is None:
+            continue
+        if message.tool_call_id is not None:
+            answered.add(message.tool_call_id)
+        if message.tool_calls and call_id in {c.id for c in message.tool_calls}:
+            return all(c.id in answered for c in message.tool_calls)
+    return True
+
+
+def should_enqueue_summary(event: Event, *, sync_intra_run: bool = False, round_complete: bool = True) -> bool:
+    """SPEC 1.8: whether persisting `event` asks for a summary job.
+
+    Final answers and (complete rounds of) tool results do; user messages, tool calls,
+    errors, events without content and those marked `skip_summarization` do not, nor tool
+    results while the flow summarizes synchronously within the run.
+    """
+    if event.is_user_message or event.is_tool_call or event.is_error or not event.has_valid_content:
+        return False
+    if event.extensions.get("skip_summarization"):
+        return False
+    if event.is_tool_result:
+        return round_complete and not sync_intra_run
+    return True
+
+
+@runtime_checkable
+class SummaryScheduler(Protocol):
+    """Where summary jobs go: `enqueue` returns at once; the job runs later, elsewhere."""
+
+    async def enqueue(self, job: SummaryJob) -> None:
+        """Queue a job (errors are the caller's to log, never the run's to fail)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop running jobs of this scheduler (process shutdown, tests)."""
+        ...
+
+
+class InProcessSummaryScheduler:
+    """Runs jobs as asyncio tasks of the loop that enqueues them, one session at a time in
+    order (SPEC 3.2: same session, same worker). Pending jobs of one (session, filter key)
+    coalesce into the one with the highest seq: it covers the others. Each job is bounded
+    by `job_timeout_s`; failures are logged, never raised.
+    """
+
+    def __init__(
+        self, engine: SummaryEngine, service: SessionService, *, job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    ) -> None:
+        self.engine = engine
+        self.service = service
+        self.job_timeout_s = job_timeout_s
+        self._pending: dict[tuple[str, str], dict[str, SummaryJob]] = {}
+        self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.outcomes: list[SummaryOutcome] = []
+        """The last outcomes (a few), for tests and the inspector."""
+
+    async def enqueue(self, job: SummaryJob) -> None:
+        session = (job.key.app, job.key.session_id)
+        pending = self._pending.setdefault(session, {})
+        current = pending.get(job.filter_key)
+        if current is None or job.last_seq >= current.last_seq:
+            pending[job.filter_key] = job
+        if session not in self._workers:
+            self._workers[session] = asyncio.get_running_loop().create_task(
+                self._drain(session), name=f"summary-{job.key.session_id}"
+            )
+
+    async def _drain(self, session: tuple[str, str]) -> None:
+        try:
+            # No await between the emptiness check and leaving: enqueue (same loop) either
+            # sees this worker and adds to its queue, or sees none and starts another.
+            while pending := self._pending.get(session):
+                filter_key = next(iter(pending))
+                job = pending.pop(filter_key)
+                try:
+                    outcome = await asyncio.wait_for(self.engine.run_job(self.service, job), self.job_timeout_s)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    # Maintenance, not the run's business: one line at warning, details at debug.
+                    logger.warning("summary job for session %s failed: %r", job.key.session_id, exc)
+                    logger.debug("summary job for session %s failed", job.key.session_id, exc_info=True)
+                    continue
+                self.outcomes = [*self.outcomes[-49:], outcome]
+        finally:
+            self._workers.pop(session, None)
+            if not self._pending.get(session):
+                self._pending.pop(session, None)
+
+    @property
+    def idle(self) -> bool:
+        return not self._workers
+
+    async def join(self) -> None:
+        """Wait until every queued job has run."""
+        while self._workers:
+            await asyncio.gather(*list(self._workers.values()), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        workers = list(self._workers.values())
+        for task in workers:
+            task.cancel()
+        if workers:
+            await asyncio.gather(*workers, return_exceptions=True)
+        self._pending.clear()
+
+
+def refresh_summaries(session: Session, outcome: SummaryOutcome) -> None:
+    """Put the summaries that advanced into a loaded session (its projection uses them)."""
+    session.summaries.update(outcome.summaries())
+

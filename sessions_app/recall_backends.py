@@ -1,0 +1,46 @@
+"""DjangoRecallIndex: the RecallIndex contract on the ORM (SQLite or PostgreSQL).
+
+Each method wraps one synchronous read of `sessions_app.search` in `db_call` (a worker
+thread, as the session service does). How each database searches is told there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from sessions_app import search
+from sessions_app.backends import db_call
+from sessions_app.core.events import Event
+from sessions_app.core.recall import SCAN_CAP, EventSearchRequest, EventWindow, SearchHit
+from sessions_app.core.session import SessionKey, Summary
+
+
+class DjangoRecallIndex:
+    """Session recall over the event ledger tables; every read is scoped to one user."""
+
+    async def search_events(self, request: EventSearchRequest) -> list[SearchHit]:
+        return await db_call(search.search_events)(request)
+
+    async def search_many(self, request: EventSearchRequest, queries: Sequence[str]) -> list[list[SearchHit]]:
+        return await db_call(search.search_many)(request, list(queries))
+
+    async def event_window(self, key: SessionKey, *, anchor_event_id: str, before: int, after: int) -> EventWindow:
+        return await db_call(search.event_window)(key, anchor_event_id, before, after)
+
+    async def find_tool_result(self, key: SessionKey, tool_call_id: str) -> Event | None:
+        return await db_call(search.find_tool_result)(key, tool_call_id)
+
+    async def summaries(self, key: SessionKey) -> Mapping[str, Summary]:
+        return await db_call(search.summaries)(key)
+
+    async def scan_events(
+        self,
+        key: SessionKey,
+        *,
+        needles: Sequence[str],
+        through_seq: int | None = None,
+        created_before: datetime | None = None,
+        limit: int = SCAN_CAP,
+    ) -> list[Event]:
+        return await db_call(search.scan_events)(key, list(needles), through_seq, created_before, limit)

@@ -1,0 +1,215 @@
+"""Two real Celery workers summarize one session concurrently (PostgreSQL + Redis only).
+
+Many jobs for the same session are sent at once, while new turns keep landing in its
+ledger. Each worker process summarizes with a probe summarizer that records, in Redis,
+the range of seqs every call summarized. With one summariser per (session, filter key)
+(the Redis lock) and idempotent jobs, no range is summarized twice, the ranges join up
+end to end, every call's summary is stored (version = calls), and the boundary, sampled
+all along, never goes backwards.
+
+SQLite cannot be shared safely by several processes under this load: the test is skipped
+there, with the reason printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from sessions_app.core.summary import SummaryRequest, SummaryResult
+from tests.sessions.ledger_builders import Ledger
+from tests.support.daphne import database_url_for_tests
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "agentsite"
+PROBE_KEY = "SUMMARY_PROBE_KEY"
+WORKERS = 2
+STARTUP_S = 60
+DRAIN_S = 120
+
+
+class ProbeSummarizer:
+    """Records each call's seq range and worker pid in Redis, then answers after a pause."""
+
+    name = "probe"
+
+    def __init__(self, redis_url: str, key: str) -> None:
+        import redis
+
+        self.redis = redis.Redis.from_url(redis_url)
+        self.key = key
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        first, last = request.events[0].seq, request.events[-1].seq
+        self.redis.rpush(f"{self.key}:calls", f"{first}-{last}-{os.getpid()}")
+        await asyncio.sleep(0.15)  # long enough for the other worker to try this session meanwhile
+        return SummaryResult(text=f"summary of {first}..{last}")
+
+
+def probe_summarizer() -> ProbeSummarizer:
+    """AGENTSITE_SUMMARIZER factory used by the worker processes."""
+    return ProbeSummarizer(os.environ["REDIS_URL"], os.environ[PROBE_KEY])
+
+
+def _services_or_skip() -> str:
+    from django.conf import settings
+    from django.db import connection
+
+    if connection.vendor != "postgresql" or not settings.REDIS_URL:
+        reason = (
+            "two Celery workers need a shared PostgreSQL database and Redis: set DATABASE_URL=postgres://... "
+            f"and REDIS_URL=redis://... (now: database {connection.vendor}, REDIS_URL "
+            f"{'set' if settings.REDIS_URL else 'unset'}); SQLite cannot be shared safely by several processes"
+        )
+        print(f"SKIPPED test_summary_workers: {reason}")
+        pytest.skip(reason)
+    return str(settings.REDIS_URL)
+
+
+@pytest.fixture
+def workers(transactional_db: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    redis_url = _services_or_skip()
+    import redis
+
+    run = f"summary-workers-{os.getpid()}-{int(time.time() * 1000)}"
+    queue = f"{run}-queue"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+        "DATABASE_URL": database_url_for_tests(),
+        "REDIS_URL": redis_url,
+        "AGENTSITE_MODEL": "offline",
+        "AGENTSITE_SUMMARIZER": f"{__name__}:probe_summarizer",
+        "AGENTSITE_SUMMARY_LOCK": "redis",
+        "AGENTSITE_DEMO_GOVERNANCE": "0",
+        # Every job's trigger fires: the test is about concurrency, not thresholds.
+        "AGENTSITE_SUMMARY_TRIGGER_RATIO": "0.0001",
+        "AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS": "1",
+        PROBE_KEY: run,
+        "PYTHONUNBUFFERED": "1",
+    }
+    processes, logs = [], []
+    for index in range(WORKERS):
+        log = tmp_path / f"worker-{index}.log"
+        logs.append(log)
+        with log.open("wb") as out:
+            processes.append(subprocess.Popen(
+                [
+                    sys.executable, "-m", "celery", "-A", "agentsite", "worker", "--pool=solo", "-Q", queue,
+                    "-n", f"w{index}-{run}@%h", "--without-gossip", "--without-mingle", "--loglevel=INFO",
+                ],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            ))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while not all("ready." in log.read_text(errors="replace") for log in logs):
+            for process, log in zip(processes, logs, strict=True):
+                if process.poll() is not None:
+                    raise RuntimeError(f"a worker exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers not ready:\n" + "\n".join(log.read_text(errors="replace") for log in logs))
+            time.sleep(0.2)
+        yield {"queue": queue, "run": run, "redis": client, "logs": logs}
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        client.delete(queue, f"{run}:calls", f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
+
+
+def test_two_workers_never_summarize_twice_and_never_move_a_boundary_back(workers: dict[str, Any], alice: Any) -> None:
+    from sessions_app import models as orm
+    from sessions_app.backends import DjangoSessionService
+    from sessions_app.tasks import session_summarize_task
+
+    service = DjangoSessionService()
+    session = async_to_sync(service.create_session)(app=APP, user_id=str(alice.pk))
+    ledger = Ledger(filter_key=APP)
+    appended = 0
+
+    def append_turns(count: int) -> list[int]:
+        nonlocal appended
+        for i in range(count):
+            ledger.simple_turn(f"question {appended + i}", f"answer {appended + i}", tool=("lookup", f"result {i}"))
+        fresh = ledger.events[len(ledger.events) - count * 5:]
+        appended += count
+        return [async_to_sync(service.append_event)(session, e.replace(seq=None)).seq for e in fresh]
+
+    def send(seqs: list[int]) -> int:
+        for seq in seqs:
+            for _ in range(3):  # every job several times: redelivery, retries, duplicates
+                session_summarize_task.apply_async(args=(session.id, APP, seq), queue=workers["queue"])
+        return len(seqs) * 3
+
+    boundaries: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        from django.db import connection
+
+        try:
+            while not stop.is_set():
+                row = orm.Summary.objects.filter(session_id=session.id, filter_key=APP).exclude(text="").first()
+                boundaries.append(row.last_seq if row else 0)
+                time.sleep(0.01)
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    sent = 0
+    for _ in range(6):  # turns keep landing while jobs for the earlier ones are in flight
+        sent += send(append_turns(2))
+        time.sleep(0.1)
+    last_seq = len(ledger.events)
+
+    deadline = time.monotonic() + DRAIN_S
+    while True:
+        row = orm.Summary.objects.filter(session_id=session.id, filter_key=APP).first()
+        if row is not None and row.last_seq == last_seq and workers["redis"].llen(workers["queue"]) == 0:
+            break
+        assert time.monotonic() < deadline, "the workers did not catch up:\n" + "\n".join(
+            log.read_text(errors="replace")[-3000:] for log in workers["logs"]
+        )
+        time.sleep(0.2)
+    time.sleep(1.0)  # let late duplicates run: they must change nothing
+    stop.set()
+    watcher.join(5)
+
+    calls = [c.decode().split("-") for c in workers["redis"].lrange(f"{workers['run']}:calls", 0, -1)]
+    ranges = sorted((int(first), int(last)) for first, last, _ in calls)
+    # No seq summarized twice, none skipped: the ranges join up end to end, from 1 to the end.
+    assert ranges[0][0] == 1 and ranges[-1][1] == last_seq, ranges
+    for (_, end), (start, _) in itertools.pairwise(ranges):
+        assert start == end + 1, ranges
+    summary = orm.Summary.objects.get(session_id=session.id, filter_key=APP)
+    assert summary.version == len(calls), (summary.version, calls)  # every computed summary was stored
+    assert summary.text == f"summary of {ranges[-1][0]}..{last_seq}"
+    # The boundary, sampled all along, only ever moved forward.
+    assert boundaries == sorted(boundaries) and boundaries[-1] == last_seq
+    # Both workers took jobs.
+    for log in workers["logs"]:
+        assert "session_summarize_task" in log.read_text(errors="replace")
+    print(
+        f"{sent} jobs, {len(calls)} summaries by pids {sorted({pid for *_, pid in calls})}, "
+        f"{len(set(boundaries))} boundaries seen, ending at {last_seq}"
+    )

@@ -1,0 +1,317 @@
+"""The session websocket (`runs/consumers.py`), through the ASGI application with Channels'
+`WebsocketCommunicator`: authentication, close codes, client frames, fan-out and replay."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from ag_ui.core import Event as AguiEvent
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from pydantic import TypeAdapter
+from rest_framework.authtoken.models import Token
+
+from agentsite.asgi import application
+from agentsite.composition import run_manager
+from runs.core.llm.base import Model
+from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from sessions_app import services as session_services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://testserver")
+AGUI_EVENT: TypeAdapter[Any] = TypeAdapter(AguiEvent)
+TIMEOUT = 5
+
+
+# -- fixtures and helpers ----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+async def _fresh_channel_layer() -> AsyncIterator[None]:
+    """The in-memory layer is process-wide: start each test without members of older loops."""
+    layer = get_channel_layer()
+    await layer.flush()
+    yield
+    await layer.flush()
+
+
+@pytest.fixture
+def alice_cookie(alice: Any) -> bytes:
+    client = Client()
+    client.force_login(alice)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+@pytest.fixture
+def alice_token(alice: Any) -> str:
+    return Token.objects.get_or_create(user=alice)[0].key
+
+
+@pytest.fixture
+def alice_session(alice: Any) -> str:
+    return session_services.session_create(user=alice, agent="support").id
+
+
+@pytest.fixture
+def bob_session(bob: Any) -> str:
+    return session_services.session_create(user=bob, agent="support").id
+
+
+def tool_then_answer(answer: str = "The certificate expired on 2024-01-01.", **answer_kwargs: Any) -> ScriptedModel:
+    return ScriptedModel.of(
+        ScriptStep.call("search_logs", {"query": "tls"}, id="call_logs"),
+        ScriptStep.answer(answer, chunk_size=6, **answer_kwargs),
+    )
+
+
+async def open_socket(path: str, *headers: tuple[bytes, bytes], origin: bool = True) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(application, path, headers=[*([ORIGIN] if origin else []), *headers])
+    connected, _ = await communicator.connect(timeout=TIMEOUT)
+    assert connected, "the handshake was refused"
+    return communicator
+
+
+async def receive(communicator: WebsocketCommunicator) -> dict[str, Any]:
+    frame = await communicator.receive_json_from(timeout=TIMEOUT)
+    if frame["type"] not in ("run.accepted", "error"):
+        AGUI_EVENT.validate_python(frame)  # every other frame is an AG-UI event
+    return frame
+
+
+async def receive_until(communicator: WebsocketCommunicator, event_type: str) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+    while not frames or frames[-1]["type"] != event_type:
+        frames.append(await receive(communicator))
+    return frames
+
+
+async def close_code(communicator: WebsocketCommunicator) -> int:
+    output = await communicator.receive_output(timeout=TIMEOUT)
+    assert output["type"] == "websocket.close"
+    return int(output["code"])
+
+
+def kinds(frames: list[dict[str, Any]]) -> list[str]:
+    return [f["type"] for f in frames]
+
+
+def seqs(frames: list[dict[str, Any]]) -> set[int]:
+    return {f["metadata"]["seq"] for f in frames if "seq" in (f.get("metadata") or {})}
+
+
+# -- authentication and access ----------------------------------------------------------------
+
+
+async def test_a_cookie_session_runs_the_agent_and_sees_the_whole_turn(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    model = tool_then_answer()
+    use_model(model)
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await socket.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    accepted = await receive(socket)
+    assert accepted["type"] == "run.accepted" and accepted["run_id"]
+    frames = await receive_until(socket, "RUN_FINISHED")
+    model.assert_consumed()
+    await socket.disconnect()
+
+    assert frames[0] == {**frames[0], "type": "RUN_STARTED", "threadId": alice_session, "runId": accepted["run_id"]}
+    user = frames[1:4]
+    assert kinds(user) == ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"]
+    assert user[0]["role"] == "user" and user[1]["delta"] == "Why does TLS fail?"
+    assert {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"} <= set(kinds(frames))
+    answer = "".join(f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT")
+    assert answer.endswith("The certificate expired on 2024-01-01.")
+    assert frames[-1]["runId"] == accepted["run_id"]
+
+
+@pytest.mark.parametrize("how", ["query", "header"])
+async def test_a_token_authenticates_a_socket(
+    how: str, alice_token: str, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    use_model(ScriptedModel.of("Hello."))
+    if how == "query":
+        socket = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}")
+    else:
+        socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"authorization", f"Bearer {alice_token}".encode()))
+    await socket.send_json_to({"type": "run", "message": "hi"})
+    assert (await receive(socket))["type"] == "run.accepted"
+    assert kinds(await receive_until(socket, "RUN_FINISHED"))[-1] == "RUN_FINISHED"
+    await socket.disconnect()
+
+
+async def test_close_codes_say_why_a_socket_was_refused(
+    alice_cookie: bytes, alice_token: str, alice_session: str, bob_session: str
+) -> None:
+    cases = [
+        (f"/ws/sessions/{alice_session}/", (), 4401),  # no credentials
+        (f"/ws/sessions/{alice_session}/?token=wrong", (b"cookie", alice_cookie), 4401),  # a bad token decides
+        ("/ws/sessions/no-such-session/", (b"cookie", alice_cookie), 4404),
+        (f"/ws/sessions/{bob_session}/", (b"cookie", alice_cookie), 4403),
+        (f"/ws/sessions/{bob_session}/?token={alice_token}", (), 4403),
+        (f"/ws/sessions/{alice_session}/?after_seq=-1", (b"cookie", alice_cookie), 4400),
+        (f"/ws/sessions/{alice_session}/?after_seq=x", (b"cookie", alice_cookie), 4400),
+    ]
+    for path, header, code in cases:
+        socket = await open_socket(path, *([header] if header else []))
+        assert await close_code(socket) == code, path
+
+
+async def test_a_foreign_origin_is_refused(alice_cookie: bytes, alice_session: str) -> None:
+    communicator = WebsocketCommunicator(
+        application, f"/ws/sessions/{alice_session}/", headers=[(b"origin", b"https://evil.example"), (b"cookie", alice_cookie)]
+    )
+    connected, _ = await communicator.connect(timeout=TIMEOUT)
+    assert not connected
+
+
+# -- client frames -----------------------------------------------------------------------------
+
+
+async def test_malformed_frames_get_an_error_frame_and_the_socket_stays_open(
+    alice_cookie: bytes, alice_session: str, bob: Any, use_model: Callable[[Model], None]
+) -> None:
+    use_model(ScriptedModel.of("Still here."))
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    bad_frames: list[tuple[str | bytes, str, str | None]] = [
+        ("not json", "malformed_json", None),
+        ("[1, 2]", "invalid_frame", None),
+        (json.dumps({"message": "hi"}), "invalid_frame", "type"),
+        (json.dumps({"type": "dance"}), "unknown_type", "type"),
+        (json.dumps({"type": "run"}), "invalid_frame", "message"),
+        (json.dumps({"type": "run", "message": "   "}), "invalid_frame", "message"),
+        (json.dumps({"type": "run", "message": 42}), "invalid_frame", "message"),
+        (json.dumps({"type": "run", "message": "hi", "agent": 7}), "invalid_frame", "agent"),
+        (json.dumps({"type": "run", "message": "hi", "agent": "nobody"}), "unknown_agent", "agent"),
+        (json.dumps({"type": "cancel"}), "invalid_frame", "run_id"),
+        (json.dumps({"type": "cancel", "run_id": "no-such-run"}), "not_found", "run_id"),
+        (b"\x00binary", "invalid_frame", None),
+    ]
+    for frame, code, field in bad_frames:
+        if isinstance(frame, bytes):
+            await socket.send_to(bytes_data=frame)
+        else:
+            await socket.send_to(text_data=frame)
+        answer = await receive(socket)
+        assert answer["type"] == "error", frame
+        assert answer["error"]["code"] == code, frame
+        assert answer["error"].get("field") == field, frame
+        assert answer["error"]["message"]
+    # Still open and working.
+    await socket.send_json_to({"type": "run", "message": "are you there?"})
+    assert (await receive(socket))["type"] == "run.accepted"
+    assert kinds(await receive_until(socket, "RUN_FINISHED"))[-1] == "RUN_FINISHED"
+    await socket.disconnect()
+
+
+async def test_a_cancel_frame_ends_the_run_with_run_finished(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    use_model(ScriptedModel.of(ScriptStep.answer("word " * 300, chunk_size=5, delay_s=0.02)))
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await socket.send_json_to({"type": "run", "message": "talk for a while"})
+    run_id = (await receive(socket))["run_id"]
+    await receive_until(socket, "TEXT_MESSAGE_CONTENT")
+    await socket.send_json_to({"type": "cancel", "run_id": run_id})
+    rest = await receive_until(socket, "RUN_FINISHED")
+    assert rest[-1]["outcome"] == {"type": "cancelled"} and "RUN_ERROR" not in kinds(rest)
+    record = await run_manager().await_run(run_id, TIMEOUT)
+    assert record is not None and record.status == "cancelled"
+    # Cancelling a run that ended is refused, and the socket stays usable.
+    await socket.send_json_to({"type": "cancel", "run_id": run_id})
+    assert (await receive(socket))["error"]["code"] == "run_not_active"
+    await socket.disconnect()
+
+
+# -- fan-out, replay, detachment ------------------------------------------------------------------
+
+
+async def test_two_sockets_on_a_session_receive_the_same_events_in_the_same_order(
+    alice_cookie: bytes, alice_token: str, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    use_model(tool_then_answer())
+    first = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    second = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}")
+    await first.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    assert (await receive(first))["type"] == "run.accepted"
+    seen_first = await receive_until(first, "RUN_FINISHED")
+    seen_second = await receive_until(second, "RUN_FINISHED")
+    assert seen_first == seen_second
+    assert "TEXT_MESSAGE_CONTENT" in kinds(seen_second) and "TOOL_CALL_RESULT" in kinds(seen_second)
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_replay_shows_the_ledger_with_the_same_ids_as_live(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    use_model(tool_then_answer())
+    live = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await live.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    await receive(live)
+    live_frames = await receive_until(live, "RUN_FINISHED")
+    await live.disconnect()
+
+    replay = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    replay_frames = await receive_until(replay, "RUN_FINISHED")
+    await replay.disconnect()
+
+    def ids(frames: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        wanted = {"RUN_STARTED": "runId", "TEXT_MESSAGE_START": "messageId", "TOOL_CALL_START": "toolCallId",
+                  "TOOL_CALL_RESULT": "messageId", "RUN_FINISHED": "runId"}
+        return [(f["type"], f[wanted[f["type"]]]) for f in frames if f["type"] in wanted]
+
+    assert ids(replay_frames) == ids(live_frames)
+    text = "".join(f["delta"] for f in replay_frames if f["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text == "".join(f["delta"] for f in live_frames if f["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+async def test_reconnecting_with_after_seq_loses_nothing_and_duplicates_nothing(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    use_model(tool_then_answer("word " * 60, delay_s=0.01))
+    first = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await first.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    await receive(first)
+    before = await receive_until(first, "TOOL_CALL_RESULT")
+    before += [await receive(first) for _ in range(4)]  # into the streamed answer
+    await first.disconnect()
+    resume_at = max(seqs(before))
+
+    second = await open_socket(f"/ws/sessions/{alice_session}/?after_seq={resume_at}", (b"cookie", alice_cookie))
+    after = await receive_until(second, "RUN_FINISHED")
+    await second.disconnect()
+    everything = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    reference = await receive_until(everything, "RUN_FINISHED")
+    await everything.disconnect()
+
+    assert "RUN_STARTED" not in kinds(after)  # the client saw this run start
+    assert seqs(before).isdisjoint(seqs(after))  # nothing twice
+    assert seqs(before) | seqs(after) == seqs(reference)  # nothing lost
+    for key in ("toolCallId",):
+        starts = [f[key] for f in before + after if f["type"] == "TOOL_CALL_START"]
+        assert len(starts) == len(set(starts)) == 1
+    answer_id = next(f["messageId"] for f in reference if f["type"] == "TEXT_MESSAGE_START" and f["role"] == "assistant")
+    resumed = "".join(f["delta"] for f in after if f.get("messageId") == answer_id and f["type"] == "TEXT_MESSAGE_CONTENT")
+    assert resumed == "word " * 60  # the answer cut off by the disconnect comes back whole
+
+
+async def test_a_run_goes_on_after_the_socket_that_started_it_closes(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None]
+) -> None:
+    use_model(tool_then_answer(delay_s=0.01))
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await socket.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    run_id = (await receive(socket))["run_id"]
+    await socket.disconnect()
+    record = await run_manager().await_run(run_id, TIMEOUT)
+    assert record is not None and record.status == "completed"
+    later = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    frames = await receive_until(later, "RUN_FINISHED")
+    assert frames[-1]["runId"] == run_id  # its completion event is in the ledger
+    await later.disconnect()
