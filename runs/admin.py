@@ -24,3 +24,19 @@ class RunAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(orm.A2ATask)
+class A2ATaskAdmin(admin.ModelAdmin):
+    """A2A tasks are written by the protocol server only; reviewers read them here."""
+
+    list_display = ["id", "user", "agent", "state", "context_id", "updated_at"]
+    list_filter = ["state", "agent"]
+    search_fields = ["id", "context_id", "user__username"]
+    readonly_fields = [f.name for f in orm.A2ATask._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

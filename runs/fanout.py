@@ -13,7 +13,8 @@ import logging
 import re
 from typing import Any
 
-from channels.layers import BaseChannelLayer, get_channel_layer
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer, channel_layers, get_channel_layer
 
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
@@ -66,11 +67,18 @@ async def request_cancel(runner: Runner, run_id: str) -> bool:
     return False
 
 
-async def listen_for_cancels(runner: Runner) -> None:
-    """Act on cancels broadcast by other processes, for as long as the runner lives."""
-    layer = get_channel_layer()
+async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None = None) -> None:
+    """Act on cancels broadcast by other processes, for as long as the runner lives.
+
+    It listens on a layer instance of its own: a channel layer lets only one event loop
+    receive at a time, and the process's shared instance also serves consumers that may run
+    on another loop. The in-memory layer reaches no other process, so there is nothing to
+    listen for (a cancel in this process reaches the run directly)."""
     if layer is None:
-        return
+        shared = get_channel_layer()
+        if shared is None or isinstance(shared, InMemoryChannelLayer):
+            return
+        layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
     channel = await layer.new_channel("runs.control.")
     await layer.group_add(CONTROL_GROUP, channel)
     try:

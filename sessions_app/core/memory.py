@@ -44,6 +44,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from sessions_app.core.events import new_id, utcnow
 from sessions_app.core.session import SessionKey
+from sessions_app.core.text import stem
 
 MemoryKind = Literal["fact", "episode"]
 MEMORY_KINDS: tuple[MemoryKind, ...] = ("fact", "episode")
@@ -284,32 +285,6 @@ _LATIN = re.compile(r"[a-z0-9]+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 _SPLIT = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+)")
 
-
-def stem(word: str) -> str:
-    """A light suffix stripper: `prefers`~`prefer`, `deployed`~`deploy`, `cities`~`city`."""
-    w = word
-    if len(w) <= 3 or not w.isalpha():
-        return w
-    if w.endswith("ies") and len(w) > 4:
-        w = w[:-3] + "y"
-    elif w.endswith(("sses", "xes", "zes", "ches", "shes")):
-        w = w[:-2]
-    elif w.endswith("ing") and len(w) > 5:
-        w = w[:-3]
-    elif w.endswith("ied") and len(w) > 4:
-        w = w[:-3] + "y"
-    elif w.endswith("ed") and len(w) > 4:
-        w = w[:-2]
-    elif w.endswith("ly") and len(w) > 5:
-        w = w[:-2]
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        w = w[:-1]
-    if w.endswith("e") and len(w) > 4:
-        w = w[:-1]
-    # Undouble a final consonant left by -ing/-ed: running -> runn -> run.
-    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeioulsz":
-        w = w[:-1]
-    return w
 
 
 def normalize_text(text: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.session import Session, SessionKey, Summary, select_summary
+from sessions_app.core.text import stem
 
 # -- defaults (SPEC 5 and 14; DESIGN 6) ------------------------------------------------------
 
@@ -114,29 +115,7 @@ STOP_WORDS = frozenset(
     "any some all very too out up".split()
 )
 
-_DOUBLES = frozenset("bdfgkmnprt")
 
-
-def stem(word: str) -> str:
-    """A light English stemmer: plural, -ing, -ed and a final -e go, so that "painted",
-    "painting", "paints" and "paint" meet. Short words and numbers are left alone."""
-    if len(word) <= 3 or not word.isalpha() or not word.isascii():
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        word = word[:-3] + "y"
-    elif word.endswith(("sses", "xes", "ches", "shes", "zzes")):
-        word = word[:-2]
-    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)]
-            if len(word) > 3 and word[-1] == word[-2] and word[-1] in _DOUBLES:
-                word = word[:-1]  # running -> run, stopped -> stop
-            break
-    if word.endswith("e") and len(word) > 4:
-        word = word[:-1]
-    return word
 
 
 _SUFFIXES = ("s", "e", "es", "ed", "ing", "ings", "d", "er", "ers", "eds", "eed", "eeds", "eing", "eings")

@@ -84,3 +84,10 @@ def test_create_api_token_prints_the_token_alone_on_the_last_line(alice: Any) ->
 def test_create_api_token_for_an_unknown_user_fails_clearly() -> None:
     with pytest.raises(CommandError, match="'nobody'"):
         call_command("create_api_token", "nobody")
+
+
+def test_runs_and_a2a_tasks_are_listed_read_only(admin_client: Any) -> None:
+    for path in ("/admin/runs/run/", "/admin/runs/a2atask/"):
+        page = admin_client.get(path)
+        assert page.status_code == 200, path
+        assert admin_client.get(path + "add/").status_code == 403

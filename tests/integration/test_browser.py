@@ -221,7 +221,12 @@ def test_chat_streams_the_offline_answer_with_a_tool_card_and_shows_it_once_afte
     page.get_by_label("Tool").select_option("inspect_certificate")
     expect(page.locator("#ledger-table tbody tr:visible")).to_have_count(2)  # the call and its result
     page.get_by_label("Tool").select_option("")
-    expect(page.locator("#context-inspector")).to_contain_text("The context inspector arrives with context governance.")
+    # The context inspector: the next request block by block, and a chart of the model calls.
+    inspector = page.locator("#context-inspector")
+    expect(inspector.locator("#context-status")).to_contain_text("model call(s) recorded")
+    expect(inspector.locator("#context-chart svg polyline.sent")).to_have_count(1)
+    expect(inspector.locator("#context-totals")).to_contain_text("Next call sends")
+    expect(inspector.locator("#context-blocks li.kind-instruction").first).to_be_visible()
     shoot(page, "ledger.png", full_page=True)
     page.emulate_media(color_scheme="dark")
     shoot(page, "ledger-dark.png", full_page=True)

@@ -246,7 +246,7 @@ def test_ledger_page_of_an_unknown_session_is_not_found(client: Any, alice: Any)
     assert client.get("/sessions/no-such-session/").status_code == 404
 
 
-def test_ledger_page_leaves_a_marked_place_for_the_context_inspector(
+def test_ledger_page_carries_the_context_inspector_wired_to_its_api(
     client: Any, alice: Any, alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
     use_model(ScriptedModel.of("hello"))
@@ -255,5 +255,6 @@ def test_ledger_page_leaves_a_marked_place_for_the_context_inspector(
     html = client.get(f"/sessions/{session_id}/").content.decode()
     assert '<section id="context-inspector"' in html
     assert '<h2 id="context-heading">Context</h2>' in html
-    assert "The context inspector arrives with context governance." in html
+    assert f'data-url="/api/sessions/{session_id}/context/"' in html
+    assert "agentsite/inspector.js" in html
     assert f'href="/chat/{session_id}/"' in html  # back to the conversation

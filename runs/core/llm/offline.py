@@ -30,6 +30,7 @@ from typing import Any
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
 from runs.core.tokens import count_messages, count_text
 from sessions_app.core.events import Message, ToolCall, Usage
+from sessions_app.core.text import stem
 
 OFFLINE_MODEL_NAME = "offline"
 OFFLINE_DESCRIPTION = "deterministic rule-based planner, not a language model"
@@ -110,29 +111,6 @@ def offline_model_info(context_window: int | None = None) -> ModelInfo:
 
 # -- words ----------------------------------------------------------------------------------
 
-
-def stem(word: str) -> str:
-    """A light, Porter-flavoured stem: enough for `certificates`~`certificate`, `fails`~`failed`."""
-    w = word.lower()
-    if len(w) <= 3 or not w.isascii() or not w.isalpha():
-        return w
-    if w.endswith("ies") and len(w) > 4:
-        w = w[:-3] + "y"
-    elif w.endswith(("sses", "xes", "zes", "ches", "shes")):
-        w = w[:-2]
-    elif w.endswith("ation") and len(w) > 7:
-        w = w[:-5]
-    elif w.endswith("ing") and len(w) > 5:
-        w = w[:-3]
-    elif w.endswith("ed") and len(w) > 4:
-        w = w[:-2]
-    elif w.endswith("ly") and len(w) > 5:
-        w = w[:-2]
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        w = w[:-1]
-    if w.endswith("e") and len(w) > 4:
-        w = w[:-1]
-    return w
 
 
 def _vocabulary(text: str) -> list[str]:

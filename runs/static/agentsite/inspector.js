@@ -1,0 +1,129 @@
+/* Agentsite context inspector: what the next model call would see, against the raw ledger.
+   Reads GET /api/sessions/<id>/context/ and draws, per past model call, raw-ledger tokens
+   against sent tokens, marking where a summary advanced or tool results were compacted. */
+(() => {
+  "use strict";
+
+  const section = document.getElementById("context-inspector");
+  if (!section) return;
+  const status = document.getElementById("context-status");
+  const totals = document.getElementById("context-totals");
+  const figure = document.getElementById("context-chart-figure");
+  const chart = document.getElementById("context-chart");
+  const blocksHeading = document.getElementById("context-blocks-heading");
+  const blocks = document.getElementById("context-blocks");
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function el(tag, attrs = {}, text) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function svg(tag, attrs = {}, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  const number = (value) => (typeof value === "number" ? value.toLocaleString() : "–");
+
+  function showTotals(report) {
+    const t = report.totals;
+    if (!t) return;
+    const saved = t.raw_tokens > 0 ? Math.round((100 * t.saved_tokens) / t.raw_tokens) : 0;
+    const facts = [
+      ["Next call sends", `${number(t.sent_tokens)} tokens`],
+      ["Raw ledger", `${number(t.raw_tokens)} tokens (${saved}% saved)`],
+      ["Context window", `${number(report.context_window)} tokens`],
+      ["Ledger events", number(t.ledger_events)],
+      ["Behind the summary", `${number(t.hidden_events)} events`],
+      ["Summary boundary", report.boundary ? `seq ${report.boundary.last_seq}` : "none yet"],
+    ];
+    const list = el("dl");
+    for (const [term, value] of facts) {
+      list.append(el("dt", {}, term), el("dd", {}, value));
+    }
+    totals.replaceChildren(list);
+    totals.hidden = false;
+  }
+
+  function drawChart(calls) {
+    if (!calls.length) return;
+    const width = 720;
+    const height = 240;
+    const pad = { left: 56, right: 16, top: 16, bottom: 32 };
+    const max = Math.max(1, ...calls.map((c) => Math.max(c.raw_tokens || 0, c.sent_tokens || 0)));
+    const x = (i) => pad.left + (calls.length === 1 ? 0 : (i * (width - pad.left - pad.right)) / (calls.length - 1));
+    const y = (v) => height - pad.bottom - ((v || 0) * (height - pad.top - pad.bottom)) / max;
+    const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "context-svg", "aria-hidden": "true" });
+    for (const fraction of [0, 0.5, 1]) {
+      const value = Math.round(max * fraction);
+      root.append(
+        svg("line", { x1: pad.left, x2: width - pad.right, y1: y(value), y2: y(value), class: "grid" }),
+        svg("text", { x: pad.left - 6, y: y(value) + 4, "text-anchor": "end", class: "axis" }, value.toLocaleString()),
+      );
+    }
+    const line = (key, cls) =>
+      svg("polyline", { points: calls.map((c, i) => `${x(i)},${y(c[key])}`).join(" "), class: cls, fill: "none" });
+    root.append(line("raw_tokens", "raw"), line("sent_tokens", "sent"));
+    let previousVersion = null;
+    calls.forEach((call, i) => {
+      const version = call.summary ? call.summary.version : null;
+      if (version !== null && version !== previousVersion) {
+        root.append(svg("text", { x: x(i), y: y(call.sent_tokens) - 8, "text-anchor": "middle", class: "mark-summary" }, "◆"));
+      }
+      previousVersion = version;
+      const compaction = call.compaction || {};
+      if ((compaction.pass0 || 0) + (compaction.pass1 || 0) + (compaction.pass2 || 0) > 0) {
+        root.append(svg("text", { x: x(i), y: height - pad.bottom + 14, "text-anchor": "middle", class: "mark-compaction" }, "▲"));
+      }
+    });
+    root.append(
+      svg("text", { x: pad.left + 8, y: pad.top + 4, class: "legend raw" }, "- - raw ledger"),
+      svg("text", { x: pad.left + 8, y: pad.top + 20, class: "legend sent" }, "—— sent"),
+    );
+    chart.replaceChildren(root);
+    const last = calls[calls.length - 1];
+    chart.setAttribute(
+      "aria-label",
+      `${calls.length} model calls; the last sent ${number(last.sent_tokens)} of ${number(last.raw_tokens)} raw tokens.`,
+    );
+    figure.hidden = false;
+  }
+
+  function showBlocks(items) {
+    for (const block of items) {
+      const item = el("li", { class: `context-block kind-${block.kind}` });
+      const head = el("div", { class: "context-block-head" });
+      head.append(el("span", { class: "badge" }, block.kind), el("span", { class: "muted" }, block.role || ""));
+      head.append(el("span", { class: "tokens" }, `${number(block.tokens)} tokens`));
+      item.append(head);
+      if (block.preview) item.append(el("p", { class: "context-preview" }, block.preview));
+      blocks.append(item);
+    }
+    blocksHeading.hidden = !items.length;
+  }
+
+  async function load() {
+    try {
+      const response = await fetch(section.dataset.url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      const report = await response.json();
+      if (!response.ok) throw new Error((report.error && report.error.message) || response.statusText);
+      const calls = (report.calls || []).filter((c) => typeof c.sent_tokens === "number");
+      showTotals(report);
+      drawChart(calls);
+      showBlocks(report.blocks || []);
+      status.textContent = calls.length
+        ? `${calls.length} model call(s) recorded; the chart shows each one.`
+        : "No model call recorded yet: the chart appears after the first run.";
+    } catch (error) {
+      status.textContent = `The context inspector could not load: ${error.message}`;
+      status.classList.add("error-text");
+    }
+  }
+
+  load();
+})();
