@@ -166,7 +166,8 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
     return Runner(
         app=settings.AGENTSITE_APP,
         agents=build_demo_agents(
-            model, build_governance(engine), extra_tools=demo_service_tools(), extra_instruction=RECALL_INSTRUCTION
+            model, build_governance(engine), extra_tools=demo_service_tools(), extra_instruction=RECALL_INSTRUCTION,
+            memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
         ),
         summary_scheduler=scheduler,
         load_after_summary=scheduler is not None or engine.summarizer is not None,

@@ -64,6 +64,7 @@ def build_support_agent(
     *,
     extra_tools: Sequence[Tool] = (),
     extra_instruction: str = "",
+    memory_preload: int = 0,
 ) -> LLMAgent:
     """The support agent; `extra_tools` (recall, memory, artifacts) come from the
     composition root, which knows the services behind them."""
@@ -73,6 +74,7 @@ def build_support_agent(
         instruction="\n\n".join(part for part in (SUPPORT_INSTRUCTION, extra_instruction) if part),
         description=SUPPORT_DESCRIPTION,
         tools=[*support_tools(), *extra_tools],
+        memory_preload=memory_preload,
         parallel_tools=True,
         governance=governance,
     )
@@ -91,7 +93,10 @@ def build_demo_agents(
     *,
     extra_tools: Sequence[Tool] = (),
     extra_instruction: str = "",
+    memory_preload: int = 0,
 ) -> list[LLMAgent]:
     """The demo's agents, the default (support) first, both governed by `governance`."""
-    support = build_support_agent(model, governance, extra_tools=extra_tools, extra_instruction=extra_instruction)
+    support = build_support_agent(
+        model, governance, extra_tools=extra_tools, extra_instruction=extra_instruction, memory_preload=memory_preload
+    )
     return [support, build_general_agent(model, governance)]

@@ -22,6 +22,7 @@ from sessions_app.core.events import (
     Message,
     new_id,
 )
+from sessions_app.core.memory_tools import MEMORY_SERVICE, memory_preload_block
 from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, model_message
 
@@ -53,6 +54,7 @@ class LLMAgent:
         max_steps: int = DEFAULT_MAX_STEPS,
         parallel_tools: bool = True,
         governance: ContextGovernance | None = None,
+        memory_preload: int = 0,
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps!r}")
@@ -67,6 +69,8 @@ class LLMAgent:
         self.max_steps = max_steps
         self.parallel_tools = parallel_tools
         self.governance = governance
+        # SPEC 6.5: 0 off, -1 every memory, N adaptive; needs services["memory"].
+        self.memory_preload = memory_preload
         # Per running invocation: its last request (fork parent) and pre-call report.
         self._last_built: dict[str, BuiltRequest] = {}
         self._precall: dict[str, dict[str, Any] | None] = {}
@@ -165,6 +169,13 @@ class LLMAgent:
     async def _run(self, invocation: Invocation) -> AsyncIterator[Event]:
         max_steps = invocation.options.max_steps or self.max_steps
         instruction = invocation.options.instruction or self.instruction
+        # Preloaded once per run, so the request prefix stays the same across its steps.
+        memories = await memory_preload_block(
+            invocation.services.get(MEMORY_SERVICE), app=invocation.app, user_id=invocation.session.user_id,
+            preload=self.memory_preload, query=invocation.message.content,
+        )
+        if memories:
+            instruction = f"{instruction}\n\n{memories}" if instruction else memories
         specs = [t.spec() for t in self.tools.values()]
         for step in range(max_steps):
             built = await self._request(invocation, step, instruction, specs)
