@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/python bench/context.py
 	$(BIN)/python bench/recall.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/stream.py
 
 clean:
 	rm -rf $(VENV) var/*.sqlite3* var/test-*

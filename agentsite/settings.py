@@ -92,8 +92,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # -- redis: broker, channel layer, locks --------------------------------------------------
 REDIS_URL = env.url("REDIS_URL", schemes=("redis", "rediss", "unix"))
 if REDIS_URL:
+    # Every socket waiting for its next event holds a Redis connection (a blocking pop), so
+    # the pool must be larger than the sockets a process serves; redis-py's default is 100.
+    AGENTSITE_REDIS_MAX_CONNECTIONS = env.integer("AGENTSITE_REDIS_MAX_CONNECTIONS", 2000)
     CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": AGENTSITE_REDIS_MAX_CONNECTIONS}]},
+        }
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False

@@ -1,0 +1,342 @@
+"""Stream benchmark: N concurrent runs streamed over the session websocket of a real Daphne.
+
+Starts `daphne agentsite.asgi:application` as a subprocess on PostgreSQL
+(`agentsite_stream_bench`, dropped and recreated) and the Redis channel layer (db 7) with the
+offline model, creates a user and an API token, then for N in (50, 200): creates N sessions
+(`POST /api/sessions/`), opens one websocket per session, sends one `run` frame on every
+socket at the same time and records every frame with its arrival time. Per N it reports total
+events, wall time, events/s, events per run, lost and reordered events (both must be 0) and
+latency p50/p99 from the AG-UI `timestamp` (ms, set by the translator from the ledger event's
+`created_at`, or "now" for frames made at translation time) to arrival on the socket.
+Prints a table and writes `bench/results/stream.json`. Skips (exit 0) when PostgreSQL or Redis
+do not answer. Daphne is killed at the end, also on errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+PYTHON = BIN / "python"
+DB_NAME = "agentsite_stream_bench"
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
+REDIS_URL = "redis://127.0.0.1:6379/7"
+PROMPT = "Search the logs of payments for errors"
+SIZES = (50, 200)
+OUTPUT = ROOT / "bench" / "results" / "stream.json"
+RUN_TIMEOUT_S = 40.0  # an offline run takes ~1-10 s here; longer means it is stuck
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis_ok() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _reset_db() -> str | None:
+    """Drop and recreate the bench database; an error message when PostgreSQL is not there."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        return f"psycopg not importable: {exc}"
+    try:
+        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {DB_NAME}")
+    except Exception as exc:
+        return f"PostgreSQL did not answer: {exc}"
+    return None
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="agentsite.settings",
+        DATABASE_URL=DATABASE_URL,
+        REDIS_URL=REDIS_URL,
+        AGENTSITE_MODEL="offline",
+        AGENTSITE_MEMORY_AUTO="0",
+    )
+    return env
+
+
+def _manage(*args: str) -> str:
+    out = subprocess.run(
+        [str(PYTHON), "manage.py", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read() or b"{}")
+
+
+def _wait_ready(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+                resp.read()
+                return
+        except Exception:
+            time.sleep(0.2)
+    raise RuntimeError("daphne did not answer /healthz")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
+    return s[k]
+
+
+async def _one_socket(port: int, token: str, session_id: str, start: asyncio.Event, frames: list, ready: list) -> None:
+    from websockets.asyncio.client import connect
+
+    url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/?token={token}"
+    async with connect(url, origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=60) as ws:
+        ready.append(session_id)
+        await start.wait()
+        await ws.send(json.dumps({"type": "run", "message": PROMPT}))
+        async with asyncio.timeout(RUN_TIMEOUT_S):
+            async for raw in ws:
+                now = time.time()
+                frame = json.loads(raw)
+                frames.append((now, frame))
+                if frame.get("type") in ("RUN_FINISHED", "RUN_ERROR"):
+                    break
+
+
+def _analyse(per_socket: list[list[tuple[float, dict]]]) -> dict[str, Any]:
+    runs = []
+    reordered = 0
+    reorder_examples: list[str] = []
+    ts_latency_ms: list[float] = []
+    acc_latency_ms: list[float] = []
+    no_ts = 0
+    for frames in per_socket:
+        accepted_at = None
+        events = []
+        last_seq = -1
+        ended_text: set[str] = set()
+        started_tool: set[str] = set()
+        finished = False
+        error = False
+        for now, f in frames:
+            t = f.get("type")
+            if t == "run.accepted":
+                accepted_at = now
+                continue
+            if t == "error":
+                error = True
+                continue
+            events.append(t)
+            if t == "RUN_FINISHED":
+                finished = True
+            if t == "RUN_ERROR":
+                error = True
+            ts = f.get("timestamp")
+            if ts is not None:
+                ts_latency_ms.append(now * 1000 - ts)
+            else:
+                no_ts += 1
+            if accepted_at is not None:
+                acc_latency_ms.append((now - accepted_at) * 1000)
+            seq = (f.get("metadata") or {}).get("seq")
+            problem = None
+            if seq is not None:
+                if seq < last_seq:
+                    problem = f"seq {seq} after {last_seq}"
+                last_seq = max(last_seq, seq)
+            mid = f.get("messageId")
+            if t == "TEXT_MESSAGE_END":
+                ended_text.add(mid)
+            elif t == "TEXT_MESSAGE_CONTENT" and mid in ended_text:
+                problem = f"TEXT_MESSAGE_CONTENT after END of {mid}"
+            tcid = f.get("toolCallId")
+            if t == "TOOL_CALL_START":
+                started_tool.add(tcid)
+            elif t == "TOOL_CALL_RESULT" and tcid not in started_tool:
+                problem = f"TOOL_CALL_RESULT before START of {tcid}"
+            if problem:
+                reordered += 1
+                if len(reorder_examples) < 5:
+                    reorder_examples.append(problem)
+        runs.append({"events": events, "finished": finished, "error": error, "accepted": accepted_at is not None})
+
+    counts = [len(r["events"]) for r in runs]
+    # The reference: the most common event-type multiset among the runs that finished.
+    shapes = Counter(tuple(sorted(Counter(r["events"]).items())) for r in runs if r["finished"])
+    ref = Counter(dict(shapes.most_common(1)[0][0])) if shapes else Counter()
+    lost = 0
+    bad_runs = 0
+    for r in runs:
+        missing = sum((ref - Counter(r["events"])).values())
+        if not r["finished"] and not ref:
+            missing += 1  # no finished run to compare with: at least RUN_FINISHED is lost
+        if missing or not r["finished"]:
+            bad_runs += 1
+        lost += missing
+    return {
+        "runs": len(runs),
+        "runs_finished": sum(r["finished"] for r in runs),
+        "runs_error": sum(r["error"] for r in runs),
+        "total_events": sum(counts),
+        "events_per_run": sorted(set(counts)),
+        "events_per_run_equal": len(set(counts)) == 1,
+        "events_per_finished_run": sorted({len(r["events"]) for r in runs if r["finished"]}),
+        "reference_shape": dict(ref),
+        "lost_events": lost,
+        "runs_with_losses": bad_runs,
+        "reordered_events": reordered,
+        "reorder_examples": reorder_examples,
+        "latency_source": "AG-UI timestamp (ms) to socket arrival",
+        "latency_ms_p50": _pct(ts_latency_ms, 50),
+        "latency_ms_p99": _pct(ts_latency_ms, 99),
+        "latency_ms_max": max(ts_latency_ms) if ts_latency_ms else None,
+        "frames_without_timestamp": no_ts,
+        "since_accepted_ms_p50": _pct(acc_latency_ms, 50),
+        "since_accepted_ms_p99": _pct(acc_latency_ms, 99),
+    }
+
+
+async def _bench(port: int, token: str, n: int) -> dict[str, Any]:
+    base = f"http://127.0.0.1:{port}"
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(16) as pool:
+        sessions = await asyncio.gather(
+            *(loop.run_in_executor(pool, _http, "POST", f"{base}/api/sessions/", token, {"title": f"s{i}"}) for i in range(n))
+        )
+    ids = [s["id"] for s in sessions]
+    start = asyncio.Event()
+    per_socket: list[list] = [[] for _ in ids]
+    ready: list[str] = []
+    tasks = [asyncio.create_task(_one_socket(port, token, sid, start, per_socket[i], ready)) for i, sid in enumerate(ids)]
+    # Wait until every socket has finished its handshake (or failed), then start all runs.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(ready) + sum(t.done() for t in tasks) < n:  # noqa: ASYNC110  (readiness is a count over many sockets, not one event)
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)  # let the consumers finish their ledger replay
+    t0 = time.perf_counter()
+    start.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    wall = time.perf_counter() - t0
+    failures = [repr(r) for r in results if isinstance(r, BaseException)]
+    stats = _analyse(per_socket)
+    stats.update(
+        n=n,
+        wall_s=round(wall, 3),
+        events_per_s=round(stats["total_events"] / wall, 1) if wall else None,
+        socket_failures=len(failures),
+        socket_failure_examples=failures[:3],
+    )
+    return stats
+
+
+def main() -> int:
+    if not _redis_ok():
+        print("SKIP: Redis did not answer on 127.0.0.1:6379; stream benchmark not run.")
+        return 0
+    problem = _reset_db()
+    if problem:
+        print(f"SKIP: {problem}; stream benchmark not run.")
+        return 0
+    print(f"database {DB_NAME} recreated; migrating...", flush=True)
+    _manage("migrate", "--noinput")
+    token = _manage("create_api_token", "bench", "--create-user").strip().splitlines()[-1].strip()
+    port = _free_port()
+    log = open(ROOT / "bench" / "results" / "stream-daphne.log", "w")
+    proc = subprocess.Popen(
+        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
+        cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    results = []
+    try:
+        _wait_ready(port, proc)
+        print(f"daphne pid {proc.pid} on port {port}", flush=True)
+        for n in SIZES:
+            print(f"N={n}: running...", flush=True)
+            results.append(asyncio.run(_bench(port, token, n)))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+    header = f"{'N':>4} {'events':>7} {'wall s':>7} {'ev/s':>8} {'ev/run':>8} {'done':>5} {'lost':>5} {'reord':>5} {'p50 ms':>8} {'p99 ms':>8} {'fail':>5}"
+    print()
+    print("latency: AG-UI `timestamp` (ledger created_at, ms) -> frame arrival on the socket")
+    print(header)
+    for r in results:
+        c = r["events_per_run"]
+        epr = str(c[0]) if len(c) == 1 else f"{c[0]}-{c[-1]}"
+        p50 = r["latency_ms_p50"] if r["latency_ms_p50"] is not None else float("nan")
+        p99 = r["latency_ms_p99"] if r["latency_ms_p99"] is not None else float("nan")
+        print(
+            f"{r['n']:>4} {r['total_events']:>7} {r['wall_s']:>7.2f} {r['events_per_s']:>8} {epr:>8} "
+            f"{r['runs_finished']:>5} {r['lost_events']:>5} {r['reordered_events']:>5} "
+            f"{p50:>8.1f} {p99:>8.1f} {r['socket_failures']:>5}"
+        )
+    for r in results:
+        print(
+            f"N={r['n']}: frames without timestamp {r['frames_without_timestamp']}; "
+            f"since run.accepted p50/p99 {r['since_accepted_ms_p50'] or 0:.0f}/{r['since_accepted_ms_p99'] or 0:.0f} ms; "
+            f"run errors {r['runs_error']}; events per finished run {r['events_per_finished_run']}; "
+            f"reference shape {r['reference_shape']}"
+        )
+        if r["reorder_examples"] or r["socket_failure_examples"]:
+            print(f"  examples: {r['reorder_examples']} {r['socket_failure_examples']}")
+    ok = all(r["lost_events"] == 0 and r["reordered_events"] == 0 and r["runs_finished"] == r["n"] for r in results)
+    print("verdict:", "OK (0 lost, 0 reordered)" if ok else "PROBLEM (lost/reordered/unfinished runs, see above)")
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_text(
+        json.dumps(
+            {"prompt": PROMPT, "python": platform.python_version(), "cpus": os.cpu_count(), "results": results},
+            indent=2,
+        )
+    )
+    print(f"wrote {OUTPUT.relative_to(ROOT)} (Daphne log: bench/results/stream-daphne.log)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
