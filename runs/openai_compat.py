@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -27,6 +26,7 @@ from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageErr
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from sessions_app import selectors as session_selectors
+from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, Event, Message
 from sessions_app.core.session import SessionNotFoundError
 
@@ -145,10 +145,10 @@ async def _open_session(user: Any, session_id: str | None) -> str | None:
     """The session to continue: the user's own, a new one with the client's id, or None."""
     if not session_id:
         return None
-    owned = await sync_to_async(session_selectors.session_get, thread_sensitive=False)(user=user, session_id=session_id)
+    owned = await db_call(session_selectors.session_get)(user=user, session_id=session_id)
     if owned is not None:
         return session_id
-    exists = await sync_to_async(session_selectors.session_exists, thread_sensitive=False)(session_id=session_id)
+    exists = await db_call(session_selectors.session_exists)(session_id=session_id)
     if exists:
         raise OpenAIError(404, f"session {session_id!r} not found", param=SESSION_HEADER, code="session_not_found")
     return session_id

@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 
+from agentsite.threads import DB_EXECUTOR
 from runs.core.tokens import count_text
 from sessions_app import mapping
 from sessions_app import models as orm
@@ -42,7 +43,7 @@ def db_call(func: Callable[P, R]) -> Callable[P, Any]:
             connection.close()
             raise
 
-    return sync_to_async(guarded, thread_sensitive=False)
+    return sync_to_async(guarded, thread_sensitive=False, executor=DB_EXECUTOR)
 
 
 def _owned(key: SessionKey) -> Any:

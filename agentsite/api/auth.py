@@ -13,6 +13,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 from rest_framework import exceptions
 
+from agentsite.threads import DB_EXECUTOR
 from runs.auth import BearerTokenAuthentication
 
 
@@ -42,4 +43,4 @@ async def authenticate(request: HttpRequest, *, allow_session: bool = False) -> 
 
     Session (cookie) authentication only with `allow_session`, for views that enforce CSRF
     themselves: a bearer token cannot be forged by another site, a cookie can."""
-    return await sync_to_async(_authenticate, thread_sensitive=False)(request, allow_session)
+    return await sync_to_async(_authenticate, thread_sensitive=False, executor=DB_EXECUTOR)(request, allow_session)

@@ -9,6 +9,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 
+from agentsite.threads import VIEW_EXECUTOR
+
 
 def off_thread(view: Callable[..., HttpResponse]) -> Callable[..., Any]:
     """Serve a synchronous view from a worker thread of its own.
@@ -20,6 +22,6 @@ def off_thread(view: Callable[..., HttpResponse]) -> Callable[..., Any]:
 
     @functools.wraps(view)
     async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        return await sync_to_async(view, thread_sensitive=False)(request, *args, **kwargs)
+        return await sync_to_async(view, thread_sensitive=False, executor=VIEW_EXECUTOR)(request, *args, **kwargs)
 
     return wrapped

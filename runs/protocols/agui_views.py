@@ -46,6 +46,7 @@ from rest_framework.request import Request
 
 from agentsite.composition import run_manager
 from agentsite.errors import envelope
+from agentsite.threads import DB_EXECUTOR
 from runs import models as run_orm
 from runs.auth import BearerTokenAuthentication
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
@@ -110,7 +111,7 @@ def _authenticate_sync(request: HttpRequest) -> Any:
 async def authenticate(request: HttpRequest) -> Any:
     """The authenticated user, or raise `AguiRequestError` (401, or 403 for a missing CSRF token)."""
     try:
-        user = await sync_to_async(_authenticate_sync, thread_sensitive=False)(request)
+        user = await sync_to_async(_authenticate_sync, thread_sensitive=False, executor=DB_EXECUTOR)(request)
     except exceptions.AuthenticationFailed as exc:
         raise AguiRequestError(401, "authentication_failed", str(exc.detail)) from None
     except exceptions.PermissionDenied as exc:
