@@ -347,6 +347,10 @@ class Runner:
                 event = await self._persist(handle, event, persisted)
                 self._account(handle, event)
                 await self._emit(handle, event)
+                if invocation.cancel_event.is_set():
+                    # The task's cancellation can be swallowed on its way through a library
+                    # (a Redis client turns it into a timeout); the flag cannot.
+                    raise asyncio.CancelledError
         except asyncio.CancelledError:
             status = "cancelled"
             task = asyncio.current_task()
