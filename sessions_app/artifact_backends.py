@@ -13,7 +13,6 @@ removes the rows, then the files once the transaction has committed.
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 import uuid
@@ -28,6 +27,7 @@ from django.db.models import Max, QuerySet
 
 from runs.core.tools.function import FunctionTool
 from sessions_app import models as orm
+from sessions_app.artifact_files import artifacts_delete, remove_files
 from sessions_app.backends import db_call
 from sessions_app.core.artifact_tools import artifact_tool_functions
 from sessions_app.core.artifacts import (
@@ -41,7 +41,6 @@ from sessions_app.core.artifacts import (
 from sessions_app.core.session import SessionNotFoundError
 from sessions_app.memory_backends import bind_context_tool
 
-logger = logging.getLogger(__name__)
 
 SAVE_ATTEMPTS = 50
 
@@ -92,7 +91,7 @@ class DjangoArtifactService:
         try:
             return self._claim_version(scope, filename, draft, key)
         except BaseException:
-            self._remove_files([key])
+            remove_files(self.storage, [key])
             raise
 
     def _claim_version(self, scope: ArtifactScope, filename: str, draft: ArtifactVersion, key: str) -> ArtifactVersion:
@@ -148,18 +147,7 @@ class DjangoArtifactService:
     def delete_sync(self, scope: ArtifactScope, filename: str) -> bool:
         validate_filename(filename)
         with transaction.atomic():
-            rows = self._rows(scope, filename)
-            keys = list(rows.values_list("storage_key", flat=True))
-            rows.delete()
-            transaction.on_commit(lambda: self._remove_files(keys))
-        return bool(keys)
-
-    def _remove_files(self, keys: list[str]) -> None:
-        for key in keys:
-            try:
-                self.storage.delete(key)
-            except Exception:  # an orphaned file is harmless; a failed request is not
-                logger.warning("could not delete artifact file %r", key, exc_info=True)
+            return artifacts_delete(rows=self._rows(scope, filename), storage=self.storage) > 0
 
     # -- the async contract
 

@@ -20,6 +20,7 @@ from agentsite.threads import DB_EXECUTOR
 from runs.core.tokens import count_text
 from sessions_app import mapping
 from sessions_app import models as orm
+from sessions_app.artifact_files import artifacts_delete
 from sessions_app.core.events import Event, new_id, utcnow
 from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary, select_summary
 
@@ -120,7 +121,9 @@ def _list(app: str, user_id: str) -> list[Session]:
     return [mapping.session_from_row(r) for r in rows]
 
 
+@transaction.atomic
 def _delete(key: SessionKey) -> bool:
+    artifacts_delete(rows=orm.Artifact.objects.filter(session__in=_owned(key)))
     deleted, _ = _owned(key).delete()
     return deleted > 0
 

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import transaction
 
 from sessions_app import models as orm
+from sessions_app.artifact_files import artifacts_delete
 from sessions_app.core.events import new_id, utcnow
 
 
@@ -22,4 +23,6 @@ def session_create(*, user: Any, agent: str, title: str = "") -> orm.Session:
 
 @transaction.atomic
 def session_delete(*, session: orm.Session) -> None:
+    """Delete the session, its ledger and derived rows, and its artifacts' files."""
+    artifacts_delete(rows=orm.Artifact.objects.filter(session=session))
     session.delete()

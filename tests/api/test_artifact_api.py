@@ -134,14 +134,40 @@ def test_an_upload_over_the_limit_is_refused_with_413(alice_api: Any) -> None:
     assert names == ["small.bin"]
 
 
-def test_delete_removes_every_version(alice_api: Any, artifact_storage: Path) -> None:
+def stored_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_delete_removes_every_version(
+    alice_api: Any, artifact_storage: Path, django_capture_on_commit_callbacks: Any
+) -> None:
     session_id = new_session(alice_api)
     upload(alice_api, session_id, "log.txt", b"1", "text/plain")
     upload(alice_api, session_id, "log.txt", b"2", "text/plain")
-    assert len([p for p in artifact_storage.rglob("*") if p.is_file()]) == 2
-    assert alice_api.delete(f"/api/sessions/{session_id}/artifacts/log.txt").status_code == 204
+    assert len(stored_files(artifact_storage)) == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        assert alice_api.delete(f"/api/sessions/{session_id}/artifacts/log.txt").status_code == 204
+    assert stored_files(artifact_storage) == []
     assert_error(download(alice_api, session_id, "log.txt"), 404, "not_found")
     assert_error(alice_api.delete(f"/api/sessions/{session_id}/artifacts/log.txt"), 404, "not_found")
+
+
+def test_deleting_a_session_removes_its_artifacts_files_but_keeps_the_users_own(
+    alice_api: Any, artifact_storage: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    doomed, kept = new_session(alice_api), new_session(alice_api)
+    upload(alice_api, doomed, "report.md", b"v0", "text/markdown")
+    upload(alice_api, doomed, "report.md", b"v1", "text/markdown")
+    upload(alice_api, doomed, "user:profile.txt", b"mine", "text/plain")
+    upload(alice_api, kept, "notes.txt", b"other session", "text/plain")
+    assert len(stored_files(artifact_storage)) == 4
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert alice_api.delete(f"/api/sessions/{doomed}/").status_code == 204
+
+    assert sorted(p.read_bytes() for p in stored_files(artifact_storage)) == [b"mine", b"other session"]
+    assert body_of(download(alice_api, kept, "user:profile.txt")) == b"mine"
+    assert body_of(download(alice_api, kept, "notes.txt")) == b"other session"
 
 
 def test_alice_cannot_list_download_upload_or_delete_in_bobs_session(alice_api: Any, bob_api: Any) -> None:

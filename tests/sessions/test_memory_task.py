@@ -26,12 +26,6 @@ from sessions_app.memory_tasks import memory_extract, memory_extract_task
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def eager_celery(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Jobs run in the process that sends them, also when REDIS_URL names a broker."""
-    monkeypatch.setitem(memory_extract_task.app.conf, "task_always_eager", True)
-
-
 def open_session(user: Any) -> Session:
     return async_to_sync(DjangoSessionService().create_session)(app="agentsite", user_id=str(user.pk))
 

@@ -18,3 +18,11 @@ def openai_server() -> Iterator[ScriptedOpenAIServer]:
     """
     with ScriptedOpenAIServer() as server:
         yield server
+
+
+@pytest.fixture
+def eager_celery(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs run in the process that sends them, also when REDIS_URL names a broker."""
+    from agentsite.celery import app
+
+    monkeypatch.setitem(app.conf, "task_always_eager", True)
