@@ -41,7 +41,6 @@ from sessions_app.core.artifacts import (
 from sessions_app.core.session import SessionNotFoundError
 from sessions_app.memory_backends import bind_context_tool
 
-
 SAVE_ATTEMPTS = 50
 
 
