@@ -51,6 +51,12 @@ class Env:
             raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value!r}")
         return number
 
+    def choice(self, name: str, default: str, *, choices: tuple[str, ...]) -> str:
+        value = self.string(name, default)
+        if value not in choices:
+            raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
     def strings(self, name: str, default: list[str]) -> list[str]:
         value = self.raw(name)
         if value is None:

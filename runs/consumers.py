@@ -44,18 +44,24 @@ Order and completeness: the socket joins the session's channel-layer group first
 events wait in its queue), then replays the ledger after `after_seq`, then relays the live
 events, skipping persisted ones whose seq it already sent and fetching from the ledger any
 seq it missed (a user message is persisted but not broadcast). Deltas carry no seq and
-pass through; the translator drops a delta of a message already sent whole. A socket
-closing never stops a run.
+pass through; the translator drops a delta of a message already sent whole. While a run
+it has shown is open and the live stream has been quiet for `LEDGER_POLL_S`, the socket
+re-reads the ledger: a live message the layer dropped (a full inbox, a Redis blip) costs
+deltas, never an event. A socket closing never stops a run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import time
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
+from ag_ui.core import EventType
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max, Min
@@ -69,44 +75,49 @@ from runs.core.runner import Runner
 from runs.fanout import request_cancel, session_group
 from sessions_app import mapping
 from sessions_app import models as orm
+from sessions_app.backends import db_call
 from sessions_app.core.events import Event
 from sessions_app.core.session import SessionNotFoundError
+
+logger = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 REPLAY_PAGE = 500
+LEDGER_POLL_S = 2.0
+_RUN_END = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
 _LIVE = ("queued", "running")
 
 
 # -- database reads (each in a worker thread) ------------------------------------------------
 
 
-@database_sync_to_async
+@db_call
 def _session_owner(session_id: str) -> int | None:
     row = orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list("user_id", flat=True).first()
     return row
 
 
-@database_sync_to_async
+@db_call
 def _events_after(session_id: str, after_seq: int, limit: int) -> list[Event]:
     rows = orm.Event.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")
     return [mapping.event_from_values(p, s, i) for p, s, i in rows.values_list("payload", "seq", "event_id")[:limit]]
 
 
-@database_sync_to_async
+@db_call
 def _runs_by_request(session_id: str) -> dict[str, str]:
     return dict(run_orm.Run.objects.filter(session_id=session_id).values_list("request_id", "id"))
 
 
-@database_sync_to_async
+@db_call
 def _live_runs(session_id: str) -> dict[str, str]:
     """request id -> run id of the session's runs still queued or running."""
     return dict(run_orm.Run.objects.filter(session_id=session_id, status__in=_LIVE).values_list("request_id", "id"))
 
 
-@database_sync_to_async
+@db_call
 def _requests_spanning(session_id: str, after_seq: int) -> set[str]:
     """Request ids with ledger events at or before `after_seq` and after it (runs the client
     saw start before it disconnected and that went on after)."""
@@ -118,7 +129,7 @@ def _requests_spanning(session_id: str, after_seq: int) -> set[str]:
     return {row["request_id"] for row in spans}
 
 
-@database_sync_to_async
+@db_call
 def _first_seq(session_id: str, request_ids: list[str]) -> dict[str, int]:
     rows = (
         orm.Event.objects.filter(session_id=session_id, request_id__in=request_ids)
@@ -127,7 +138,7 @@ def _first_seq(session_id: str, request_ids: list[str]) -> dict[str, int]:
     return {row["request_id"]: row["first"] for row in rows}
 
 
-@database_sync_to_async
+@db_call
 def _run_of_session(session_id: str, user_id: int, run_id: str) -> RunRecord | None:
     from runs.backends import record_from_row
 
@@ -165,6 +176,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.runs_by_request: dict[str, str] = {}
         self.translated_runs: set[str] = set()
         self.joined_mid_run: set[str] = set()
+        self.open_runs: set[str] = set()
+        self.relay_lock = asyncio.Lock()
+        self.last_live_at = time.monotonic()
+        self.ledger_watch: asyncio.Task[None] | None = None
         # Accept first: a close code only reaches the client after the handshake.
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
@@ -190,12 +205,20 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Deltas already streamed before we joined are lost to us: of a run in progress,
         # relay no delta until its next persisted event; its message then comes whole.
         self.joined_mid_run = set(live.values())
+        self.open_runs.update(live.values())
         if after_seq > 0:
             await self._resume_runs_seen_before(after_seq, live)
         self.last_seq = after_seq
-        await self._catch_up()
+        async with self.relay_lock:
+            await self._catch_up()
+        self.ledger_watch = asyncio.create_task(self._watch_ledger())
 
     async def disconnect(self, code: int) -> None:
+        if self.ledger_watch is not None:
+            self.ledger_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.ledger_watch
+            self.ledger_watch = None
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.group = None
@@ -246,11 +269,30 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def _send_event(self, event: Event, run_id: str) -> None:
         self.translated_runs.add(run_id)
         for item in self.translator.translate(event, run_id=run_id):
+            if item.type == EventType.RUN_STARTED:
+                self.open_runs.add(run_id)
+            elif item.type in _RUN_END:
+                self.open_runs.discard(run_id)
             await self.send(text_data=item.model_dump_json(by_alias=True))
+
+    async def _watch_ledger(self) -> None:
+        """Re-read the ledger while a run is open and nothing has come live for a while."""
+        while True:
+            await asyncio.sleep(LEDGER_POLL_S)
+            if self.open_runs and time.monotonic() - self.last_live_at >= LEDGER_POLL_S:
+                try:
+                    async with self.relay_lock:
+                        await self._catch_up()
+                except Exception:  # the next round tries again; the socket stays up
+                    logger.warning("ledger catch-up of session %s failed", self.session_id, exc_info=True)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A live event from the session's group (`runs.fanout`)."""
-        event = Event.from_dict(message["event"])
+        self.last_live_at = time.monotonic()
+        async with self.relay_lock:
+            await self._relay(Event.from_dict(message["event"]), message)
+
+    async def _relay(self, event: Event, message: dict[str, Any]) -> None:
         run_id = str(message.get("run_id") or "")
         if event.request_id and run_id:
             self.runs_by_request[event.request_id] = run_id

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
+
+from sessions_app.backends import db_call
 
 BEARER = "bearer"
 
@@ -30,7 +31,7 @@ def token_from_scope(scope: dict[str, Any]) -> str | None:
     return tokens[-1] if tokens and tokens[-1] else None
 
 
-@database_sync_to_async
+@db_call
 def user_for_token(key: str) -> Any:
     from rest_framework.authtoken.models import Token
 

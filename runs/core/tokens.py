@@ -5,8 +5,8 @@ Falls back to characters / 4 only when the encoding cannot be loaded.
 
 from __future__ import annotations
 
-import functools
 import logging
+import threading
 from collections.abc import Callable, Iterable
 
 from sessions_app.core.events import Message
@@ -17,8 +17,21 @@ logger = logging.getLogger(__name__)
 _MESSAGE_OVERHEAD = 3
 
 
-@functools.cache
+_ENCODER_LOCK = threading.Lock()
+_encoders: list[Callable[[str], int] | None] = []  # empty until loaded; then one entry
+
+
 def _encoder() -> Callable[[str], int] | None:
+    # Database worker threads count tokens from their first append: load the encoding once,
+    # not once per thread that races to an empty cache.
+    if not _encoders:
+        with _ENCODER_LOCK:
+            if not _encoders:
+                _encoders.append(_load_encoder())
+    return _encoders[0]
+
+
+def _load_encoder() -> Callable[[str], int] | None:
     try:
         import tiktoken
 

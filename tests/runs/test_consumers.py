@@ -320,3 +320,37 @@ async def test_a_run_goes_on_after_the_socket_that_started_it_closes(
     frames = await receive_until(later, "RUN_FINISHED")
     assert frames[-1]["runId"] == run_id  # its completion event is in the ledger
     await later.disconnect()
+
+
+async def test_a_completion_the_channel_layer_drops_still_ends_the_run_on_the_socket(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full inbox or a Redis blip loses live messages, and nothing comes after the last
+    one to reveal the gap: the socket re-reads the ledger once the stream goes quiet."""
+    from runs import consumers
+    from runs.fanout import ChannelLayerSink
+
+    publish = ChannelLayerSink.publish
+    dropped: list[int | None] = []
+
+    async def lossy(self: ChannelLayerSink, record: Any, event: Any) -> None:
+        if event.is_runner_completion:
+            dropped.append(event.seq)
+            return
+        await publish(self, record, event)
+
+    monkeypatch.setattr(ChannelLayerSink, "publish", lossy)
+    monkeypatch.setattr(consumers, "LEDGER_POLL_S", 0.2)
+    use_model(tool_then_answer())
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await socket.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    run_id = (await receive(socket))["run_id"]
+    frames = await receive_until(socket, "RUN_FINISHED")
+    await socket.disconnect()
+
+    assert len(dropped) == 1 and frames[-1]["runId"] == run_id
+    assert frames[-1]["metadata"]["seq"] == dropped[0]
+    reference = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    replayed = await receive_until(reference, "RUN_FINISHED")
+    await reference.disconnect()
+    assert seqs(frames) == seqs(replayed)

@@ -20,6 +20,7 @@ Same request in, same response out: nothing depends on time, randomness or hash 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -116,13 +117,19 @@ def offline_model_info(context_window: int | None = None) -> ModelInfo:
 def _vocabulary(text: str) -> list[str]:
     """Content-word stems of a text, in order, without duplicates (hyphenated words also
     count by their parts)."""
+    return list(_stems_of(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stems_of(text: str) -> tuple[str, ...]:
+    # Tool names, descriptions and schemas are re-read on every planning step of every run.
     stems: list[str] = []
     for word in _WORD.findall(text.lower()):
         parts = [word] if not re.search(r"[-_]", word) else [word, *re.split(r"[-_]", word)]
         for part in parts:
             if len(part) > 1 and part not in _STOPWORDS and not part.isdigit():
                 stems.append(stem(part))
-    return list(dict.fromkeys(stems))
+    return tuple(dict.fromkeys(stems))
 
 
 @dataclass(frozen=True, kw_only=True)
