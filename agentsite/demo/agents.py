@@ -9,6 +9,8 @@ from runs.core.agents.llm import LLMAgent
 from runs.core.flow.governance import ContextGovernance
 from runs.core.llm.base import Model
 from runs.core.tools.base import Tool
+from skills_app.core.agent import SkillsLLMAgent
+from skills_app.core.tools import SkillToolset
 
 SUPPORT_INSTRUCTION = """\
 You are the on-call support engineer for Example Corp's production services \
@@ -65,9 +67,22 @@ def build_support_agent(
     extra_tools: Sequence[Tool] = (),
     extra_instruction: str = "",
     memory_preload: int = 0,
+    skills: SkillToolset | None = None,
 ) -> LLMAgent:
-    """The support agent; `extra_tools` (recall, memory, artifacts) come from the
-    composition root, which knows the services behind them."""
+    """The support agent; `extra_tools` (recall, memory, artifacts) and `skills` come from
+    the composition root, which knows the services behind them."""
+    if skills is not None:
+        return SkillsLLMAgent(
+            skills=skills,
+            name="support",
+            model=model,
+            instruction="\n\n".join(part for part in (SUPPORT_INSTRUCTION, extra_instruction) if part),
+            description=SUPPORT_DESCRIPTION,
+            tools=[*support_tools(), *extra_tools],
+            memory_preload=memory_preload,
+            parallel_tools=True,
+            governance=governance,
+        )
     return LLMAgent(
         name="support",
         model=model,
@@ -94,9 +109,12 @@ def build_demo_agents(
     extra_tools: Sequence[Tool] = (),
     extra_instruction: str = "",
     memory_preload: int = 0,
+    skills: SkillToolset | None = None,
 ) -> list[LLMAgent]:
-    """The demo's agents, the default (support) first, both governed by `governance`."""
+    """The demo's agents, the default (support) first, both governed by `governance`;
+    `skills` go to the support agent."""
     support = build_support_agent(
-        model, governance, extra_tools=extra_tools, extra_instruction=extra_instruction, memory_preload=memory_preload
+        model, governance, extra_tools=extra_tools, extra_instruction=extra_instruction, memory_preload=memory_preload,
+        skills=skills,
     )
     return [support, build_general_agent(model, governance)]

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
 from agentsite.composition import build_model
+from skills_app.services import skill_import_folders
 
 
 class Command(BaseCommand):
@@ -31,6 +32,9 @@ class Command(BaseCommand):
             credentials.chmod(0o600)
         password = credentials.read_text().splitlines()[1]
         token, _ = Token.objects.get_or_create(user=user)
+        # The demo's folder skills become published revisions, so the admin can show,
+        # revise and roll them back; a second run imports nothing unless a folder changed.
+        imported = skill_import_folders(app=settings.AGENTSITE_APP, roots=settings.AGENTSITE_SKILLS_ROOTS)
         model = build_model().info()
         self.stdout.write(
             "\n".join([
@@ -39,6 +43,7 @@ class Command(BaseCommand):
                 f"  admin:  http://127.0.0.1:8000/admin/   user: demo   password: {password}",
                 f"  model:  {model.name} ({model.description or model.provider}), context window {model.context_window}",
                 f"  token:  {token.key}",
+                f"  skills: {len(imported)} imported from {', '.join(settings.AGENTSITE_SKILLS_ROOTS)}",
                 "  try:",
                 f"    curl -s -X POST -H 'Authorization: Bearer {token.key}' -H 'Content-Type: application/json' \\",
                 "      -d '{\"message\": \"Why does payments.internal.example.com fail TLS handshakes?\", \"wait\": true}' \\",

@@ -1,0 +1,671 @@
+"""The code workspace (SPEC 8.3, 8.4): a folder per run, and a sandbox to run commands in it.
+
+Layout of a workspace (`<root>/<id>/`): `ws/` is what the sandbox sees as `/workspace`,
+with `skills/` (staged skills, read-only inside), `work/` (inputs and scratch), `out/`
+(outputs: exported as artifacts) and `runs/`. Bookkeeping (which outputs were exported)
+lives beside `ws/`, where the sandbox cannot reach it.
+
+Each command is one subprocess, started as
+
+    prlimit --cpu --as --fsize --nproc --core=0 -- \\
+      bwrap --unshare-net --unshare-pid --unshare-ipc --unshare-uts --die-with-parent \\
+            --ro-bind /usr /usr (+ /bin, /lib, /lib64, /sbin symlinks) --proc /proc --dev /dev \\
+            --tmpfs /tmp --bind ws /workspace --ro-bind ws/skills /workspace/skills --clearenv ... -- \\
+      setpriv --reuid 65534 --regid 65534 --clear-groups --no-new-privs -- sh -c COMMAND
+
+Why this shape (facts checked on these machines): a process started by root inside bwrap
+still reads root-only files, so the command drops to an unprivileged uid (and RLIMIT_NPROC
+only binds a non-root uid); limits are set by the `prlimit` command because `preexec_fn`
+is unsafe in threaded servers; only `/usr` (the system interpreter: a virtualenv under
+/root would be unreadable to that uid anyway), the workspace and a private /tmp exist
+inside; the new network namespace has nothing but a loopback of its own, so every
+connection is refused or unreachable. The wall-clock timeout kills the whole process
+group (and bwrap's pid namespace dies with it). Output is read incrementally and only the
+first 16 KiB of each stream is kept.
+
+`probe_isolation` checks once per process that all this works (uid dropped, no network
+interface but loopback); when it does not, `WorkspaceExecutor.run` refuses to run
+anything and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import stat as stat_module
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+KIB = 1024
+MIB = 1024 * 1024
+SANDBOX_ROOT = "/workspace"
+LAYOUT = ("skills", "work", "out", "runs")
+TRUNCATION_MARKER = "...[output truncated]..."
+_READ_CHUNK = 64 * KIB
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_RESERVED_ENV = ("LD_", "BASH_FUNC_")
+_WORKSPACE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+# Programs that run other programs or shells: a command policy can never allow them.
+SHELL_WRAPPERS = frozenset({
+    "sh", "bash", "dash", "zsh", "ksh", "fish", "eval", "exec", "xargs", "env", "sudo", "su", "doas",
+    "nohup", "setsid", "timeout", "nice", "chroot", "unshare", "nsenter", "busybox", "command", "builtin",
+    "source", ".", "setpriv", "runuser", "script",
+})
+_FORBIDDEN_IN_POLICY = re.compile(r"[`$<>(){}\\\n]")
+_OPERATORS = frozenset({"|", "&&", "||", ";"})
+
+
+class WorkspaceError(ValueError):
+    """A request the workspace refuses: a path outside it, a command the policy denies, ..."""
+
+
+class IsolationUnavailableError(RuntimeError):
+    """The sandbox cannot be set up on this machine; nothing is executed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxLimits:
+    """Per-command limits (DESIGN 6: 5 min wall clock, 16 KiB of each stream inline)."""
+
+    timeout_s: float = 300.0
+    cpu_s: int = 60
+    memory_bytes: int = 512 * MIB
+    file_size_bytes: int = 64 * MIB
+    max_processes: int = 64
+    output_limit_bytes: int = 16 * KIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceConfig:
+    """Where workspaces live, how commands are confined, what may run."""
+
+    root: Path
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    uid: int = 65534
+    gid: int = 65534
+    allowed_commands: tuple[str, ...] = ()
+    denied_commands: tuple[str, ...] = ()
+    max_artifacts: int = 20
+    max_output_file_bytes: int = 4 * MIB
+    ttl_s: int = 24 * 3600
+    bwrap: str = "/usr/bin/bwrap"
+    prlimit: str = "/usr/bin/prlimit"
+    setpriv: str = "/usr/bin/setpriv"
+    python: str = "/usr/bin/python3"
+    # Host paths bound read-only into the sandbox (the system's programs and libraries).
+    ro_binds: tuple[str, ...] = ("/usr",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Isolation:
+    """Whether commands can run confined here, and how or why not."""
+
+    available: bool
+    mechanism: str
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"available": self.available, "mechanism": self.mechanism, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandResult:
+    """What one command did. `stdout` / `stderr` are the first `output_limit_bytes` of each
+    stream (decoded, invalid UTF-8 replaced); `*_bytes` the full sizes."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    timed_out: bool
+    duration_ms: int
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
+            "timed_out": self.timed_out, "duration_ms": self.duration_ms, "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputFile:
+    """A regular file found under `out/` (relative slash path under `out/`)."""
+
+    path: str
+    data: bytes
+
+
+# -- command policy (SPEC 8.2 / 8.3) ---------------------------------------------------------
+
+
+def _simple_commands(command: str) -> list[list[str]]:
+    lexer = shlex.shlex(command, posix=True, punctuation_chars="|&;")
+    lexer.whitespace_split = True
+    commands: list[list[str]] = [[]]
+    for token in lexer:
+        if token in _OPERATORS:
+            commands.append([])
+        elif set(token) <= set("|&;"):
+            raise WorkspaceError(f"operator {token!r} is not allowed; use |, &&, || or ;")
+        else:
+            commands[-1].append(token)
+    if any(not c for c in commands):
+        raise WorkspaceError(f"command {command!r} has an empty part")
+    return commands
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandPolicy:
+    """Allow and deny lists of executables (by base name).
+
+    With neither list the command goes to `sh -c` as written: the sandbox is the
+    protection. With either list (policy mode) the command must be simple commands joined
+    by `|`, `&&`, `||` or `;`: no redirections, `$` expansions, backticks, subshells,
+    braces or leading assignments, and no shell wrappers (sh, bash, env, xargs, ...),
+    since any of those would let a denied program run under another name.
+    """
+
+    allowed: frozenset[str] = frozenset()
+    denied: frozenset[str] = frozenset()
+
+    @property
+    def enforced(self) -> bool:
+        return bool(self.allowed or self.denied)
+
+    def check(self, command: str) -> None:
+        """Raise `WorkspaceError` naming the reason when the command may not run."""
+        if not command or not command.strip():
+            raise WorkspaceError("a command is required")
+        if "\x00" in command:
+            raise WorkspaceError("the command contains a NUL character")
+        if not self.enforced:
+            return
+        bad = _FORBIDDEN_IN_POLICY.search(command)
+        if bad:
+            raise WorkspaceError(
+                f"command {command!r} uses {bad.group(0)!r}: redirections, expansions and subshells are not "
+                "allowed while a command allow or deny list is set"
+            )
+        try:
+            commands = _simple_commands(command)
+        except ValueError as exc:
+            raise WorkspaceError(f"command {command!r} cannot be parsed: {exc}") from None
+        for argv in commands:
+            if "=" in argv[0]:
+                raise WorkspaceError(f"leading assignment {argv[0]!r} is not allowed")
+            program = os.path.basename(argv[0])
+            if program in SHELL_WRAPPERS:
+                raise WorkspaceError(f"command {program!r} runs other programs and is never allowed under a policy")
+            if program in self.denied:
+                raise WorkspaceError(f"command {program!r} is denied")
+            if self.allowed and program not in self.allowed:
+                raise WorkspaceError(f"command {program!r} is not in the allowed commands {sorted(self.allowed)!r}")
+
+
+# -- isolation probe -------------------------------------------------------------------------
+
+
+def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Mapping[str, str], argv: Sequence[str]) -> list[str]:
+    """The full command line that runs `argv` confined in `workspace` (see the module doc)."""
+    limits = config.limits
+    line = [
+        config.prlimit,
+        f"--cpu={max(1, int(limits.cpu_s))}",
+        f"--as={limits.memory_bytes}",
+        f"--fsize={limits.file_size_bytes}",
+        f"--nproc={limits.max_processes}",
+        "--core=0",
+        "--",
+        config.bwrap,
+        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent",
+    ]
+    for path in config.ro_binds:
+        line += ["--ro-bind", path, path]
+    for link, target in (("/bin", "usr/bin"), ("/sbin", "usr/sbin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
+        if os.path.exists(f"/{target}"):
+            line += ["--symlink", target, link]
+    line += [
+        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--bind", str(workspace), SANDBOX_ROOT,
+    ]
+    if (workspace / "skills").is_dir():
+        line += ["--ro-bind", str(workspace / "skills"), f"{SANDBOX_ROOT}/skills"]
+    # `python` is what models type; the sandbox has the system's python3 under that name too.
+    line += ["--dir", "/opt/sandbox/bin", "--symlink", config.python, "/opt/sandbox/bin/python"]
+    line += ["--chdir", cwd, "--clearenv"]
+    for key, value in env.items():
+        line += ["--setenv", key, value]
+    line += [
+        "--",
+        config.setpriv, f"--reuid={config.uid}", f"--regid={config.gid}", "--clear-groups", "--no-new-privs",
+        "--",
+        *argv,
+    ]
+    return line
+
+
+_PROBE_SCRIPT = (
+    "import os\n"
+    "ifaces = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
+    "print(os.getuid(), os.getgid(), ','.join(sorted(ifaces)))\n"
+)
+
+
+def _probe(config: WorkspaceConfig) -> Isolation:
+    mechanism = "bwrap+setpriv+prlimit"
+    for tool in (config.bwrap, config.prlimit, config.setpriv, config.python):
+        if not os.access(tool, os.X_OK):
+            return Isolation(available=False, mechanism=mechanism, reason=f"{tool} is not installed")
+    if os.geteuid() != 0:
+        return Isolation(
+            available=False, mechanism=mechanism,
+            reason=f"the sandbox starts as root to drop to uid {config.uid}; this process runs as uid {os.geteuid()}",
+        )
+    probe_dir = config.root / f".probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        workspace = probe_dir / "ws"
+        workspace.mkdir(parents=True, exist_ok=True)
+        os.chown(workspace, config.uid, config.gid)
+        argv = sandbox_argv(
+            config, workspace, cwd=SANDBOX_ROOT, env={"PATH": "/usr/bin:/bin"}, argv=[config.python, "-c", _PROBE_SCRIPT]
+        )
+        done = subprocess.run(argv, capture_output=True, timeout=20, env={}, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox could not start: {exc}")
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip()[-400:]
+        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox failed to start: {detail}")
+    words = done.stdout.decode(errors="replace").split()
+    expected = [str(config.uid), str(config.gid)]
+    if words[:2] != expected:
+        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox runs as uid/gid {words[:2]!r}, not {expected!r}")
+    interfaces = words[2].split(",") if len(words) > 2 else []
+    if [i for i in interfaces if i and i != "lo"]:
+        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox still sees network interfaces {interfaces!r}")
+    return Isolation(available=True, mechanism=mechanism)
+
+
+_probe_lock = threading.Lock()
+
+
+@functools.cache
+def _cached_probe(config: WorkspaceConfig) -> Isolation:
+    with _probe_lock:
+        isolation = _probe(config)
+    if isolation.available:
+        logger.info("workspace sandbox ready (%s, uid %s, no network)", isolation.mechanism, config.uid)
+    else:
+        logger.warning(
+            "workspace sandbox UNAVAILABLE: %s. Code execution (skill_run, workspace_exec) is refused.", isolation.reason
+        )
+    return isolation
+
+
+def probe_isolation(config: WorkspaceConfig) -> Isolation:
+    """Whether the sandbox works here; checked once per process and configuration."""
+    return _cached_probe(config)
+
+
+# -- workspaces ------------------------------------------------------------------------------
+
+
+class Workspace:
+    """One run's folder. Paths given to it are relative to `/workspace` (or absolute
+    under it); anything that leads outside, through `..` or a symlink, is refused."""
+
+    def __init__(self, *, id: str, path: Path, config: WorkspaceConfig) -> None:
+        self.id = id
+        self.path = path
+        self.files = path / "ws"
+        self.config = config
+        self._manifest = path / "exported.json"
+
+    def create(self) -> None:
+        self.files.mkdir(parents=True, exist_ok=True)
+        for sub in LAYOUT:
+            (self.files / sub).mkdir(exist_ok=True)
+        # The sandbox user owns what it may write; staged skills stay root's (read-only bind anyway).
+        for target in (self.files, *(self.files / s for s in LAYOUT if s != "skills")):
+            with contextlib.suppress(PermissionError):
+                os.chown(target, self.config.uid, self.config.gid)
+
+    def resolve(self, relative: str, *, must_exist: bool = False) -> Path:
+        """The host path of a workspace path; raises `WorkspaceError` for one outside."""
+        text = (relative or ".").strip()
+        if "\x00" in text:
+            raise WorkspaceError("path contains a NUL character")
+        if text == SANDBOX_ROOT or text.startswith(SANDBOX_ROOT + "/"):
+            text = text[len(SANDBOX_ROOT):].lstrip("/") or "."
+        if os.path.isabs(text):
+            raise WorkspaceError(f"path {relative!r} is outside the workspace (use a path under {SANDBOX_ROOT})")
+        candidate = self.files / text
+        root = self.files.resolve()
+        resolved = candidate.resolve()
+        if not resolved.is_relative_to(root):
+            raise WorkspaceError(f"path {relative!r} leads outside the workspace")
+        if must_exist and not resolved.exists():
+            raise WorkspaceError(f"path {relative!r} does not exist in the workspace")
+        return resolved
+
+    def sandbox_path(self, host_path: Path) -> str:
+        relative = host_path.resolve().relative_to(self.files.resolve()).as_posix()
+        return SANDBOX_ROOT if relative == "." else f"{SANDBOX_ROOT}/{relative}"
+
+    def write_file(self, relative: str, data: bytes, *, readonly: bool = False) -> Path:
+        """Put a file in the workspace (parents created), owned by the sandbox user
+        unless `readonly`."""
+        target = self.resolve(relative)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        target.write_bytes(data)
+        if not readonly:
+            with contextlib.suppress(PermissionError):
+                for part in (target, *self._owned_parents(target)):
+                    os.chown(part, self.config.uid, self.config.gid)
+        return target
+
+    def _owned_parents(self, target: Path) -> list[Path]:
+        parents = []
+        root = self.files.resolve()
+        for parent in target.parents:
+            if parent == root or not parent.is_relative_to(root):
+                break
+            parents.append(parent)
+        return parents
+
+    def stage_skill(self, name: str, files: Mapping[str, str]) -> str:
+        """Copy a skill's files to `skills/<name>/` (replacing an earlier copy); returns
+        the skill's folder inside the sandbox."""
+        folder = self.resolve(f"skills/{name}")
+        if folder.exists():
+            shutil.rmtree(folder)
+        for relative, text in files.items():
+            self.write_file(f"skills/{name}/{relative}", text.encode("utf-8"), readonly=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"{SANDBOX_ROOT}/skills/{name}"
+
+    def collect_outputs(self, *, max_files: int | None = None) -> tuple[list[OutputFile], list[str]]:
+        """Regular files under `out/` (sorted), and warnings for what was left out:
+        symlinks (never followed: one could point at any file of the host), special
+        files, files over the size limit, files past the count limit."""
+        limit = self.config.max_artifacts if max_files is None else max_files
+        out = (self.files / "out").resolve()
+        found: list[OutputFile] = []
+        warnings: list[str] = []
+        if not out.is_dir():
+            return found, warnings
+        for current, dirs, names in os.walk(out, followlinks=False):
+            for directory in list(dirs):
+                if os.path.islink(os.path.join(current, directory)):
+                    warnings.append(f"out/{Path(current, directory).relative_to(out).as_posix()}: symlink refused")
+                    dirs.remove(directory)
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(current) / name
+                relative = path.relative_to(out).as_posix()
+                try:
+                    # O_NOFOLLOW: a symlink swapped in after the walk is still refused.
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    warnings.append(f"out/{relative}: symlink or unreadable file refused")
+                    continue
+                with os.fdopen(fd, "rb") as handle:
+                    stat = os.fstat(handle.fileno())
+                    if not _is_regular(stat.st_mode):
+                        warnings.append(f"out/{relative}: not a regular file, skipped")
+                        continue
+                    if stat.st_size > self.config.max_output_file_bytes:
+                        warnings.append(
+                            f"out/{relative}: {stat.st_size} bytes, over the limit of {self.config.max_output_file_bytes}"
+                        )
+                        continue
+                    if len(found) >= limit:
+                        warnings.append(f"more than {limit} output files: out/{relative} and later ones not collected")
+                        return found, warnings
+                    found.append(OutputFile(path=relative, data=handle.read(self.config.max_output_file_bytes + 1)))
+        return found, warnings
+
+    def exported(self) -> dict[str, str]:
+        """Output path -> sha256 of what was last exported from it."""
+        try:
+            return dict(json.loads(self._manifest.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def mark_exported(self, entries: Mapping[str, str]) -> None:
+        merged = {**self.exported(), **entries}
+        self._manifest.write_text(json.dumps(merged, sort_keys=True))
+
+
+def _is_regular(mode: int) -> bool:
+    return stat_module.S_ISREG(mode)
+
+
+class WorkspaceExecutor:
+    """Creates workspaces and runs commands in them, confined (see the module doc)."""
+
+    def __init__(self, config: WorkspaceConfig) -> None:
+        self.config = config
+        self.policy = CommandPolicy(allowed=frozenset(config.allowed_commands), denied=frozenset(config.denied_commands))
+        self._workspaces: dict[str, Workspace] = {}
+        self._lock = threading.Lock()
+
+    def isolation(self) -> Isolation:
+        """The (cached) probe result; the first call runs the probe (about 50 ms)."""
+        self.config.root.mkdir(parents=True, exist_ok=True)
+        return probe_isolation(self.config)
+
+    async def isolation_async(self) -> Isolation:
+        return await asyncio.to_thread(self.isolation)
+
+    def workspace(self, workspace_id: str) -> Workspace:
+        """The workspace of a run (created on first use; old ones swept)."""
+        if not _WORKSPACE_ID.match(workspace_id):
+            raise WorkspaceError(f"bad workspace id {workspace_id!r}")
+        with self._lock:
+            found = self._workspaces.get(workspace_id)
+            if found is None:
+                self.config.root.mkdir(parents=True, exist_ok=True)
+                self._sweep()
+                found = Workspace(id=workspace_id, path=self.config.root / workspace_id, config=self.config)
+                found.create()
+                self._workspaces[workspace_id] = found
+            return found
+
+    def _sweep(self) -> None:
+        """Remove workspaces untouched for longer than the TTL (at most once per creation)."""
+        cutoff = time.time() - self.config.ttl_s
+        for entry in self.config.root.iterdir():
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and entry.stat().st_mtime < cutoff and entry.name not in self._workspaces:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+    def remove(self, workspace_id: str) -> None:
+        with self._lock:
+            workspace = self._workspaces.pop(workspace_id, None)
+        if workspace is not None:
+            shutil.rmtree(workspace.path, ignore_errors=True)
+
+    def sandbox_env(self, env: Mapping[str, str] | None, *, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A scrubbed environment: nothing of this process leaks in; the caller's
+        variables are checked by name."""
+        base = {
+            "PATH": "/opt/sandbox/bin:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": "/tmp",
+            "WORKSPACE_DIR": SANDBOX_ROOT,
+            "SKILLS_DIR": f"{SANDBOX_ROOT}/skills",
+            "WORK_DIR": f"{SANDBOX_ROOT}/work",
+            "OUTPUT_DIR": f"{SANDBOX_ROOT}/out",
+            "RUN_DIR": f"{SANDBOX_ROOT}/runs",
+        }
+        base.update(extra or {})
+        for key, value in (env or {}).items():
+            if not _ENV_NAME.match(str(key)) or str(key).startswith(_RESERVED_ENV):
+                raise WorkspaceError(f"environment variable name {key!r} is not allowed")
+            if key in ("PATH", "HOME", "WORKSPACE_DIR", "OUTPUT_DIR", "WORK_DIR", "SKILLS_DIR", "RUN_DIR"):
+                raise WorkspaceError(f"environment variable {key!r} is set by the workspace")
+            if "\x00" in str(value):
+                raise WorkspaceError(f"environment variable {key!r} contains a NUL character")
+            base[str(key)] = str(value)
+        return base
+
+    async def run(
+        self,
+        workspace: Workspace,
+        command: str,
+        *,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+    ) -> CommandResult:
+        """Run a shell command confined in the workspace.
+
+        Raises `WorkspaceError` (policy, paths, environment) and
+        `IsolationUnavailableError`; a command that fails, times out or overruns its
+        output is a normal result.
+        """
+        self.policy.check(command)
+        isolation = await self.isolation_async()
+        if not isolation.available:
+            raise IsolationUnavailableError(
+                f"code execution is disabled: the sandbox is unavailable ({isolation.reason})"
+            )
+        directory = workspace.resolve(cwd or ".")
+        if not directory.is_dir():
+            raise WorkspaceError(f"working directory {cwd!r} does not exist in the workspace")
+        variables = self.sandbox_env(env, extra=extra_env)
+        limits = self.config.limits
+        timeout = min(float(timeout_s), limits.timeout_s) if timeout_s else limits.timeout_s
+        argv = sandbox_argv(
+            self.config, workspace.files, cwd=workspace.sandbox_path(directory), env=variables,
+            argv=["/bin/sh", "-c", command],
+        )
+        return await run_confined(argv, stdin=stdin, timeout_s=timeout, output_limit=limits.output_limit_bytes)
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, int]:
+    """Read a stream to its end, keeping the first `limit` bytes: the rest is counted,
+    never buffered (a command may write gigabytes)."""
+    if stream is None:
+        return b"", 0
+    kept = bytearray()
+    total = 0
+    while True:
+        chunk = await stream.read(_READ_CHUNK)
+        if not chunk:
+            return bytes(kept), total
+        total += len(chunk)
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _feed(process: asyncio.subprocess.Process, data: bytes) -> None:
+    if process.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            process.stdin.write(data)
+            await process.stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
+        process.stdin.close()
+
+
+def _decode(data: bytes, total: int, limit: int, stream: str) -> tuple[str, bool, str | None]:
+    text = data.decode("utf-8", errors="replace")
+    if total <= limit:
+        return text, False, None
+    note = f"\n{TRUNCATION_MARKER} ({stream}: {total} bytes in all, the first {limit} shown)"
+    return text + note, True, f"{stream} truncated: {total} bytes, {limit} kept inline"
+
+
+async def run_confined(argv: Sequence[str], *, stdin: str | None, timeout_s: float, output_limit: int) -> CommandResult:
+    """Start `argv` in a new session, feed stdin, read both streams capped, and kill the
+    whole process group at the deadline (or when the caller is cancelled)."""
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={},
+        start_new_session=True,
+    )
+    readers = asyncio.gather(
+        _read_capped(process.stdout, output_limit), _read_capped(process.stderr, output_limit),
+        _feed(process, (stdin or "").encode("utf-8")),
+    )
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(asyncio.shield(readers), timeout=timeout_s)
+            await asyncio.wait_for(process.wait(), timeout=max(0.1, timeout_s - (time.monotonic() - started)))
+        except TimeoutError:
+            timed_out = True
+            _kill_group(process)
+    except BaseException:
+        _kill_group(process)
+        readers.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(process.wait(), timeout=2)
+        raise
+    # After a kill the pipes close when the pid namespace is gone; never wait forever.
+    try:
+        (out, out_total), (err, err_total), _ = await asyncio.wait_for(readers, timeout=5)
+    except TimeoutError:
+        readers.cancel()
+        out, out_total, err, err_total = b"", 0, b"", 0
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), timeout=5)
+    duration_ms = int((time.monotonic() - started) * 1000)
+    stdout, out_cut, out_warning = _decode(out, out_total, output_limit, "stdout")
+    stderr, err_cut, err_warning = _decode(err, err_total, output_limit, "stderr")
+    warnings = [w for w in (out_warning, err_warning) if w]
+    exit_code = process.returncode
+    if timed_out:
+        warnings.append(f"timed out after {timeout_s:g} s: the command and all its processes were killed")
+    elif exit_code is not None and exit_code < 0:
+        warnings.append(f"killed by signal {signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else -exit_code}")
+    elif exit_code in (128 + signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGXFSZ):
+        warnings.append(f"the command was stopped by a resource limit (exit status {exit_code})")
+    return CommandResult(
+        exit_code=None if timed_out else exit_code,
+        stdout=stdout, stderr=stderr, stdout_bytes=out_total, stderr_bytes=err_total,
+        stdout_truncated=out_cut, stderr_truncated=err_cut, timed_out=timed_out, duration_ms=duration_ms,
+        warnings=tuple(warnings),
+    )
