@@ -1,0 +1,277 @@
+"""The review job on Django, end to end: a run with four tool calls gives a gated candidate
+that waits for a person, a staff user approves it in the admin, and the next run's skill
+overview shows it; runs under the evidence gate, the job run twice, unsafe scripts, user
+facts, rejection, direct publishing and the candidates API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from evolution_app import models as orm
+from evolution_app.core.gates import HumanGate, SafetyGate, SpecGate
+from evolution_app.core.review import REVIEW_TOOL, ModelReviewer
+from evolution_app.tasks import evolution_review, evolution_review_task
+from runs.core.llm.base import Model
+from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from sessions_app import models as sessions
+from skills_app import models as skills
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TASK = "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com"
+SKILL = "search-logs-inspect-certificate-lookup-ticket"
+
+
+@pytest.fixture(autouse=True)
+def _evolution_on(settings: Any) -> None:
+    settings.AGENTSITE_EVOLUTION = True
+    settings.AGENTSITE_EVOLUTION_MODEL = "offline"
+    settings.AGENTSITE_EVOLUTION_GATES = ["spec", "safety", "effectiveness", "human"]
+    settings.AGENTSITE_EVOLUTION_REPLAY = "scripted"
+    settings.AGENTSITE_MEMORY_AUTO = False
+
+
+def troubleshooting_model() -> ScriptedModel:
+    """Four tool calls over two steps, then the report."""
+    return ScriptedModel.of(
+        ScriptStep.calls(("search_logs", {"service": "payments", "query": "tls handshake"}),
+                         ("inspect_certificate", {"host": "payments.internal.example.com"})),
+        ScriptStep.calls(("lookup_ticket", {"query": "tls certificate"}),
+                         ("search_logs", {"service": "payments", "query": "certificate expired"})),
+        "The certificate of payments.internal.example.com expired: renew it and reload the service.",
+    )
+
+
+def run(api: Any, message: str = TASK, session_id: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"message": message, "wait": True}
+    if session_id:
+        body["session_id"] = session_id
+    response = api.post("/api/runs/", body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def system_prompt(model: ScriptedModel) -> str:
+    return "\n".join(m.content for m in model.requests[0].messages if m.role == "system")
+
+
+def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_run(
+    alice_api: Any, admin_client: Any, admin_user: Any, use_model: Callable[[Model], None], eager_celery: None,
+) -> None:
+    model = troubleshooting_model()
+    use_model(model)
+    first = run(alice_api)
+    model.assert_consumed()
+    assert SKILL not in system_prompt(model)
+
+    candidate = orm.SkillCandidate.objects.get()
+    assert (candidate.name, candidate.action, candidate.status) == (SKILL, "create", "pending_review")
+    assert [(g.gate, g.status) for g in candidate.gate_results.all()] == [
+        ("spec", "pass"), ("safety", "pass"), ("effectiveness", "pass"), ("human", "hold")
+    ]
+    ledger = set(sessions.Event.objects.filter(session_id=first["session_id"]).values_list("event_id", flat=True))
+    assert candidate.evidence and {e["event_id"] for e in candidate.evidence} <= ledger
+    assert not skills.SkillRevision.objects.filter(skill__name=SKILL).exists()  # waits for a person
+
+    page = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "/admin/sessions_app/event/" in html  # evidence linked to the ledger events
+    assert "diff_add" in html or "diff_chg" in html  # difflib's diff against the (absent) current revision
+    assert "effectiveness" in html and "pending review" in html
+
+    ask = admin_client.post("/admin/evolution_app/skillcandidate/",
+                            {"action": "approve", "_selected_action": [candidate.pk]})
+    assert ask.status_code == 200 and b"Reason" in ask.content  # the reason form comes first
+    admin_client.post("/admin/evolution_app/skillcandidate/", {
+        "action": "approve", "_selected_action": [candidate.pk], "apply": "1", "reason": "the method is sound",
+    })
+    candidate.refresh_from_db()
+    assert (candidate.status, candidate.decided_by, candidate.decision_reason) == (
+        "published", admin_user, "the method is sound"
+    )
+    revision = candidate.revision
+    assert (revision.status, revision.source, revision.approved_by) == ("published", "evolution", admin_user)
+    assert [g["gate"] for g in revision.gate_results] == ["spec", "safety", "effectiveness", "human", "human"]
+    assert list(candidate.audit.values_list("action", "actor")) == [
+        ("proposed", None), ("held", None), ("approved", admin_user.pk), ("published", admin_user.pk)
+    ]
+
+    nxt = ScriptedModel.of("Noted.")
+    use_model(nxt)
+    run(alice_api, "Another TLS failure on checkout")
+    assert f"- {SKILL}: Investigate with search_logs, inspect_certificate, lookup_ticket" in system_prompt(nxt)
+
+
+def test_a_run_under_the_evidence_gate_gives_no_candidate_and_the_skip_says_why(
+    alice_api: Any, use_model: Callable[[Model], None], eager_celery: None,
+) -> None:
+    use_model(ScriptedModel.of(ScriptStep.call("search_logs", {"service": "payments", "query": "tls"}), "Logs look fine."))
+    done = run(alice_api)
+    assert not orm.SkillCandidate.objects.exists()
+    cursor = orm.ReviewCursor.objects.get(session_id=done["session_id"])
+    assert cursor.last_status == "skipped" and "below the evidence gate: 1 tool call(s)" in cursor.last_reason
+    assert cursor.last_seq == sessions.Session.objects.get(id=done["session_id"]).last_seq
+    review = orm.Review.objects.get()
+    assert (review.status, review.from_seq) == ("skipped", 0) and review.reason == cursor.last_reason
+
+
+def test_the_job_run_twice_has_one_effect_and_reads_only_what_is_new(
+    alice_api: Any, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    settings.AGENTSITE_EVOLUTION = False  # the hook stays out: the job is called by hand
+    use_model(troubleshooting_model())
+    done = run(alice_api)
+    first = evolution_review_task(done["session_id"])
+    second = evolution_review_task(done["session_id"])
+    assert first["status"] == "reviewed" and [c["outcome"] for c in first["candidates"]] == ["hold"]
+    assert second["status"] == "nothing_new"
+    assert orm.SkillCandidate.objects.count() == 1 and orm.Review.objects.count() == 1
+
+    use_model(ScriptedModel.of("Thanks."))
+    run(alice_api, "thanks", session_id=done["session_id"])
+    third = evolution_review_task(done["session_id"])
+    assert third["status"] == "skipped" and third["from_seq"] == first["to_seq"]  # only the new turn was read
+    assert orm.SkillCandidate.objects.count() == 1
+    assert evolution_review_task("no-such-session") == {"status": "missing"}
+
+
+def reviewer_proposing(skill: dict[str, Any], session_id: str) -> ModelReviewer:
+    """A model reviewer whose (scripted) model proposes `skill`, citing the latest answer."""
+    call = sessions.Event.objects.filter(session_id=session_id, role="assistant").order_by("-seq").first()
+    return ModelReviewer(ScriptedModel.of(ScriptStep.call(REVIEW_TOOL, {"skills": [{**skill, "evidence": [call.event_id]}]})))
+
+
+def skill_spec(**changes: Any) -> dict[str, Any]:
+    return {"name": "tls-triage", "description": "Diagnose TLS handshake failures.",
+            "when_to_use": "A service fails TLS handshakes.",
+            "steps": ["Inspect the certificate.", "Search the logs for handshake errors."], **changes}
+
+
+def test_an_unsafe_script_is_stopped_by_the_safety_gate(
+    alice_api: Any, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    settings.AGENTSITE_EVOLUTION = False
+    use_model(troubleshooting_model())
+    done = run(alice_api)
+    unsafe = skill_spec(script={"path": "cleanup.sh", "content": "rm -rf / --no-preserve-root\n"})
+    outcome = evolution_review(session_id=done["session_id"], reviewer=reviewer_proposing(unsafe, done["session_id"]),
+                               gates=[SpecGate(), SafetyGate(), HumanGate()])
+    assert [c["outcome"] for c in outcome["candidates"]] == ["rejected"]
+    candidate = orm.SkillCandidate.objects.get()
+    assert candidate.status == "rejected" and candidate.decision_reason.startswith("safety gate")
+    safety = candidate.gate_results.get(gate="safety")
+    assert safety.status == "fail" and "rm -rf" in safety.findings[0]
+    assert not candidate.gate_results.filter(gate="human").exists()
+    assert not skills.Skill.objects.filter(name="tls-triage").exists()
+
+
+def test_user_facts_from_memory_and_the_account_never_enter_a_skill(
+    alice: Any, alice_api: Any, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    settings.AGENTSITE_EVOLUTION = False
+    alice.email = "alice@corp.example"
+    alice.save()
+    use_model(troubleshooting_model())
+    done = run(alice_api)
+    now = timezone.now()
+    sessions.Memory.objects.create(id="m1", app="agentsite", user=alice, text="Lives in Lisbon", created_at=now,
+                                   updated_at=now)
+    for leaky in (skill_spec(steps=["Greet the user by name: my name is Alice.", "Search."]),
+                  skill_spec(steps=["Send the report to alice@corp.example.", "Search."]),
+                  skill_spec(steps=["The user is in Lisbon: use the Lisbon region.", "Search."])):
+        # Review the same delta afresh each time.
+        orm.ReviewCursor.objects.filter(session_id=done["session_id"]).delete()
+        orm.Review.objects.filter(session_id=done["session_id"]).delete()
+        outcome = evolution_review(session_id=done["session_id"], reviewer=reviewer_proposing(leaky, done["session_id"]),
+                                   gates=[])
+        assert outcome["candidates"] == [] and "user facts never enter a skill" in outcome["notes"][0]
+    assert not orm.SkillCandidate.objects.exists() and not skills.Skill.objects.filter(name="tls-triage").exists()
+
+
+def test_with_no_gate_a_candidate_is_published_directly_and_rollback_restores_the_previous_one(
+    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    settings.AGENTSITE_EVOLUTION = False
+    use_model(troubleshooting_model())
+    done = run(alice_api)
+    evolution_review(session_id=done["session_id"], reviewer=reviewer_proposing(skill_spec(), done["session_id"]), gates=[])
+    v1 = skills.SkillRevision.objects.get(skill__name="tls-triage")
+    assert (v1.status, v1.source) == ("published", "evolution")
+
+    use_model(troubleshooting_model())
+    again = run(alice_api, session_id=done["session_id"])
+    better = skill_spec(steps=["Inspect the certificate and its chain.", "Search the logs.", "Look up past tickets."])
+    evolution_review(session_id=again["session_id"], reviewer=reviewer_proposing(better, again["session_id"]), gates=[])
+    update = orm.SkillCandidate.objects.filter(action="update").get()
+    assert (update.status, update.revision.revision) == ("published", 2)  # same name: an update, a new revision
+
+    admin_client.post("/admin/skills_app/skill/", {"action": "rollback", "_selected_action": [v1.skill_id]})
+    assert skills.SkillRevision.objects.get(skill__name="tls-triage", status="published").revision == 1
+
+
+def test_a_reviewer_rejects_with_a_reason_and_a_stale_candidate_is_never_published(
+    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    settings.AGENTSITE_EVOLUTION = False
+    use_model(troubleshooting_model())
+    done = run(alice_api)
+    evolution_review_task(done["session_id"])
+    candidate = orm.SkillCandidate.objects.get()
+    admin_client.post("/admin/evolution_app/skillcandidate/",
+                      {"action": "reject", "_selected_action": [candidate.pk], "apply": "1", "reason": ""})
+    candidate.refresh_from_db()
+    assert candidate.status == "pending_review"  # no reason, no rejection
+    admin_client.post("/admin/evolution_app/skillcandidate/",
+                      {"action": "reject", "_selected_action": [candidate.pk], "apply": "1", "reason": "too specific"})
+    candidate.refresh_from_db()
+    assert (candidate.status, candidate.decision_reason) == ("rejected", "too specific")
+    assert candidate.gate_results.last().status == "fail"
+
+    # A candidate proposed as a create, while someone published that skill meanwhile: stale.
+    from skills_app.services import skill_revision_create
+
+    orm.SkillCandidate.objects.filter(pk=candidate.pk).update(status="pending_review")
+    skill_revision_create(app="agentsite", files=candidate.files, status="published")
+    admin_client.post("/admin/evolution_app/skillcandidate/",
+                      {"action": "approve", "_selected_action": [candidate.pk], "apply": "1", "reason": "ok"})
+    candidate.refresh_from_db()
+    assert candidate.status == "stale" and candidate.revision is None
+    assert skills.SkillRevision.objects.filter(skill__name=candidate.name).count() == 1
+
+
+def test_the_candidates_api_is_for_staff_only(
+    alice_api: Any, admin_user: Any, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    from tests.conftest import _client_for
+
+    settings.AGENTSITE_EVOLUTION = False
+    use_model(troubleshooting_model())
+    done = run(alice_api)
+    evolution_review_task(done["session_id"])
+    denied = alice_api.get("/api/evolution/candidates/")
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "permission_denied"
+    staff = _client_for(admin_user)
+    listed = staff.get("/api/evolution/candidates/", {"status": "pending_review"}).json()["results"]
+    assert [(c["name"], c["status"], c["session_id"]) for c in listed] == [(SKILL, "pending_review", done["session_id"])]
+    assert [g["gate"] for g in listed[0]["gate_results"]] == ["spec", "safety", "effectiveness", "human"]
+    assert staff.get("/api/evolution/candidates/", {"status": "bogus"}).json()["error"]["field"] == "status"
+
+
+def test_the_same_procedure_learned_again_adds_evidence_to_the_waiting_candidate(
+    alice_api: Any, bob_api: Any, admin_client: Any, use_model: Callable[[Model], None], eager_celery: None,
+) -> None:
+    use_model(troubleshooting_model())
+    first = run(alice_api)
+    use_model(troubleshooting_model())
+    second = run(bob_api)
+    candidate = orm.SkillCandidate.objects.get()
+    assert {e["session_id"] for e in candidate.evidence} == {first["session_id"], second["session_id"]}
+    assert list(candidate.audit.values_list("action", flat=True)) == ["proposed", "held", "evidence"]
+    html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/").content.decode()
+    links = html.count("/admin/sessions_app/event/") - html.count('href="/admin/sessions_app/event/"')
+    assert "(gone) <em>" not in html and links == len(candidate.evidence), html[html.find("(gone)") - 300:][:400]
