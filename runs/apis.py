@@ -16,6 +16,8 @@ from agentsite.api.fields import StrictBooleanField, StrictCharField
 from agentsite.composition import run_manager
 from agentsite.errors import ApplicationError
 from runs import selectors
+from runs.backends import pending_interrupts
+from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.fanout import request_cancel
@@ -42,9 +44,12 @@ class RunOutput(serializers.Serializer):
     tool_calls = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
+    interrupt = serializers.DictField(
+        required=False, help_text="a paused graph run: what it waits for (id, node, payload); answer with resume/",
+    )
 
 
-def run_data(record: RunRecord) -> dict[str, Any]:
+def run_data(record: RunRecord, *, interrupt: dict[str, Any] | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": record.id,
         "session_id": record.session_id,
@@ -63,7 +68,15 @@ def run_data(record: RunRecord) -> dict[str, Any]:
     }
     if record.answer:
         data["answer"] = record.answer
+    if interrupt is not None:
+        data["interrupt"] = interrupt
     return data
+
+
+def runs_data(records: list[RunRecord]) -> list[dict[str, Any]]:
+    """Run data with the pending interrupts of paused graph runs (one query for all)."""
+    waiting = pending_interrupts([r.id for r in records if r.finished])
+    return [run_data(r, interrupt=waiting.get(r.id)) for r in records]
 
 
 def _live(record: RunRecord) -> RunRecord:
@@ -106,7 +119,7 @@ class RunCreateApi(APIView):
         query = self.ListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         records = selectors.run_list(user=request.user, **query.validated_data)
-        return Response({"results": [run_data(_live(r)) for r in records]})
+        return Response({"results": runs_data([_live(r) for r in records])})
 
     @extend_schema(request=InputSerializer, responses={201: RunOutput})
     def post(self, request: Request) -> Response:
@@ -141,7 +154,46 @@ class RunDetailApi(APIView):
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
             raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
-        return Response(run_data(_live(record)))
+        return Response(runs_data([_live(record)])[0])
+
+
+class RunResumeApi(APIView):
+    """Answer a paused graph run: a new run on the same session continues the graph from
+    its checkpoint, with `value` as the answer (`message`, if given, is the user turn the
+    conversation shows; else the value itself). 201 with the new run; 409 when the run
+    waits for nothing (never paused, already resumed, still running)."""
+
+    class InputSerializer(serializers.Serializer):
+        value = serializers.JSONField(help_text="the answer the paused node receives (any JSON but null)")
+        message = StrictCharField(required=False, max_length=4000, trim_whitespace=False)
+
+        def validate_value(self, value: Any) -> Any:
+            if value is None:
+                raise serializers.ValidationError("must not be null")
+            return value
+
+    @extend_schema(request=InputSerializer, responses={201: RunOutput})
+    def post(self, request: Request, run_id: str) -> Response:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+
+        async def resume(runner: Runner) -> RunRecord:
+            handle = await resume_graph_run(
+                runner, user_id=str(request.user.pk), run_id=run_id, value=data["value"], message=data.get("message"),
+            )
+            return handle.record
+
+        try:
+            resumed = run_manager().call(resume)
+        except RunNotFoundError:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404) from None
+        except NotWaitingError as exc:
+            raise ApplicationError("run_not_waiting", str(exc), status_code=409) from None
+        return Response(run_data(resumed), status=status.HTTP_201_CREATED)
 
 
 class RunCancelApi(APIView):

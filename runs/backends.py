@@ -1,17 +1,20 @@
-"""DjangoRunStore: the RunStore contract on the ORM."""
+"""DjangoRunStore and DjangoCheckpointStore: the run and graph-checkpoint contracts on the ORM."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from runs import models as orm
+from runs.core.agents.graph.checkpoint import Checkpoint, PendingInterrupt
 from runs.core.errors import DuplicateRequestError
 from runs.core.records import RunRecord
 from sessions_app.backends import db_call
+from sessions_app.core.events import new_id
 
 _FIELDS = [
     "status", "started_at", "ended_at", "last_event_at", "heartbeat_at", "error", "answer", "event_count",
@@ -87,3 +90,87 @@ class DjangoRunStore:
 
     async def interrupt(self, run_id: str, *, at: datetime, reason: str) -> RunRecord | None:
         return await db_call(_interrupt)(run_id, at, reason)
+
+
+# -- graph checkpoints ----------------------------------------------------------------------
+
+
+def checkpoint_from_row(row: orm.GraphCheckpoint) -> Checkpoint:
+    return Checkpoint(
+        id=row.checkpoint_id, run_id=row.run_id, graph=row.graph, step=row.step, state=row.state,
+        next_nodes=tuple(row.next_nodes), barriers={k: tuple(v) for k, v in row.barriers.items()},
+        writes=row.writes, resume_values={k: tuple(v) for k, v in row.resume_values.items()},
+        interrupt=PendingInterrupt.from_dict(row.interrupt) if row.interrupt else None,
+        parent_id=row.parent_checkpoint_id or None, resumed_by=row.resumed_by, created_at=row.created_at,
+    )
+
+
+def _put_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    stored = checkpoint.replace(id=checkpoint.id or new_id())
+    data = stored.to_dict()
+    orm.GraphCheckpoint.objects.create(
+        run_id=stored.run_id, checkpoint_id=stored.id, graph=stored.graph, step=stored.step, state=data["state"],
+        next_nodes=data["next_nodes"], barriers=data["barriers"], writes=data["writes"],
+        resume_values=data["resume_values"], interrupt=data["interrupt"], parent_checkpoint_id=stored.parent_id or "",
+        resumed_by=stored.resumed_by, created_at=stored.created_at,
+    )
+    return stored
+
+
+def _get_checkpoint(checkpoint_id: str) -> Checkpoint | None:
+    row = orm.GraphCheckpoint.objects.filter(checkpoint_id=checkpoint_id).first()
+    return checkpoint_from_row(row) if row is not None else None
+
+
+def _latest_checkpoint(run_id: str) -> Checkpoint | None:
+    row = orm.GraphCheckpoint.objects.filter(run_id=run_id).order_by("-id").first()
+    return checkpoint_from_row(row) if row is not None else None
+
+
+def _list_checkpoints(run_id: str) -> list[Checkpoint]:
+    return [checkpoint_from_row(r) for r in orm.GraphCheckpoint.objects.filter(run_id=run_id).order_by("id")]
+
+
+def _claim_checkpoint(checkpoint_id: str, by: str) -> bool:
+    # A conditional update: of two resumes racing for one pause, exactly one changes the row.
+    return bool(orm.GraphCheckpoint.objects.filter(checkpoint_id=checkpoint_id, resumed_by="").update(resumed_by=by))
+
+
+def _release_checkpoint(checkpoint_id: str, by: str) -> None:
+    orm.GraphCheckpoint.objects.filter(checkpoint_id=checkpoint_id, resumed_by=by).update(resumed_by="")
+
+
+def pending_interrupts(run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """run id -> the interrupt its newest checkpoint waits on, for the runs that wait."""
+    found: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    rows = orm.GraphCheckpoint.objects.filter(run_id__in=list(run_ids)).order_by("run_id", "-id")
+    for run_id, interrupt, resumed_by in rows.values_list("run_id", "interrupt", "resumed_by"):
+        if run_id in seen:
+            continue  # only the newest checkpoint of each run says whether it waits
+        seen.add(run_id)
+        if interrupt and not resumed_by:
+            found[run_id] = interrupt
+    return found
+
+
+class DjangoCheckpointStore:
+    """The CheckpointStore contract on the ORM: graph runs resume in any process."""
+
+    async def put(self, checkpoint: Checkpoint) -> Checkpoint:
+        return await db_call(_put_checkpoint)(checkpoint)
+
+    async def get(self, checkpoint_id: str) -> Checkpoint | None:
+        return await db_call(_get_checkpoint)(checkpoint_id)
+
+    async def latest(self, run_id: str) -> Checkpoint | None:
+        return await db_call(_latest_checkpoint)(run_id)
+
+    async def list(self, run_id: str) -> list[Checkpoint]:
+        return await db_call(_list_checkpoints)(run_id)
+
+    async def claim(self, checkpoint_id: str, *, by: str) -> bool:
+        return await db_call(_claim_checkpoint)(checkpoint_id, by)
+
+    async def release(self, checkpoint_id: str, *, by: str) -> None:
+        await db_call(_release_checkpoint)(checkpoint_id, by)

@@ -71,3 +71,34 @@ class A2ATask(models.Model):
 
     def __str__(self) -> str:
         return f"a2a task {self.id} ({self.state or 'new'})"
+
+
+class GraphCheckpoint(models.Model):
+    """A graph run's state after a superstep, or paused inside one (SPEC 10.3).
+
+    `interrupt` is the pending question when the step paused; `resumed_by` the request id
+    of the run that answered it (claimed by a conditional update: one answer per pause);
+    `parent` the checkpoint this one continues, across runs when a run was resumed.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    checkpoint_id = models.CharField(max_length=64, unique=True)
+    graph = models.CharField(max_length=128)
+    step = models.PositiveIntegerField()
+    state = models.JSONField(default=dict)
+    next_nodes = models.JSONField(default=list)
+    barriers = models.JSONField(default=dict)
+    writes = models.JSONField(default=dict, help_text="updates of the tasks that finished before a pause")
+    resume_values = models.JSONField(default=dict)
+    interrupt = models.JSONField(null=True, blank=True, help_text="the pending interrupt: id, node, payload, index")
+    parent_checkpoint_id = models.CharField(max_length=64, blank=True, default="")
+    resumed_by = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "-id"], name="runs_graphcp_run_latest_idx")]
+
+    def __str__(self) -> str:
+        waiting = " waiting" if self.interrupt and not self.resumed_by else ""
+        return f"checkpoint {self.graph} step {self.step} of run {self.run_id}{waiting}"

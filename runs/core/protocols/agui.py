@@ -10,9 +10,12 @@ turns each `Event` of a session into `ag_ui.core` events:
 | `chat.completion` (complete) | closes its text stream with TEXT_MESSAGE_END (sending the text the deltas did not carry), or START+CONTENT+END when nothing was streamed (replay from the ledger); tool calls: close text streams, TOOL_CALL_START/ARGS/END per call (parentMessageId = the message); STEP_FINISHED `model` |
 | `tool.response` | STEP_STARTED <tool name>, TOOL_CALL_RESULT (messageId = event id), STATE_DELTA, STEP_FINISHED <tool name> |
 | state delta | STATE_DELTA: JSON Patch `add` for a new key, `replace` for a known one |
-| `extensions["artifact"]` | CUSTOM `agentsite.artifact` |
+| `extensions["artifact"]` (or each of `extensions["artifacts"]`) | CUSTOM `agentsite.artifact` |
 | `error` | close open streams and steps, RUN_ERROR (message, code = error type) |
-| `runner.completion` | close open streams and steps; RUN_FINISHED (cancelled: outcome `cancelled`); failed or interrupted: RUN_ERROR unless one was sent |
+| `graph.node.start` / `graph.node.complete` | STEP_STARTED / STEP_FINISHED named after the node, `metadata.graph` = {graph, node, kind, step} |
+| `graph.state.update` | STATE_DELTA of the graph state's changed fields (JSON Patch `add`/`replace`, as above) |
+| `graph.interrupt` | its question as an assistant text message, STEP_FINISHED of the paused node, CUSTOM `agentsite.graph.interrupt` (runId, interruptId, node, payload, checkpointId) |
+| `runner.completion` | close open streams and steps; RUN_FINISHED (cancelled: outcome `cancelled`; paused by a graph interrupt: outcome `interrupt` listing it); failed or interrupted: RUN_ERROR unless one was sent |
 | user message (only with `include_user_messages`) | TEXT_MESSAGE_START/CONTENT/END, role `user`, messageId = event id |
 
 Every id goes out once per translator: an event fed twice (a retry, replay overlapping
@@ -38,6 +41,7 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
     RunStartedEvent,
     StateDeltaEvent,
     StateSnapshotEvent,
@@ -54,13 +58,25 @@ from ag_ui.core import (
     ToolMessage,
     UserMessage,
 )
+from ag_ui.core import Interrupt as AguiInterrupt
 
+from runs.core.agents.graph.events import (
+    OBJECT_INTERRUPT,
+    OBJECT_NODE_COMPLETE,
+    OBJECT_NODE_START,
+    OBJECT_STATE_UPDATE,
+    GraphEventInfo,
+    graph_info,
+)
+from runs.core.agents.graph.executor import interrupt_text
 from sessions_app.core.events import Event
 
 MODEL_STEP = "model"
 """The step name of a model call; a tool result's step is named after its tool."""
 ARTIFACT_EVENT = "agentsite.artifact"
 """CUSTOM event name for an event that carries `extensions["artifact"]`."""
+GRAPH_INTERRUPT_EVENT = "agentsite.graph.interrupt"
+"""CUSTOM event name of a graph run pausing for a human (answer: `POST /api/runs/<id>/resume/`)."""
 
 
 def json_pointer_token(key: str) -> str:
@@ -79,6 +95,8 @@ class _Run:
     ended: bool = False
     open_text: list[str] = field(default_factory=list)
     model_step: str | None = None  # the message id whose model step is open
+    node_steps: dict[str, dict[str, Any]] = field(default_factory=dict)  # graph nodes started, not finished -> metadata
+    interrupts: list[AguiInterrupt] = field(default_factory=list)  # what a paused graph waits for
 
 
 class AguiTranslator:
@@ -133,7 +151,11 @@ class AguiTranslator:
         terminal: list[BaseEvent] = []
         state_done = False
         message = event.message
-        if event.is_runner_completion:
+        info = graph_info(event)
+        if info is not None and event.object != OBJECT_INTERRUPT:
+            out.extend(self._graph_progress(run, event.object, info))
+            state_done = True
+        elif event.is_runner_completion:
             terminal = self._completion(run, event)
         elif event.is_error:
             error = event.error
@@ -158,12 +180,14 @@ class AguiTranslator:
             state_done = True
         elif message.role == "assistant":
             out.extend(self._assistant(run, event))
+        if info is not None and event.object == OBJECT_INTERRUPT:
+            out.extend(self._graph_interrupt(run, event, info))
         if event.state_delta and not state_done:
             out.extend(self._state_delta(event.state_delta))
-        artifact = event.extensions.get("artifact")
-        if artifact is not None:
-            # Artifacts arrive with the artifact service; this is the hook their events use.
-            out.append(CustomEvent(name=ARTIFACT_EVENT, value=artifact))
+        # One CUSTOM event per saved file: `artifacts` when a tool saved several (a workspace
+        # export), else the single `artifact`.
+        saved = event.extensions.get("artifacts") or [event.extensions.get("artifact")]
+        out.extend(CustomEvent(name=ARTIFACT_EVENT, value=item) for item in saved if item is not None)
         if terminal:
             out.extend(self._close(run))
             out.extend(terminal)
@@ -242,7 +266,46 @@ class AguiTranslator:
         return out
 
     def _close(self, run: _Run) -> list[BaseEvent]:
-        return self._close_text(run) + self._close_step(run)
+        return self._close_text(run) + self._close_step(run) + self._close_nodes(run)
+
+    def _close_nodes(self, run: _Run, only: str | None = None, status: str = "stopped") -> list[BaseEvent]:
+        """STEP_FINISHED for node steps that will not finish on their own: a node that paused
+        (`status` "paused") or was cut short by the run's end ("stopped")."""
+        closing = [n for n in run.node_steps if only is None or n == only]
+        out: list[BaseEvent] = []
+        for node in closing:
+            meta = run.node_steps.pop(node)
+            out.append(StepFinishedEvent(step_name=node, metadata={"graph": {**meta["graph"], "status": status}}))
+        return out
+
+    def _graph_progress(self, run: _Run, object_: str, info: GraphEventInfo) -> list[BaseEvent]:
+        meta = {"graph": {"graph": info.graph, "node": info.node, "kind": info.kind, "step": info.step}}
+        if object_ == OBJECT_NODE_START and info.node and info.node not in run.node_steps:
+            run.node_steps[info.node] = meta
+            return [StepStartedEvent(step_name=info.node, metadata=dict(meta))]
+        if object_ == OBJECT_NODE_COMPLETE and info.node in run.node_steps:
+            del run.node_steps[info.node]
+            return [StepFinishedEvent(step_name=info.node, metadata=meta)]
+        if object_ == OBJECT_STATE_UPDATE:
+            return self._state_delta(info.state_delta)
+        return []  # the execution marker: its outcome reaches the client with RUN_FINISHED
+
+    def _graph_interrupt(self, run: _Run, event: Event, info: GraphEventInfo) -> list[BaseEvent]:
+        pending = dict(info.interrupt or {})
+        interrupt_id = str(pending.get("id") or event.id)
+        payload = pending.get("payload")
+        reason = str(payload.get("kind") or "input") if isinstance(payload, Mapping) else "input"
+        value = {
+            "runId": run.run_id, "interruptId": interrupt_id, "graph": info.graph, "node": info.node,
+            "payload": payload, "checkpointId": info.checkpoint_id, "message": interrupt_text(payload),
+        }
+        run.interrupts.append(AguiInterrupt(
+            id=interrupt_id, reason=reason, message=interrupt_text(payload),
+            metadata={"graph": info.graph, "node": info.node, "checkpointId": info.checkpoint_id, "payload": payload},
+        ))
+        out = self._close_nodes(run, only=info.node, status="paused")
+        out.append(CustomEvent(name=GRAPH_INTERRUPT_EVENT, value=value))
+        return out
 
     def _open_text(self, run: _Run, message_id: str) -> list[BaseEvent]:
         self._streamed[message_id] = ""
@@ -326,6 +389,9 @@ class AguiTranslator:
 
     def _completion(self, run: _Run, event: Event) -> list[BaseEvent]:
         status = str(event.extensions.get("status") or "completed")
+        if status == "completed" and run.interrupts:
+            outcome = RunFinishedInterruptOutcome(interrupts=list(run.interrupts))
+            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id, outcome=outcome)]
         if status == "completed":
             return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id)]
         if status == "cancelled":

@@ -62,6 +62,8 @@
     tools: new Map(), // toolCallId -> tool record
     notices: new Map(), // key -> element
     artifacts: new Set(),
+    graphs: new Map(), // runId -> graph progress card (node steps of a graph run)
+    approvals: new Map(), // interruptId -> approval card of a paused graph run
     pendingUsers: [], // user bubbles sent from here, not yet seen in the ledger
     liveErrors: [], // error notices from the socket, not yet seen in the ledger
     erroredInvocations: new Set(),
@@ -151,6 +153,7 @@
     cross: "M5 5l10 10M15 5L5 15",
     file: "M6 2.5h5l4 4v11H6zM11 2.5v4h4",
     stop: "M10 3a7 7 0 1 0 0 14a7 7 0 1 0 0-14zM5.1 5.1l9.8 9.8",
+    pause: "M7 4.5v11M13 4.5v11",
   };
 
   function prettyJson(text) {
@@ -545,6 +548,136 @@
     place(element);
   }
 
+  // -- graph runs: node progress and approvals ------------------------------------------------
+
+  const NODE_LABELS = { running: "running", done: "done", paused: "waiting for approval", stopped: "stopped" };
+
+  function graphCard(runId, graphName) {
+    let card = state.graphs.get(runId);
+    if (card) return card;
+    const list = h("ol", { className: "graph-nodes" });
+    const element = h(
+      "section",
+      { className: "graph-card", dataset: { runId }, "aria-label": `Progress of the ${graphName || "graph"} run` },
+      h("header", { className: "graph-head" }, h("span", { className: "graph-title", text: graphName || "graph" }),
+        h("span", { className: "graph-sub muted", text: "steps" })),
+      list,
+    );
+    card = { element, list, nodes: new Map() };
+    state.graphs.set(runId, card);
+    place(element);
+    return card;
+  }
+
+  function setNode(runId, meta, status) {
+    if (!meta || !meta.node) return;
+    const card = graphCard(runId || "run", meta.graph);
+    let node = card.nodes.get(meta.node);
+    if (!node) {
+      const stateEl = h("span", { className: "graph-node-state" });
+      const element = h("li", { className: "graph-node", dataset: { node: meta.node } },
+        h("span", { className: "graph-node-name", text: meta.node }), stateEl);
+      node = { element, stateEl };
+      card.nodes.set(meta.node, node);
+      card.list.appendChild(element);
+    }
+    node.element.dataset.status = status;
+    node.stateEl.replaceChildren(
+      status === "running" ? h("span", { className: "spinner", "aria-hidden": "true" })
+        : svg(status === "done" ? ICONS.check : status === "paused" ? ICONS.pause : ICONS.stop, 12),
+      h("span", { className: "visually-hidden", text: NODE_LABELS[status] }),
+    );
+    scrollSoon();
+  }
+
+  function stopNodes() {
+    for (const card of state.graphs.values()) {
+      for (const node of card.nodes.values()) {
+        if (node.element.dataset.status === "running") node.element.dataset.status = "stopped";
+      }
+    }
+  }
+
+  function resumeUrl(runId) {
+    return `${url("runDetail", { RUN_ID: runId })}resume/`;
+  }
+
+  /** The approve/reject prompt of a paused graph run; one per interrupt. */
+  function approvalCard({ runId, interruptId, message, payload }) {
+    const key = interruptId || runId;
+    if (!key || state.approvals.has(key)) return state.approvals.get(key);
+    const status = h("p", { className: "approval-status muted", role: "status" });
+    const approve = h("button", { type: "button", className: "button primary small" }, svg(ICONS.check), h("span", { text: "Approve" }));
+    const reject = h("button", { type: "button", className: "button danger small" }, svg(ICONS.cross), h("span", { text: "Reject" }));
+    const node = payload && typeof payload === "object" && payload.node ? payload.node : null;
+    const element = h(
+      "section",
+      { className: "approval-card", role: "group", "aria-label": "Approval needed", dataset: { runId, interruptId: interruptId || "" } },
+      h("header", { className: "approval-head" }, h("strong", { text: "Approval needed" }), node ? h("span", { className: "muted", text: node }) : null),
+      h("p", { className: "approval-question", text: message || "The run is waiting for your input." }),
+      h("div", { className: "approval-actions" }, approve, reject),
+      status,
+    );
+    const card = { runId, element, approve, reject, status, resolved: false };
+    approve.addEventListener("click", () => answerApproval(card, true));
+    reject.addEventListener("click", () => answerApproval(card, false));
+    state.approvals.set(key, card);
+    place(element);
+    return card;
+  }
+
+  function resolveApproval(card, text) {
+    card.resolved = true;
+    card.approve.disabled = true;
+    card.reject.disabled = true;
+    card.element.dataset.state = "resolved";
+    card.status.textContent = text;
+  }
+
+  async function answerApproval(card, approved) {
+    if (card.resolved || state.running) return;
+    card.approve.disabled = true;
+    card.reject.disabled = true;
+    card.status.textContent = "Sending…";
+    const message = approved ? "Approve" : "Reject";
+    try {
+      const run = await api("POST", resumeUrl(card.runId), { value: { approved }, message });
+      resolveApproval(card, approved ? "Approved: the run continues." : "Rejected: the run continues.");
+      stickToBottom = true;
+      addPendingUser(message);
+      state.runId = run.id;
+      state.awaitingAcceptSince = 0;
+      setRunning(true);
+      connect();
+    } catch (error) {
+      if (error.status === 409 || error.status === 404) {
+        resolveApproval(card, "Already answered.");
+      } else {
+        card.approve.disabled = false;
+        card.reject.disabled = false;
+        card.status.textContent = `Could not send: ${error.message}`;
+      }
+    }
+  }
+
+  /** After a reload: the session's newest run may still wait for an answer. */
+  async function showPendingApproval() {
+    try {
+      const query = new URLSearchParams({ session_id: state.sessionId, limit: "1" });
+      const found = await api("GET", `${config.urls.runs}?${query}`);
+      const run = found && found.results && found.results[0];
+      if (run && run.interrupt) {
+        const interrupt = run.interrupt;
+        const payload = interrupt.payload;
+        const message = typeof payload === "string" ? payload : (payload && (payload.question || payload.prompt || payload.message)) || "";
+        approvalCard({ runId: run.id, interruptId: interrupt.id, message, payload: { ...(typeof payload === "object" ? payload : {}), node: interrupt.node } });
+        setRunStatus("Waiting for your approval");
+      }
+    } catch (_) {
+      // Not fatal: the run can still be answered through the API.
+    }
+  }
+
   // -- run state ------------------------------------------------------------------------------
 
   function setSendMode(mode) {
@@ -580,8 +713,9 @@
     }
   }
 
-  function finishRun({ failed = false } = {}) {
+  function finishRun({ failed = false, waiting = false } = {}) {
     const cancelled = state.cancelRequested;
+    if (cancelled || failed) stopNodes();
     for (const record of state.tools.values()) {
       if (record.status === "running") setToolStatus(record, "cancelled");
     }
@@ -589,7 +723,7 @@
       if (!record.ended && record.role === "assistant") messageEnd(record.id);
     }
     if (cancelled && !failed) notice(`cancel:${state.runId || Date.now()}`, "Run cancelled", "", { muted: true });
-    setRunStatus(cancelled ? "Cancelled" : failed ? "Failed" : "Done");
+    setRunStatus(cancelled ? "Cancelled" : failed ? "Failed" : waiting ? "Waiting for your approval" : "Done");
     state.runId = null;
     state.cancelRequested = false;
     state.cancelAfterAccept = false;
@@ -795,11 +929,17 @@
         state.awaitingAcceptSince = 0;
         setRunning(true);
         break;
-      case "RUN_FINISHED":
+      case "RUN_FINISHED": {
         if (state.runId && frame.runId && frame.runId !== state.runId) break; // an older run's end
         if (frame.outcome && frame.outcome.type === "cancelled") state.cancelRequested = true;
-        finishRun();
+        const interrupts = frame.outcome && frame.outcome.type === "interrupt" ? frame.outcome.interrupts || [] : [];
+        for (const interrupt of interrupts) {
+          const meta = interrupt.metadata || {};
+          approvalCard({ runId: frame.runId, interruptId: interrupt.id, message: interrupt.message, payload: { ...(meta.payload || {}), node: meta.node } });
+        }
+        finishRun({ waiting: interrupts.length > 0 });
         break;
+      }
       case "RUN_ERROR": {
         const cancelled = frame.code === "cancelled" || state.cancelRequested;
         if (cancelled) state.cancelRequested = true;
@@ -808,7 +948,15 @@
         break;
       }
       case "STEP_STARTED":
+        if (frame.metadata && frame.metadata.graph) setNode(frame.runId || state.runId, frame.metadata.graph, "running");
         if (state.running && frame.stepName) setRunStatus(`Working: ${frame.stepName}`, true);
+        break;
+      case "STEP_FINISHED":
+        if (frame.metadata && frame.metadata.graph) {
+          // A node that paused for approval or was cut short says so; the others are done.
+          const status = { paused: "paused", stopped: "stopped" }[frame.metadata.graph.status] || "done";
+          setNode(frame.runId || state.runId, frame.metadata.graph, status);
+        }
         break;
       case "TEXT_MESSAGE_START":
         messageStart(frame.messageId, frame.role || "assistant");
@@ -848,6 +996,10 @@
         break;
       case "CUSTOM":
         if (frame.name === "agentsite.artifact") artifact(frame.value);
+        if (frame.name === "agentsite.graph.interrupt" && frame.value) {
+          const value = frame.value;
+          approvalCard({ runId: value.runId, interruptId: value.interruptId, message: value.message, payload: { ...(value.payload || {}), node: value.node } });
+        }
         break;
       default:
         break; // STATE_DELTA, STATE_SNAPSHOT, RAW and the rest change nothing on this page
@@ -1088,6 +1240,8 @@
     if (runLooksActive(state.lastEvent)) {
       setRunStatus("A reply is in progress…", true);
       await adoptActiveRun();
+    } else {
+      await showPendingApproval();
     }
     stickToBottom = true;
     scrollSoon();
