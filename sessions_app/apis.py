@@ -148,7 +148,10 @@ class SessionEventsApi(APIView):
 
 class ContextBlockOutput(serializers.Serializer):
     kind = serializers.ChoiceField(
-        choices=["instruction", "summary", "event", "anchor", "restored_call", "context", "placeholder", "truncated"],
+        choices=[
+            "instruction", "pinned", "summary", "gap", "event", "anchor", "restored_call", "context", "placeholder",
+            "truncated",
+        ],
         help_text="what the block is: a ledger event as sent, or what governance put in its place",
     )
     role = serializers.CharField()
@@ -167,6 +170,26 @@ class ContextBlockOutput(serializers.Serializer):
     last_seq = serializers.IntegerField(required=False)
     covered_events = serializers.IntegerField(required=False)
     covered_tokens = serializers.IntegerField(required=False)
+    pins = serializers.ListField(
+        child=serializers.DictField(), required=False,
+        help_text="pinned block: the active pinned records shown (kind, text, source_event_id, source_seq)",
+    )
+    omitted = serializers.ListField(child=serializers.DictField(), required=False, help_text="pins over the budget")
+
+
+class ContextManifestOutput(serializers.Serializer):
+    last_seq = serializers.IntegerField()
+    coverage = serializers.FloatField(help_text="share of ledger events with a disposition (1.0: none lost silently)")
+    counts = serializers.DictField(child=serializers.IntegerField())
+    ranges = serializers.ListField(
+        child=serializers.ListField(), help_text="[disposition, first_seq, last_seq] runs, oldest first"
+    )
+    truncated = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        help_text="[seq, head characters, tail characters, original characters] of each truncated result",
+    )
+    summary = serializers.DictField(allow_null=True, help_text="version and last_seq of the summary in the request")
+    gaps = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
 
 
 class ContextBoundaryOutput(serializers.Serializer):
@@ -202,6 +225,8 @@ class ContextCallOutput(serializers.Serializer):
     summary = serializers.DictField(allow_null=True, help_text="version, last_seq, tokens, covered_events")
     compaction = serializers.DictField(child=serializers.IntegerField(), help_text="pass0, pass1, pass2, tokens_saved")
     precall = serializers.DictField(allow_null=True, required=False, help_text="pre-call compaction, when it ran")
+    manifest = ContextManifestOutput(allow_null=True, required=False, help_text="how the call carried every ledger event")
+    pinned = serializers.DictField(allow_null=True, required=False, help_text="pinned block: tokens, shown, omitted")
 
 
 class ContextOutput(serializers.Serializer):
@@ -213,6 +238,7 @@ class ContextOutput(serializers.Serializer):
     boundary = ContextBoundaryOutput(allow_null=True)
     blocks = ContextBlockOutput(many=True)
     totals = ContextTotalsOutput(allow_null=True)
+    manifest = ContextManifestOutput(allow_null=True, help_text="how the next request carries every ledger event")
     calls = ContextCallOutput(many=True)
 
 
@@ -223,7 +249,9 @@ class SessionContextApi(APIView):
             "The projection of the session for its agent's next model call: instruction, summary "
             "block, the events after the summary boundary and the placeholders compaction put in "
             "place of old tool results, each with its token count; the boundary; totals against "
-            "the raw ledger; and `calls`, the context stats of every past model call, oldest first."
+            "the raw ledger; the pinned block of the user's standing instructions; `manifest`, how the "
+            "request carries every ledger event (verbatim, truncated, placeholder, summarized, ...); and "
+            "`calls`, the context stats (manifest included) of every past model call, oldest first."
         ),
         responses=ContextOutput,
     )

@@ -9,11 +9,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from sessions_app import search
+from sessions_app import mapping, search
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event
-from sessions_app.core.recall import SCAN_CAP, EventSearchRequest, EventWindow, SearchHit
+from sessions_app.core.recall import RECALL_ROLES, SCAN_CAP, EventSearchRequest, EventWindow, SearchHit, recall_text
 from sessions_app.core.session import SessionKey, Summary
+
+
+def _event_id_at(key: SessionKey, seq: int) -> str | None:
+    rows = (
+        search._session_events(key)
+        .filter(seq__gte=seq, role__in=RECALL_ROLES)
+        .exclude(text="")
+        .order_by("seq")
+        .values_list("payload", "seq", "event_id")
+    )
+    for payload, row_seq, event_id in rows[:20]:
+        if recall_text(mapping.event_from_values(payload, row_seq, event_id)) is not None:
+            return str(event_id)
+    return None
 
 
 class DjangoRecallIndex:
@@ -28,8 +42,16 @@ class DjangoRecallIndex:
     async def event_window(self, key: SessionKey, *, anchor_event_id: str, before: int, after: int) -> EventWindow:
         return await db_call(search.event_window)(key, anchor_event_id, before, after)
 
+    async def event_id_at(self, key: SessionKey, seq: int) -> str | None:
+        """The first recallable event at or after `seq` (a tool call resolves to its result)."""
+        return await db_call(_event_id_at)(key, seq)
+
     async def find_tool_result(self, key: SessionKey, tool_call_id: str) -> Event | None:
         return await db_call(search.find_tool_result)(key, tool_call_id)
+
+    async def find_tool_call(self, key: SessionKey, tool_call_id: str, *, before_seq: int | None = None) -> Event | None:
+        """The latest event (before `before_seq`) whose message made the call `tool_call_id`."""
+        return await db_call(search.find_tool_call)(key, tool_call_id, before_seq)
 
     async def summaries(self, key: SessionKey) -> Mapping[str, Summary]:
         return await db_call(search.summaries)(key)

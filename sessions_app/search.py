@@ -392,6 +392,21 @@ def find_tool_result(key: SessionKey, tool_call_id: str) -> Event | None:
     return None
 
 
+def find_tool_call(key: SessionKey, tool_call_id: str, before_seq: int | None) -> Event | None:
+    """The latest assistant event (before `before_seq`) that made the call `tool_call_id`.
+
+    Calls sit just before their results, so the newest few assistant rows are read; the
+    JSON match is done in Python to stay the same on SQLite and PostgreSQL."""
+    qs = _session_events(key).filter(role="assistant")
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    for payload, seq, event_id in qs.order_by("-seq").values_list("payload", "seq", "event_id")[:50]:
+        event = mapping.event_from_values(payload, seq, event_id)
+        if event.message is not None and any(c.id == tool_call_id for c in event.message.tool_calls):
+            return event
+    return None
+
+
 def summaries(key: SessionKey) -> dict[str, Summary]:
     user = _user_pk(key.user_id)
     rows = orm.Summary.objects.filter(

@@ -98,5 +98,6 @@ def context_report(*, session: orm.Session) -> dict[str, Any]:
             "ledger_events": session.last_seq,
             "compaction": preview.compaction.to_dict(),
         },
+        "manifest": preview.manifest.to_dict() if preview is not None and preview.manifest is not None else None,
         "calls": calls,
     }

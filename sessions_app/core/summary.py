@@ -181,6 +181,8 @@ class SummaryResult:
 
     text: str
     last_included: Event | None = None
+    sections: tuple[SummarySection, ...] = ()
+    """The pieces the text was rolled up from, with their seq ranges (ChunkedSummarizer)."""
 
 
 @runtime_checkable
@@ -477,6 +479,167 @@ class LLMSummarizer:
                 break
             shrunk[index] = note
         return shrunk
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummarySection:
+    """One piece of a bounded summary: the text and the ledger seqs it was built from."""
+
+    first_seq: int
+    last_seq: int
+    text: str
+
+
+class ChunkedSummarizer:
+    """Compaction that cannot overflow (issue 12, C6): every request fits by construction.
+
+    The new events are cut into chunks whose transcript fits the input budget (0.7 of the
+    model's window, as `LLMSummarizer`); an event too large for one chunk is cut into
+    pieces, each its own chunk, so no event is left out or shortened. Each chunk is
+    summarised alone; a failed chunk (an exception, a context-length refusal, an empty
+    answer) is retried alone, up to `attempts` times, a refused one in halves. The
+    previous summary and the chunk summaries are then rolled up; while they do not fit
+    one request, consecutive ones are summarised in groups that do (summaries of
+    summaries), each keeping the seq range it covers. `SummaryResult.sections` are the
+    chunk summaries with their ranges. Every event goes into some request whole: the
+    summarizer sees 100% of what it hides.
+    """
+
+    def __init__(
+        self,
+        model: SummaryModel,
+        *,
+        name: str = "chunked",
+        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        max_summary_words: int = 0,
+        tokenizer: Tokenizer = APPROX_TOKENIZER,
+        budget_ratio: float = SUMMARY_BUDGET_RATIO,
+        input_token_budget: int | None = None,
+        fallback_window: int = FALLBACK_CONTEXT_WINDOW,
+        attempts: int = 3,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts!r}")
+        self.leaf = LLMSummarizer(
+            model, name=name, prompt=prompt, max_summary_words=max_summary_words, tokenizer=tokenizer,
+            budget_ratio=budget_ratio, input_token_budget=input_token_budget, fallback_window=fallback_window,
+        )
+        self.model = model
+        self.name = name
+        self.tokenizer = tokenizer
+        self.attempts = attempts
+
+    def room(self) -> int:
+        """Transcript tokens one request may carry: the budget less the prompt's own cost."""
+        return max(16, self.leaf.budget() - self.leaf._tokens(self.leaf._render("", [])))
+
+    def _cost(self, line: str) -> int:
+        return self.tokenizer.count_text(line) + 1
+
+    def _pieces(self, line: str, room: int) -> list[str]:
+        """A line cut at word boundaries into pieces that each cost at most `room`."""
+        pieces: list[str] = []
+        current: list[str] = []
+        for word in line.split(" "):
+            trial = " ".join([*current, word])
+            if current and self._cost(trial) > room:
+                pieces.append(" ".join(current))
+                current = [word]
+            else:
+                current.append(word)
+        if current:
+            pieces.append(" ".join(current))
+        # A single "word" over the room (a base64 blob) is cut by characters.
+        out: list[str] = []
+        for piece in pieces:
+            while self._cost(piece) > room and len(piece) > 1:
+                cut = max(1, len(piece) * room // max(1, self._cost(piece)))
+                out.append(piece[:cut])
+                piece = piece[cut:]
+            out.append(piece)
+        return out
+
+    def chunks(self, events: Sequence[Event]) -> list[tuple[int, int, list[str]]]:
+        """(first_seq, last_seq, transcript lines) per chunk, oldest first, each within `room`."""
+        room = self.room()
+        out: list[tuple[int, int, list[str]]] = []
+        lines: list[str] = []
+        used = 0
+        first = last = 0
+        for event in events:
+            seq = event.seq or 0
+            for line in conversation_lines(event):
+                for piece in self._pieces(line, room) if self._cost(line) > room else [line]:
+                    cost = self._cost(piece)
+                    if lines and used + cost > room:
+                        out.append((first, last, lines))
+                        lines, used = [], 0
+                    if not lines:
+                        first = seq
+                    lines.append(piece)
+                    used += cost
+                    last = seq
+        if lines:
+            out.append((first, last, lines))
+        return out
+
+    async def _summarize_lines(self, lines: list[str]) -> str:
+        """One bounded request for `lines`, retried alone; a refused one goes in halves."""
+        error: BaseException | None = None
+        for _ in range(self.attempts):
+            try:
+                text = (await self.model.complete(self.leaf._render("", lines))).strip()
+            except Exception as exc:
+                if is_context_length_error(exc) and len(lines) > 1:
+                    half = len(lines) // 2
+                    return "\n".join([await self._summarize_lines(lines[:half]), await self._summarize_lines(lines[half:])])
+                error = exc
+                continue
+            if text:
+                return text
+        if error is not None:
+            raise error
+        return ""
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        room = self.room()
+        sections: list[SummarySection] = []
+        for first, last, lines in self.chunks(request.events):
+            text = await self._summarize_lines(lines)
+            if text:
+                sections.append(SummarySection(first_seq=first, last_seq=last, text=text))
+        if not sections:
+            return SummaryResult(text="")
+        level: list[SummarySection] = list(sections)
+        previous = request.previous_text
+        if previous:
+            level.insert(0, SummarySection(first_seq=0, last_seq=request.previous.last_seq if request.previous else 0, text=previous))
+        # Roll up: summaries of summaries, in groups that fit, until one request holds them all.
+        while len(level) > 1 and sum(self._cost(x.text) for x in level) > room:
+            grouped: list[SummarySection] = []
+            batch: list[SummarySection] = []
+            used = 0
+            for section in level:
+                cost = self._cost(section.text)
+                if batch and used + cost > room:
+                    grouped.append(await self._roll(batch))
+                    batch, used = [], 0
+                batch.append(section)
+                used += cost
+            if batch:
+                grouped.append(await self._roll(batch) if len(batch) > 1 else batch[0])
+            if len(grouped) >= len(level):
+                break  # every group was one section already: nothing left to merge
+            level = grouped
+        final = level[0] if len(level) == 1 else await self._roll(level)
+        return SummaryResult(text=final.text, sections=tuple(sections))
+
+    async def _roll(self, batch: Sequence[SummarySection]) -> SummarySection:
+        lines: list[str] = []
+        for section in batch:
+            lines.extend(self._pieces(section.text, self.room()) if self._cost(section.text) > self.room() else [section.text])
+        text = await self._summarize_lines(lines)
+        return SummarySection(first_seq=batch[0].first_seq, last_seq=batch[-1].last_seq, text=text)
 
 
 class ExtractiveSummarizer:

@@ -8,7 +8,7 @@ from typing import Any
 from runs.core.errors import ModelError, TransientModelError
 from runs.core.flow.governance import ContextGovernance
 from runs.core.flow.precall import compact_before_call, summarize_now
-from runs.core.flow.request import BuiltRequest, build_context, build_for_invocation
+from runs.core.flow.request import BuiltRequest, build_context, build_for_invocation, pinned_state
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelResponse
@@ -17,12 +17,15 @@ from sessions_app.core.events import (
     OBJECT_CHUNK,
     OBJECT_COMPLETION,
     OBJECT_ERROR,
+    OBJECT_STATE_UPDATE,
     Event,
     EventError,
     Message,
     new_id,
 )
 from sessions_app.core.memory_tools import MEMORY_SERVICE, memory_preload_block
+from sessions_app.core.pinned import STATE_KEY as PINNED_STATE_KEY
+from sessions_app.core.pinned import PinnedState
 from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, model_message
 
@@ -153,6 +156,21 @@ class LLMAgent:
         self._precall[invocation.invocation_id] = report.to_dict() if report is not None else None
         return built
 
+    def _pinned_update(self, invocation: Invocation) -> Event | None:
+        """Issue 12, C2: a state change that stores the session's pinned intent once this
+        turn's user message added or retired a pin, so that the pins outlive the events
+        they came from (a later load skips what the summary covers). None when nothing
+        changed or pinning is off."""
+        if self.governance is None or self.governance.pinned is None:
+            return None
+        stored = PinnedState.of_session_state(invocation.session.state)
+        folded = pinned_state(invocation.session)
+        if folded.records == stored.records:
+            return None
+        return invocation.stamp(Event(
+            author=self.name, object=OBJECT_STATE_UPDATE, state_delta={PINNED_STATE_KEY: folded.to_dict()}
+        ))
+
     def _error(self, invocation: Invocation, type_: str, message: str, code: str | None = None) -> Event:
         return invocation.stamp(
             Event(author=self.name, object=OBJECT_ERROR, done=True, error=EventError(type=type_, message=message, code=code))
@@ -177,6 +195,9 @@ class LLMAgent:
         if memories:
             instruction = f"{instruction}\n\n{memories}" if instruction else memories
         specs = [t.spec() for t in self.tools.values()]
+        pinned = self._pinned_update(invocation)
+        if pinned is not None:
+            yield pinned
         for step in range(max_steps):
             built = await self._request(invocation, step, instruction, specs)
             request = built.request

@@ -147,8 +147,16 @@ def _truncation_marker(item: ProjectedItem, dropped: int, *, session_load: bool)
 def truncate_middle(item: ProjectedItem, limit: int, tokenizer: Tokenizer, *, session_load: bool) -> str | None:
     """The longest head + marker + tail of the result within `limit` tokens (binary search
     over the characters kept), or None when even the marker alone does not fit."""
+    cut = _truncate(item, limit, tokenizer, session_load=session_load)
+    return cut[0] if cut is not None else None
+
+
+def _truncate(
+    item: ProjectedItem, limit: int, tokenizer: Tokenizer, *, session_load: bool
+) -> tuple[str, int, int] | None:
+    """`truncate_middle`'s text with the head and tail lengths it kept (for the manifest)."""
     content = item.message.content
-    best: str | None = None
+    best: tuple[str, int, int] | None = None
     low, high = 0, len(content)
     while low <= high:
         keep = (low + high) // 2
@@ -156,7 +164,7 @@ def truncate_middle(item: ProjectedItem, limit: int, tokenizer: Tokenizer, *, se
         marker = _truncation_marker(item, len(content) - keep, session_load=session_load)
         candidate = f"{PLACEHOLDER_TAG} {head}\n{marker}\n{tail}"
         if tokenizer.count_text(candidate) <= limit:
-            best, low = candidate, keep + 1
+            best, low = (candidate, len(head), len(tail)), keep + 1
         else:
             high = keep - 1
     return best
@@ -225,12 +233,14 @@ def compact_tool_results(
         for index, item in list(results(include_protected=True)):
             if item.message.tool_name == SESSION_LOAD_TOOL or tokenizer.count_text(item.message.content) <= limit:
                 continue
-            truncated = truncate_middle(item, limit, tokenizer, session_load=session_load)
-            if truncated is None:
+            cut = _truncate(item, limit, tokenizer, session_load=session_load)
+            if cut is None:
                 continue
-            replaced, saved = _replace(item, truncated, "pass2", tokenizer)
+            replaced, saved = _replace(item, cut[0], "pass2", tokenizer)
             if saved > 0:
-                out[index] = replaced
+                out[index] = dataclasses.replace(
+                    replaced, truncation=(cut[1], cut[2], len(item.message.content))
+                )
                 counts["pass2"] += 1
                 saved_total += saved
     return out, CompactionStats(tokens_saved=saved_total, **counts)

@@ -22,6 +22,7 @@ from runs.core.llm.base import Model, ModelRequest, ToolSpec
 from runs.core.llm.offline import extractive_summary
 from runs.core.tokens import count_message, count_text
 from sessions_app.core.events import Message
+from sessions_app.core.pinned import PINNED_BUDGET_RATIO
 from sessions_app.core.summary import (
     ExtractiveSummarizer,
     LLMSummarizer,
@@ -94,6 +95,21 @@ class PrecallConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PinnedConfig:
+    """Issue 12, C2: carry the user's active directives verbatim in a pinned block of at
+    most `budget_ratio` of the window (`sessions_app.core.pinned`)."""
+
+    budget_ratio: float = PINNED_BUDGET_RATIO
+
+    def __post_init__(self) -> None:
+        if not 0 < self.budget_ratio <= 1:
+            raise ValueError(f"pinned budget ratio must be in (0, 1], got {self.budget_ratio!r}")
+
+    def budget(self, window: int) -> int:
+        return max(1, int(window * self.budget_ratio))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ContextGovernance:
     """What an LLM agent does about its context (DESIGN 6 defaults)."""
 
@@ -108,6 +124,12 @@ class ContextGovernance:
     """Plan with this window instead of the model's."""
     tokenizer: Tokenizer = TIKTOKEN
     sync_lock_wait_s: float = DEFAULT_SYNC_LOCK_WAIT_S
+    manifest_check: bool = False
+    """Issue 12, C3: refuse (raise `ManifestError`) a request whose manifest finds an event
+    neither shown, compacted with a pointer back, summarized nor announced as not loaded.
+    The manifest itself is recorded with every governed call either way."""
+    pinned: PinnedConfig | None = None
+    """Issue 12, C2: the pinned block of the user's directives; None: off."""
 
 
 def tool_json(spec: ToolSpec) -> str:

@@ -73,6 +73,9 @@ class ProjectedItem:
     active: bool = False
     compaction: str | None = None
     original_tokens: int | None = None
+    truncation: tuple[int, int, int] | None = None
+    """Pass 2 only: (head characters, tail characters, original characters) kept of the
+    result, so the projection manifest can say exactly which bytes the model saw."""
 
 
 @dataclass(frozen=True, kw_only=True)

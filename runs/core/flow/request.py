@@ -1,10 +1,13 @@
 """Request building: the processors that turn an invocation into a model request.
 
 Order (SPEC 4.1, the subset this release needs): instruction (the *pre-content snapshot*
-that pre-call compaction rebuilds from) -> content: the summary block and the projected
-history (`projection`: events after the boundary, active turn, anchors, paired tool
-calls) -> tool-result compaction (`compaction`). `BuiltRequest` keeps what each part
-contributed, in tokens, for the per-call stats and the context inspector.
+that pre-call compaction rebuilds from) -> content: the pinned block of the user's
+standing instructions (issue 12, C2; it changes only when they do, so it sits before the
+summary), the summary block, a notice for events not loaded, and the projected history
+(`projection`: events after the boundary, active turn, anchors, paired tool calls) ->
+tool-result compaction (`compaction`). `BuiltRequest` keeps what each part contributed,
+in tokens, for the per-call stats and the context inspector, and the projection manifest
+(`manifest`, C3): how the request carries every ledger event.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ from typing import Any
 
 from runs.core.flow.compaction import CompactionStats, compact_tool_results
 from runs.core.flow.governance import TIKTOKEN, ContextGovernance, tools_tokens
+from runs.core.flow.manifest import (
+    Manifest,
+    build_manifest,
+    check_manifest,
+    gap_notice,
+    missing_after_boundary,
+)
 from runs.core.flow.projection import ProjectedItem, Projection, SummaryInjection, project
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelRequest, ToolSpec
 from sessions_app.core.events import Event, Message
+from sessions_app.core.pinned import PinnedBlock, PinnedState, fold_pins, pinned_block
 from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, Tokenizer, model_message
 
@@ -88,6 +99,10 @@ class BuiltRequest:
     compaction: CompactionStats
     window: int
     tokenizer: Tokenizer = TIKTOKEN
+    manifest: Manifest | None = None
+    pinned: PinnedBlock | None = None
+    pinned_message: Message | None = None
+    gap_message: Message | None = None
 
     @functools.cached_property
     def sent_tokens(self) -> int:
@@ -103,7 +118,7 @@ class BuiltRequest:
         """What the messages would weigh without governance: the prefix, the raw ledger a
         summary stands for, and every event after it uncompacted."""
         summary = self.projection.summary
-        if summary is None and self.summary_message is None and all(
+        if summary is None and self.summary_message is None and self.pinned_message is None and all(
             i.kind == "event" and i.compaction is None for i in self.items
         ):
             return self.sent_tokens  # nothing governed: the request is the raw ledger
@@ -150,6 +165,12 @@ class BuiltRequest:
                 "covered_events": summary.covered_events,
             },
             "compaction": self.compaction.to_dict(),
+            "manifest": self.manifest.to_dict() if self.manifest is not None else None,
+            "pinned": None if self.pinned is None else {
+                "tokens": self.pinned.tokens,
+                "shown": len(self.pinned.shown),
+                "omitted": len(self.pinned.omitted),
+            },
         }
 
     def blocks(self) -> list[dict[str, Any]]:
@@ -159,6 +180,15 @@ class BuiltRequest:
             {"kind": "instruction", "role": m.role, "tokens": count(m), "preview": _preview(m.content)}
             for m in self.prefix
         ]
+        if self.pinned is not None and self.pinned_message is not None:
+            blocks.append({
+                "kind": "pinned",
+                "role": "system",
+                "tokens": count(self.pinned_message),
+                "preview": _preview(self.pinned.text),
+                "pins": [r.to_dict() for r in self.pinned.shown],
+                "omitted": [r.to_dict() for r in self.pinned.omitted],
+            })
         summary = self.projection.summary
         if summary is not None:
             block = self.projection.summary_block(self.summary_injection) or ""
@@ -171,6 +201,11 @@ class BuiltRequest:
                 "covered_events": summary.covered_events,
                 "covered_tokens": summary.covered_tokens,
                 "preview": _preview(summary.text),
+            })
+        if self.gap_message is not None:
+            blocks.append({
+                "kind": "gap", "role": "system", "tokens": count(self.gap_message),
+                "preview": _preview(self.gap_message.content),
             })
         for item in self.items:
             message, event = item.message, item.event
@@ -247,7 +282,22 @@ def build_context(
             summary_message = Message(role="user", content=block)
     elif block is not None:
         summary_message = Message(role="system", content=block)
-    messages = [*prefix, *([summary_message] if summary_message is not None else []), *(i.message for i in items)]
+    pinned, pinned_message = _pinned(session, governance, window, tokenizer)
+    last_seq = max([session.last_seq, *(e.seq or 0 for e in session.events)])
+    gaps = missing_after_boundary(session.events, last_seq=last_seq, boundary_seq=projection.boundary_seq)
+    # Only governed requests announce unloaded events; an ungoverned one shows its history as loaded.
+    notice = gap_notice(gaps) if governance is not None else None
+    gap_message = Message(role="system", content=notice) if notice is not None else None
+    manifest = build_manifest(
+        session.events, filter_key=filter_key, last_seq=last_seq, projection=projection, items=items, gaps=gaps
+    )
+    if governance is not None and governance.manifest_check:
+        check_manifest(manifest, gap_notice_text=notice)
+    messages = [
+        *prefix,
+        *(m for m in (pinned_message, summary_message, gap_message) if m is not None),
+        *(i.message for i in items),
+    ]
     return BuiltRequest(
         request=ModelRequest(messages=tuple(messages), tools=tuple(tools)),
         prefix=prefix,
@@ -258,7 +308,27 @@ def build_context(
         compaction=stats,
         window=window,
         tokenizer=tokenizer,
+        manifest=manifest,
+        pinned=pinned,
+        pinned_message=pinned_message,
+        gap_message=gap_message,
     )
+
+
+def pinned_state(session: Session) -> PinnedState:
+    """The session's pinned intent: its stored state with the loaded events not yet folded in."""
+    return fold_pins(PinnedState.of_session_state(session.state), session.events)
+
+
+def _pinned(
+    session: Session, governance: ContextGovernance | None, window: int, tokenizer: Tokenizer
+) -> tuple[PinnedBlock | None, Message | None]:
+    if governance is None or governance.pinned is None:
+        return None, None
+    block = pinned_block(
+        pinned_state(session), budget_tokens=governance.pinned.budget(window), count_text=tokenizer.count_text
+    )
+    return block, (Message(role="system", content=block.text) if block is not None else None)
 
 
 def build_for_invocation(

@@ -12,6 +12,10 @@
   const chart = document.getElementById("context-chart");
   const blocksHeading = document.getElementById("context-blocks-heading");
   const blocks = document.getElementById("context-blocks");
+  const pinnedHeading = document.getElementById("context-pinned-heading");
+  const pinned = document.getElementById("context-pinned");
+  const manifestHeading = document.getElementById("context-manifest-heading");
+  const manifestTable = document.getElementById("context-manifest");
   const SVG = "http://www.w3.org/2000/svg";
 
   function el(tag, attrs = {}, text) {
@@ -107,6 +111,52 @@
     blocksHeading.hidden = !items.length;
   }
 
+  // Issue 12, C3: what each disposition means for the model, and how it gets the rest back.
+  const WAY_BACK = {
+    verbatim: "in the request as recorded",
+    truncated: "head and tail shown; session_load with the event_id pages through the rest",
+    placeholder: "session_load with the event_id in the placeholder",
+    withheld: "left out by the tool policy on purpose",
+    summarized: "the summary stands for it; session_search scope current_hidden, then session_load",
+    gap: "not loaded (announced); session_load with seq",
+    silent: "nothing to show a model (completion marker, state change)",
+    foreign: "another branch of the session",
+  };
+
+  function showManifest(manifest) {
+    if (!manifest || !pinned || !manifestTable) return;
+    const body = manifestTable.querySelector("tbody");
+    body.replaceChildren();
+    for (const [disposition, first, last] of manifest.ranges || []) {
+      const row = el("tr", { class: `manifest-${disposition}` });
+      row.append(
+        el("td", {}, first === last ? `${first}` : `${first}–${last}`),
+        el("td", {}, disposition),
+        el("td", { class: "muted" }, WAY_BACK[disposition] || ""),
+      );
+      body.append(row);
+    }
+    const counts = Object.entries(manifest.counts || {}).map(([k, v]) => `${v} ${k}`).join(", ");
+    manifestHeading.textContent = `Manifest: ${Math.round(100 * (manifest.coverage ?? 0))}% of ${number(manifest.last_seq)} ledger events accounted for (${counts})`;
+    manifestHeading.hidden = false;
+    manifestTable.hidden = false;
+  }
+
+  function showPinned(items) {
+    if (!pinned) return;
+    const block = items.find((b) => b.kind === "pinned");
+    pinned.replaceChildren();
+    if (!block) return;
+    for (const pin of block.pins || []) {
+      const item = el("li", {});
+      item.append(el("span", { class: "badge" }, pin.kind), document.createTextNode(` ${pin.text} `),
+        el("span", { class: "muted" }, `(event seq ${pin.source_seq})`));
+      pinned.append(item);
+    }
+    if ((block.omitted || []).length) pinned.append(el("li", { class: "muted" }, `${block.omitted.length} more over the pinned budget`));
+    pinnedHeading.hidden = false;
+  }
+
   async function load() {
     try {
       const response = await fetch(section.dataset.url, { credentials: "same-origin", headers: { Accept: "application/json" } });
@@ -115,6 +165,8 @@
       const calls = (report.calls || []).filter((c) => typeof c.sent_tokens === "number");
       showTotals(report);
       drawChart(calls);
+      showPinned(report.blocks || []);
+      showManifest(report.manifest);
       showBlocks(report.blocks || []);
       status.textContent = calls.length
         ? `${calls.length} model call(s) recorded; the chart shows each one.`

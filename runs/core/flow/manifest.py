@@ -1,0 +1,250 @@
+"""Projection manifest (issue 12, C3): how one model request carries every ledger event.
+
+For each event of the session's ledger, seq 1 to the newest, a request does exactly one
+of these (a `Disposition`):
+
+- `verbatim`: its message is in the request as recorded (a user anchor, a call message
+  split around orphan calls and a "For context:" rewrite of an orphan keep the payload
+  whole, so they count here too);
+- `truncated`: a tool result whose head and tail are shown, with the characters kept
+  (`head`, `tail` of `total`) and a marker naming the event and tool call;
+- `placeholder`: a tool result replaced by a recoverable placeholder naming its event id
+  and tool call id;
+- `withheld`: a tool result the Pass 0 policy keeps out on purpose (SPEC 4.6: no ids, no
+  hints; e.g. a secret-reading tool); recorded, never silent;
+- `summarized`: at or before the summary boundary: the summary (`version`, `last_seq`)
+  stands for it;
+- `gap`: after the boundary but not loaded for this request (older than the history
+  window); allowed only when the request says so in a notice naming the seq range;
+- `silent`: an event with nothing to show a model (a completion marker, a state change);
+- `foreign`: an event of another filter key (branch), which this request never shows.
+
+Anything else is a silent drop: `check_manifest` raises `ManifestError`. The manifest is
+stored per model call in compact form (`Manifest.to_dict`: ranges of seqs per
+disposition, plus the offsets of truncated results), so the context inspector can show,
+for any past call, what the model saw of every event and how to get the rest back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runs.core.flow.projection import ProjectedItem, Projection
+from sessions_app.core.events import Event, filter_matches
+from sessions_app.core.summary import model_message
+
+Disposition = Literal["verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign"]
+DISPOSITIONS: tuple[Disposition, ...] = (
+    "verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign",
+)
+HIDDEN: frozenset[str] = frozenset({"truncated", "placeholder", "withheld", "summarized", "gap"})
+"""Dispositions whose content the request does not carry in full."""
+
+_BY_PASS: dict[str, Disposition] = {"pass0": "withheld", "pass1": "placeholder", "pass2": "truncated"}
+
+
+class ManifestError(AssertionError):
+    """A projection that would silently drop or mislabel ledger events; the message names them."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestEntry:
+    """One ledger event's disposition in one request."""
+
+    seq: int
+    event_id: str
+    disposition: Disposition | Literal["dropped"]
+    truncation: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap:
+    """Seqs after the boundary that were not loaded, and the notice the request carries."""
+
+    first_seq: int
+    last_seq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """Every ledger event's disposition in one request, oldest first (see the module)."""
+
+    last_seq: int
+    entries: tuple[ManifestEntry, ...]
+    summary_version: int | None = None
+    summary_last_seq: int = 0
+    gaps: tuple[Gap, ...] = ()
+    texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Event id -> the text that stands for a hidden tool result in the request (checked
+    for its pointer back); not stored."""
+
+    def counts(self) -> dict[str, int]:
+        counted = Counter(e.disposition for e in self.entries)
+        return {d: counted[d] for d in (*DISPOSITIONS, "dropped") if counted[d]}
+
+    @property
+    def coverage(self) -> float:
+        """Share of the ledger's seqs (1..last_seq) with a disposition other than dropped."""
+        if self.last_seq == 0:
+            return 1.0
+        seqs = {e.seq for e in self.entries if e.disposition != "dropped"}
+        return len(seqs & set(range(1, self.last_seq + 1))) / self.last_seq
+
+    @property
+    def dropped(self) -> list[int]:
+        return [e.seq for e in self.entries if e.disposition == "dropped"]
+
+    def of(self, seq: int) -> ManifestEntry | None:
+        return next((e for e in self.entries if e.seq == seq), None)
+
+    def ranges(self) -> list[list[Any]]:
+        """`[disposition, first_seq, last_seq]` runs, oldest first."""
+        out: list[list[Any]] = []
+        for entry in self.entries:
+            if out and out[-1][0] == entry.disposition and out[-1][2] == entry.seq - 1:
+                out[-1][2] = entry.seq
+            else:
+                out.append([entry.disposition, entry.seq, entry.seq])
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The compact, JSON-safe form kept with each model call."""
+        return {
+            "last_seq": self.last_seq,
+            "coverage": round(self.coverage, 6),
+            "counts": self.counts(),
+            "ranges": self.ranges(),
+            "truncated": [[e.seq, *e.truncation] for e in self.entries if e.truncation is not None],
+            "summary": None if self.summary_version is None else {
+                "version": self.summary_version, "last_seq": self.summary_last_seq,
+            },
+            "gaps": [[g.first_seq, g.last_seq] for g in self.gaps],
+        }
+
+
+def missing_after_boundary(events: Sequence[Event], *, last_seq: int, boundary_seq: int) -> tuple[Gap, ...]:
+    """Seq ranges after the boundary (up to `last_seq`) that `events` does not hold."""
+    loaded = {e.seq for e in events if e.seq is not None}
+    gaps: list[Gap] = []
+    start: int | None = None
+    for seq in range(boundary_seq + 1, last_seq + 2):
+        absent = seq <= last_seq and seq not in loaded
+        if absent and start is None:
+            start = seq
+        elif not absent and start is not None:
+            gaps.append(Gap(first_seq=start, last_seq=seq - 1))
+            start = None
+    return tuple(gaps)
+
+
+def gap_notice(gaps: Iterable[Gap]) -> str | None:
+    """The request's note for events it does not carry because they were not loaded."""
+    spans = ", ".join(f"{g.first_seq}-{g.last_seq}" if g.first_seq != g.last_seq else str(g.first_seq) for g in gaps)
+    if not spans:
+        return None
+    return (
+        f"[Events seq {spans} of this conversation are not in this request: they are older than the "
+        "history loaded for it and no summary covers them yet. session_load with seq=<n> reads one of "
+        "them; session_search with scope current_session finds them by content.]"
+    )
+
+
+def build_manifest(
+    events: Sequence[Event],
+    *,
+    filter_key: str,
+    last_seq: int,
+    projection: Projection,
+    items: Sequence[ProjectedItem],
+    gaps: Sequence[Gap] = (),
+) -> Manifest:
+    """Classify every ledger seq 1..`last_seq` for the request made of `items` (after
+    compaction) over the loaded `events`."""
+    summary = projection.summary
+    boundary = summary.last_seq if summary is not None else 0
+    shown: dict[str, list[ProjectedItem]] = {}
+    for item in items:
+        if item.event is not None:
+            shown.setdefault(item.event.id, []).append(item)
+    entries: dict[int, ManifestEntry] = {}
+    texts: dict[str, str] = {}
+    for event in events:
+        if event.seq is None or event.seq > last_seq:
+            continue
+        covered = summary is not None and summary.covers(event)
+        entries[event.seq] = _classify(event, filter_key, shown.get(event.id, ()), covered, texts)
+    gap_seqs = {s for g in gaps for s in range(g.first_seq, g.last_seq + 1)}
+    for seq in range(1, last_seq + 1):
+        if seq in entries:
+            continue
+        if summary is not None and seq <= boundary:
+            disposition: Disposition | Literal["dropped"] = "summarized"  # not loaded: the summary stands for it
+        elif seq in gap_seqs:
+            disposition = "gap"
+        else:
+            disposition = "dropped"
+        entries[seq] = ManifestEntry(seq=seq, event_id="", disposition=disposition)
+    ordered = tuple(entries[s] for s in sorted(entries))
+    return Manifest(
+        last_seq=last_seq,
+        entries=ordered,
+        summary_version=summary.version if summary is not None else None,
+        # A legacy summary without a boundary covers by time (SPEC 2.4): its reach is what it hid.
+        summary_last_seq=max([boundary, *(e.seq for e in ordered if e.disposition == "summarized")]),
+        gaps=tuple(gaps),
+        texts=texts,
+    )
+
+
+def _classify(
+    event: Event, filter_key: str, items: Sequence[ProjectedItem], summarized: bool, texts: dict[str, str]
+) -> ManifestEntry:
+    seq = event.seq or 0
+
+    def entry(disposition: Disposition | Literal["dropped"], truncation: tuple[int, int, int] | None = None) -> ManifestEntry:
+        return ManifestEntry(seq=seq, event_id=event.id, disposition=disposition, truncation=truncation)
+
+    if not filter_matches(event.filter_key, filter_key):
+        return entry("foreign")
+    if model_message(event) is None:
+        return entry("silent")
+    for item in items:
+        if item.compaction in _BY_PASS:
+            texts[event.id] = item.message.content
+            return entry(_BY_PASS[item.compaction], item.truncation)
+    if any(item.kind in ("event", "anchor", "context") for item in items):
+        return entry("verbatim")
+    # Hidden, or only its still-needed calls restored: the summary must stand for it.
+    if summarized:
+        return entry("summarized")
+    return entry("dropped")
+
+
+def check_manifest(manifest: Manifest, *, gap_notice_text: str | None = None) -> None:
+    """Refuse a request that loses an event silently (issue 12, C3).
+
+    Raises `ManifestError` when a seq has no disposition, a placeholder or truncated
+    result does not name its event (no way back in one call), a summarized event lies
+    after the boundary, or a gap is not announced in the request.
+    """
+    problems: list[str] = []
+    if manifest.dropped:
+        problems.append(f"events with seq {manifest.dropped!r} are neither shown, compacted nor summarized")
+    for entry in manifest.entries:
+        if entry.disposition in ("placeholder", "truncated"):
+            text = manifest.texts.get(entry.event_id, "")
+            if entry.event_id not in text:
+                problems.append(f"the {entry.disposition} of event seq {entry.seq} does not name event_id {entry.event_id!r}")
+        elif entry.disposition == "summarized" and entry.seq > manifest.summary_last_seq:
+            problems.append(f"event seq {entry.seq} is marked summarized after the boundary {manifest.summary_last_seq}")
+        elif entry.disposition == "gap" and (gap_notice_text is None or not _announced(entry.seq, manifest.gaps)):
+            problems.append(f"event seq {entry.seq} was not loaded and the request does not say so")
+    if problems:
+        raise ManifestError("; ".join(problems))
+
+
+def _announced(seq: int, gaps: Sequence[Gap]) -> bool:
+    return any(g.first_seq <= seq <= g.last_seq for g in gaps)
