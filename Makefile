@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup run test test-embedded test-services lint bench clean
+.PHONY: setup run test test-embedded test-services lint bench bench-peers clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,22 @@ bench: setup
 	$(BIN)/python bench/recall.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/stream.py
+
+# Agentsite side by side with Google ADK, LangGraph and the OpenAI Agents SDK (bench/README.md,
+# "Peers"). The peers live in their own venv, rebuilt when bench/requirements-peers.txt changes;
+# BENCH_PEERS_ARGS passes options to bench/peers/run.py (e.g. --turns 50).
+PEERS_VENV := bench/.venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-$(shell cksum bench/requirements-peers.txt | cut -d' ' -f1)
+
+$(PEERS_STAMP): bench/requirements-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -r bench/requirements-peers.txt
+	rm -f $(PEERS_VENV)/.installed-*
+	touch $(PEERS_STAMP)
+
+bench-peers: $(STAMP) $(PEERS_STAMP)
+	$(BIN)/python bench/peers/run.py $(BENCH_PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) var/*.sqlite3* var/test-*

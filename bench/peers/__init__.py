@@ -1,0 +1,4 @@
+"""One agent workload on four runtimes: Agentsite, Google ADK, LangGraph, the OpenAI Agents SDK.
+
+See bench/README.md ("Peers") and `bench/peers/run.py`.
+"""
