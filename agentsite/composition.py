@@ -13,6 +13,7 @@ from runs.core.flow.compaction import CompactionConfig
 from runs.core.flow.governance import (
     TIKTOKEN,
     ContextGovernance,
+    PinnedConfig,
     PrecallConfig,
     extractive_summarizer,
     llm_summarizer,
@@ -61,7 +62,7 @@ _GOVERNANCE_KNOBS = (
     "summary_max_words", "summary_budget_tokens", "summary_cache_safe_fork", "summary_injection",
     "sync_summary_intra_run", "compaction", "compaction_ratio", "compaction_min_tokens", "keep_recent_requests",
     "tool_result_max_tokens", "oversized_tool_result_max_tokens", "compaction_force_clean_tools",
-    "compaction_keep_tools",
+    "compaction_keep_tools", "context_manifest_check", "pinned_intent", "pinned_budget_ratio",
 )
 
 
@@ -141,6 +142,8 @@ def build_governance(engine: SummaryEngine) -> ContextGovernance:
         sync_summary_intra_run=knobs["sync_summary_intra_run"],
         context_window=settings.AGENTSITE_CONTEXT_WINDOW,
         tokenizer=TIKTOKEN,
+        manifest_check=knobs["context_manifest_check"],
+        pinned=PinnedConfig(budget_ratio=knobs["pinned_budget_ratio"]) if knobs["pinned_intent"] else None,
     )
 
 
@@ -165,10 +168,10 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
     scheduler = build_summary_scheduler(engine)
     return Runner(
         app=settings.AGENTSITE_APP,
-        agents=build_demo_agents(
+        agents=[*build_demo_agents(
             model, build_governance(engine), extra_tools=demo_service_tools(), extra_instruction=RECALL_INSTRUCTION,
-            memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
-        ),
+            memory_preload=settings.AGENTSITE_MEMORY_PRELOAD, skills=demo_skills(),
+        ), demo_graph_agent()],
         summary_scheduler=scheduler,
         load_after_summary=scheduler is not None or engine.summarizer is not None,
         default_agent=settings.AGENTSITE_DEFAULT_AGENT,
@@ -177,9 +180,18 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
         sinks=[ChannelLayerSink()],
         history_event_limit=settings.AGENTSITE_HISTORY_EVENT_LIMIT,
         owner=PROCESS_OWNER,
-        services={"recall": DjangoRecallIndex(), **memory_and_artifact_services()},
+        services={"recall": DjangoRecallIndex(), **memory_and_artifact_services(), "sessions": DjangoSessionService()},
         post_run=post_run_hooks(),
     )
+
+
+def demo_graph_agent() -> Any:
+    """The troubleshooting graph (issue 8), checkpointed in the database so a paused run
+    can be resumed by any process, also after a restart."""
+    from agentsite.demo.graph import build_troubleshoot_agent
+    from runs.backends import DjangoCheckpointStore
+
+    return build_troubleshoot_agent(checkpoints=DjangoCheckpointStore())
 
 
 def demo_service_tools() -> list[Any]:
@@ -190,6 +202,65 @@ def demo_service_tools() -> list[Any]:
     from sessions_app.recall_tools import recall_tools
 
     return [*recall_tools(), *memory_function_tools(mode="auto"), *artifact_function_tools()]
+
+
+def skill_repository() -> Any:
+    """Skills the agents can load: published database revisions first, then the folders
+    of AGENTSITE_SKILLS_ROOTS (SPEC 8.1)."""
+    from skills_app.backends import DjangoSkillRepository
+    from skills_app.core.repository import ChainedSkillRepository
+
+    return ChainedSkillRepository([DjangoSkillRepository(app=settings.AGENTSITE_APP), _folder_skills()])
+
+
+@functools.cache
+def _folder_skills() -> Any:
+    from skills_app.core.repository import FolderSkillRepository
+
+    return FolderSkillRepository(settings.AGENTSITE_SKILLS_ROOTS)
+
+
+def workspace_config() -> Any:
+    """The code workspace and its sandbox, from the AGENTSITE_WORKSPACE_* settings."""
+    from skills_app.core.workspace import MIB, SandboxLimits, WorkspaceConfig
+
+    return WorkspaceConfig(
+        root=settings.AGENTSITE_WORKSPACE_ROOT,
+        limits=SandboxLimits(
+            timeout_s=float(settings.AGENTSITE_WORKSPACE_TIMEOUT_S),
+            cpu_s=settings.AGENTSITE_WORKSPACE_CPU_S,
+            memory_bytes=settings.AGENTSITE_WORKSPACE_MEMORY_MB * MIB,
+            file_size_bytes=settings.AGENTSITE_WORKSPACE_FILE_SIZE_MB * MIB,
+            max_processes=settings.AGENTSITE_WORKSPACE_MAX_PROCESSES,
+            output_limit_bytes=settings.AGENTSITE_WORKSPACE_OUTPUT_LIMIT_BYTES,
+        ),
+        uid=settings.AGENTSITE_WORKSPACE_UID,
+        gid=settings.AGENTSITE_WORKSPACE_UID,
+        allowed_commands=tuple(settings.AGENTSITE_WORKSPACE_ALLOWED_COMMANDS),
+        denied_commands=tuple(settings.AGENTSITE_WORKSPACE_DENIED_COMMANDS),
+        max_artifacts=settings.AGENTSITE_WORKSPACE_MAX_ARTIFACTS,
+        ttl_s=settings.AGENTSITE_WORKSPACE_TTL_S,
+    )
+
+
+def demo_skills() -> Any:
+    """The support agent's skill tools (AGENTSITE_SKILLS_PROFILE). With `full`, the sandbox
+    is probed here, once per process: when it cannot work, the log says so and the
+    execution tools refuse to run anything."""
+    from skills_app.core.tools import SkillsConfig, SkillToolset
+    from skills_app.core.workspace import WorkspaceExecutor
+
+    config = SkillsConfig(
+        profile=settings.AGENTSITE_SKILLS_PROFILE,
+        load_mode=settings.AGENTSITE_SKILLS_LOAD_MODE,
+        max_loaded_skills=settings.AGENTSITE_SKILLS_MAX_LOADED,
+        require_load_before_run=settings.AGENTSITE_SKILLS_REQUIRE_LOAD,
+    )
+    executor = None
+    if config.profile == "full":
+        executor = WorkspaceExecutor(workspace_config())
+        executor.isolation()
+    return SkillToolset(skill_repository(), config=config, executor=executor)
 
 
 def memory_and_artifact_services() -> dict[str, Any]:
@@ -206,10 +277,15 @@ def memory_and_artifact_services() -> dict[str, Any]:
 
 
 def post_run_hooks() -> list[Any]:
-    """What runs after each run's completion is saved: auto memory (when enabled)."""
+    """What runs after each run's completion is saved: auto memory and the evolution
+    review (each when enabled)."""
+    from evolution_app.tasks import enqueue_evolution_review
     from sessions_app.memory_tasks import enqueue_memory_extraction
 
-    return [enqueue_memory_extraction] if settings.AGENTSITE_MEMORY_AUTO else []
+    hooks: list[Any] = [enqueue_memory_extraction] if settings.AGENTSITE_MEMORY_AUTO else []
+    if settings.AGENTSITE_EVOLUTION:
+        hooks.append(enqueue_evolution_review)
+    return hooks
 
 
 async def _start_background(runner: Runner) -> None:

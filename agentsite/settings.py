@@ -95,10 +95,28 @@ if REDIS_URL:
     # Every socket waiting for its next event holds a Redis connection (a blocking pop), so
     # the pool must be larger than the sockets a process serves; redis-py's default is 100.
     AGENTSITE_REDIS_MAX_CONNECTIONS = env.integer("AGENTSITE_REDIS_MAX_CONNECTIONS", 2000)
+    # `pubsub` (default): Redis PUBLISH/SUBSCRIBE, one round trip per event and no inbox to
+    # overflow; a message nobody is subscribed to is gone, which the sockets cover by
+    # re-reading the ledger. `lists`: channels_redis's queue layer, which keeps messages for
+    # a while but pops them one by one per process (about 100 per second on 2 cores).
+    AGENTSITE_CHANNEL_LAYER = env.choice("AGENTSITE_CHANNEL_LAYER", "pubsub", choices=("pubsub", "lists"))
+    # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s that the queue
+    # layer blocks in BZPOPMIN: under load the empty reply comes late, the read times out
+    # and the consumer dies with 1011. Reads must outwait the pop.
+    AGENTSITE_REDIS_SOCKET_TIMEOUT_S = env.integer("AGENTSITE_REDIS_SOCKET_TIMEOUT_S", 30, minimum=6)
+    # The queue layer keeps every socket of a process in one inbox and drops what a full
+    # inbox cannot take; its default of 100 is less than two streamed runs.
+    AGENTSITE_CHANNEL_CAPACITY = env.integer("AGENTSITE_CHANNEL_CAPACITY", 10000)
+    _redis_host = {
+        "address": REDIS_URL, "max_connections": AGENTSITE_REDIS_MAX_CONNECTIONS,
+        "socket_timeout": AGENTSITE_REDIS_SOCKET_TIMEOUT_S,
+    }
     CHANNEL_LAYERS = {
         "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer", "CONFIG": {"hosts": [_redis_host]},
+        } if AGENTSITE_CHANNEL_LAYER == "pubsub" else {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": AGENTSITE_REDIS_MAX_CONNECTIONS}]},
+            "CONFIG": {"capacity": AGENTSITE_CHANNEL_CAPACITY, "hosts": [_redis_host]},
         }
     }
     CELERY_BROKER_URL = REDIS_URL
@@ -185,13 +203,6 @@ AGENTSITE_ARTIFACT_MAX_BYTES = env.integer("AGENTSITE_ARTIFACT_MAX_BYTES", 10 * 
 # -- context governance (DESIGN 6; README "Configuration") ----------------------------------------
 
 
-def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = env.string(name, default)
-    if value not in choices:
-        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
 def _ratio(name: str, default: float) -> float:
     value = env.raw(name)
     if value is None:
@@ -216,9 +227,9 @@ AGENTSITE_SUMMARY_EVENT_THRESHOLD = env.integer("AGENTSITE_SUMMARY_EVENT_THRESHO
 AGENTSITE_SUMMARY_MAX_WORDS = env.integer("AGENTSITE_SUMMARY_MAX_WORDS", 0, minimum=0)
 AGENTSITE_SUMMARY_BUDGET_TOKENS = env.integer("AGENTSITE_SUMMARY_BUDGET_TOKENS", 512)
 AGENTSITE_SUMMARY_CACHE_SAFE_FORK = env.boolean("AGENTSITE_SUMMARY_CACHE_SAFE_FORK", False)
-AGENTSITE_SUMMARY_INJECTION = _choice("AGENTSITE_SUMMARY_INJECTION", "system", ("system", "user"))
-AGENTSITE_SUMMARY_JOBS = _choice("AGENTSITE_SUMMARY_JOBS", "celery" if REDIS_URL else "inprocess", ("celery", "inprocess"))
-AGENTSITE_SUMMARY_LOCK = _choice("AGENTSITE_SUMMARY_LOCK", "redis" if REDIS_URL else "database", ("redis", "database"))
+AGENTSITE_SUMMARY_INJECTION = env.choice("AGENTSITE_SUMMARY_INJECTION", "system", choices=("system", "user"))
+AGENTSITE_SUMMARY_JOBS = env.choice("AGENTSITE_SUMMARY_JOBS", "celery" if REDIS_URL else "inprocess", choices=("celery", "inprocess"))
+AGENTSITE_SUMMARY_LOCK = env.choice("AGENTSITE_SUMMARY_LOCK", "redis" if REDIS_URL else "database", choices=("redis", "database"))
 if AGENTSITE_SUMMARY_LOCK == "redis" and not REDIS_URL:
     raise ImproperlyConfigured("AGENTSITE_SUMMARY_LOCK is 'redis' but REDIS_URL is not set")
 AGENTSITE_SYNC_SUMMARY_INTRA_RUN = env.boolean("AGENTSITE_SYNC_SUMMARY_INTRA_RUN", False)
@@ -230,6 +241,56 @@ AGENTSITE_TOOL_RESULT_MAX_TOKENS = env.integer("AGENTSITE_TOOL_RESULT_MAX_TOKENS
 AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS = env.integer("AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS", 0, minimum=0)
 AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS = env.strings("AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS", [])
 AGENTSITE_COMPACTION_KEEP_TOOLS = env.strings("AGENTSITE_COMPACTION_KEEP_TOOLS", [])
+# Issue 12 (docs/context.md): refuse a request whose projection manifest finds an event lost
+# without a way back; carry the user's standing instructions in a pinned block (share of window).
+AGENTSITE_CONTEXT_MANIFEST_CHECK = env.boolean("AGENTSITE_CONTEXT_MANIFEST_CHECK", True)
+AGENTSITE_PINNED_INTENT = env.boolean("AGENTSITE_PINNED_INTENT", True)
+AGENTSITE_PINNED_BUDGET_RATIO = _ratio("AGENTSITE_PINNED_BUDGET_RATIO", 0.05)
+
+# -- skills and the code workspace (SPEC 8; docs/skills.md) ----------------------------------------
+# Folder skills (a SKILL.md per folder); the first root holding a name wins. Database skills
+# (admin, evolution, `bootstrap_demo` imports) win over folders of the same name.
+AGENTSITE_SKILLS_ROOTS = env.strings("AGENTSITE_SKILLS_ROOTS", [str(BASE_DIR / "agentsite" / "demo" / "skills")])
+# The demo agent's profile: `full` (load skills and run their scripts in the sandbox) or
+# `knowledge_only` (load and read only; no execution tool at all).
+AGENTSITE_SKILLS_PROFILE = env.choice("AGENTSITE_SKILLS_PROFILE", "full", choices=("full", "knowledge_only"))
+AGENTSITE_SKILLS_LOAD_MODE = env.choice("AGENTSITE_SKILLS_LOAD_MODE", "turn", choices=("turn", "once", "session"))
+AGENTSITE_SKILLS_MAX_LOADED = env.integer("AGENTSITE_SKILLS_MAX_LOADED", 0, minimum=0)  # 0: no cap
+AGENTSITE_SKILLS_REQUIRE_LOAD = env.boolean("AGENTSITE_SKILLS_REQUIRE_LOAD", False)
+AGENTSITE_WORKSPACE_ROOT = Path(env.string("AGENTSITE_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))
+AGENTSITE_WORKSPACE_TIMEOUT_S = env.integer("AGENTSITE_WORKSPACE_TIMEOUT_S", 300)
+AGENTSITE_WORKSPACE_CPU_S = env.integer("AGENTSITE_WORKSPACE_CPU_S", 60)
+AGENTSITE_WORKSPACE_MEMORY_MB = env.integer("AGENTSITE_WORKSPACE_MEMORY_MB", 512, minimum=64)
+AGENTSITE_WORKSPACE_FILE_SIZE_MB = env.integer("AGENTSITE_WORKSPACE_FILE_SIZE_MB", 64)
+AGENTSITE_WORKSPACE_MAX_PROCESSES = env.integer("AGENTSITE_WORKSPACE_MAX_PROCESSES", 64, minimum=4)
+AGENTSITE_WORKSPACE_OUTPUT_LIMIT_BYTES = env.integer("AGENTSITE_WORKSPACE_OUTPUT_LIMIT_BYTES", 16 * 1024, minimum=256)
+AGENTSITE_WORKSPACE_MAX_ARTIFACTS = env.integer("AGENTSITE_WORKSPACE_MAX_ARTIFACTS", 20, minimum=0)
+AGENTSITE_WORKSPACE_ALLOWED_COMMANDS = env.strings("AGENTSITE_WORKSPACE_ALLOWED_COMMANDS", [])
+AGENTSITE_WORKSPACE_DENIED_COMMANDS = env.strings("AGENTSITE_WORKSPACE_DENIED_COMMANDS", [])
+AGENTSITE_WORKSPACE_UID = env.integer("AGENTSITE_WORKSPACE_UID", 65534)
+AGENTSITE_WORKSPACE_TTL_S = env.integer("AGENTSITE_WORKSPACE_TTL_S", 24 * 3600)
+
+# -- evolution: learning skills after runs (SPEC 9; docs/evolution.md) -----------------------------
+# A review job after each run (Celery). On by default with the offline model (heuristic reviewer,
+# free); with a model endpoint it costs one model call per reviewed delta, so it is opt-in there.
+AGENTSITE_EVOLUTION = env.boolean("AGENTSITE_EVOLUTION", AGENTSITE_MODEL == "offline")
+AGENTSITE_EVOLUTION_MODEL = env.string("AGENTSITE_EVOLUTION_MODEL", AGENTSITE_SUMMARY_MODEL)
+# The evidence gate: review a delta with >= N tool calls (0: off), a user correction, a recovered tool error.
+AGENTSITE_EVOLUTION_MIN_TOOL_CALLS = env.integer("AGENTSITE_EVOLUTION_MIN_TOOL_CALLS", 4, minimum=0)
+AGENTSITE_EVOLUTION_ON_CORRECTION = env.boolean("AGENTSITE_EVOLUTION_ON_CORRECTION", True)
+AGENTSITE_EVOLUTION_ON_RECOVERED_ERROR = env.boolean("AGENTSITE_EVOLUTION_ON_RECOVERED_ERROR", True)
+# Gates, run in the order spec, safety, effectiveness, human whatever the order here; `none`: publish directly.
+AGENTSITE_EVOLUTION_GATES = env.strings("AGENTSITE_EVOLUTION_GATES", ["spec", "safety", "effectiveness", "human"])
+if AGENTSITE_EVOLUTION_GATES == ["none"]:
+    AGENTSITE_EVOLUTION_GATES = []
+elif set(AGENTSITE_EVOLUTION_GATES) - {"spec", "safety", "effectiveness", "human"}:
+    raise ImproperlyConfigured(
+        "AGENTSITE_EVOLUTION_GATES must list spec, safety, effectiveness, human (or be 'none'), "
+        f"got {','.join(AGENTSITE_EVOLUTION_GATES)!r}"
+    )
+# The Effectiveness gate's replay: `scripted` (the recorded model turns), `model` (the evolution model), `off`.
+AGENTSITE_EVOLUTION_REPLAY = env.choice("AGENTSITE_EVOLUTION_REPLAY", "scripted", choices=("scripted", "model", "off"))
+AGENTSITE_EVOLUTION_MAX_SKILL_CHARS = env.integer("AGENTSITE_EVOLUTION_MAX_SKILL_CHARS", 16_000, minimum=512)
 
 # -- auth and API ----------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

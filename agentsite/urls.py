@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from agentsite.api.views import off_thread
 from agentsite.health import healthz
+from evolution_app import apis as evolution_apis
 from runs import apis as run_apis
 from runs import openai_compat
 from runs import views as run_views
@@ -14,6 +15,7 @@ from runs.protocols import agui_views
 from sessions_app import apis as session_apis
 from sessions_app import artifact_apis, memory_apis
 from sessions_app import views as session_views
+from skills_app import apis as skill_apis
 
 api = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -30,9 +32,13 @@ api = [
     ),
     path("api/memories/", memory_apis.MemoryListCreateApi.as_view(), name="memory-list"),
     path("api/memories/<str:memory_id>/", memory_apis.MemoryDetailApi.as_view(), name="memory-detail"),
+    path("api/skills/", skill_apis.SkillListApi.as_view(), name="skill-list"),
+    path("api/skills/<str:name>/", skill_apis.SkillDetailApi.as_view(), name="skill-detail"),
+    path("api/evolution/candidates/", evolution_apis.CandidateListApi.as_view(), name="evolution-candidates"),
     path("api/runs/", off_thread(run_apis.RunCreateApi.as_view()), name="run-create"),
     path("api/runs/<str:run_id>/", run_apis.RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),
+    path("api/runs/<str:run_id>/resume/", off_thread(run_apis.RunResumeApi.as_view()), name="run-resume"),
 ]
 
 openai_compatible = [
