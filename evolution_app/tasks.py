@@ -9,8 +9,6 @@ fails on a transient model error leaves the cursor where it was and the task ret
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -27,9 +25,8 @@ from runs.core.agents.base import Agent
 from runs.core.errors import TransientModelError
 from runs.core.llm.base import Model
 from runs.core.records import RunRecord
-from sessions_app import models as sessions
 from sessions_app.backends import DjangoSessionService
-from sessions_app.core.session import SessionKey
+from sessions_app.jobs import enqueue_session_job, session_key
 from skills_app.core.repository import SkillRepository
 
 
@@ -98,10 +95,9 @@ def evolution_review(
     *, session_id: str, reviewer: Reviewer | None = None, gates: list[Gate] | None = None
 ) -> dict[str, Any]:
     """Review a session's new events (the task's body, callable directly)."""
-    row = sessions.Session.objects.filter(id=session_id).values("app", "user_id").first()
-    if row is None:
+    key = session_key(session_id)
+    if key is None:
         return {"status": "missing"}
-    key = SessionKey(app=row["app"], user_id=str(row["user_id"]), session_id=session_id)
     record = async_to_sync(build_engine(reviewer=reviewer, gates=gates).review)(key)
     return record.to_dict()
 
@@ -118,14 +114,9 @@ def evolution_review_task(session_id: str) -> dict[str, Any]:
     return evolution_review(session_id=session_id)
 
 
-# Threads of our own for enqueueing, for the reason `sessions_app.memory_tasks` gives: an
-# eager job must not run on a thread bound to the runner's loop.
-_ENQUEUE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="evolution-jobs")
-
-
 async def enqueue_evolution_review(record: RunRecord) -> None:
     """The Runner's post-run hook: queue the review of the run's session (completed runs only:
     a failed or cancelled run is no evidence of a working method)."""
     if not record.session_id or record.status != "completed":
         return
-    await asyncio.get_running_loop().run_in_executor(_ENQUEUE, evolution_review_task.delay, record.session_id)
+    await enqueue_session_job(evolution_review_task, record.session_id)

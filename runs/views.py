@@ -36,6 +36,8 @@ def model_badge(agent: dict[str, Any]) -> str:
     """What the header says about the model: plainly so when it is the offline planner."""
     if agent.get("model_provider") == OFFLINE_PROVIDER:
         return OFFLINE_BADGE
+    if not agent.get("model") and agent.get("kind") == "graph":
+        return "Graph: deterministic steps, no model"
     name = agent.get("model") or "no model"
     provider = agent.get("model_provider")
     return f"Model: {name}" + (f" ({provider})" if provider else "")

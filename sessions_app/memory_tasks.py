@@ -10,10 +10,8 @@ hook then runs the job in a worker thread, never on the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -23,7 +21,6 @@ from django.conf import settings
 from runs.core.errors import TransientModelError
 from runs.core.llm.base import Model, ModelRequest, ModelResponse, ToolSpec
 from runs.core.records import RunRecord
-from sessions_app import models as orm
 from sessions_app.backends import DjangoSessionService
 from sessions_app.core.events import Message
 from sessions_app.core.memory_extract import (
@@ -40,7 +37,7 @@ from sessions_app.core.memory_extract import (
     check_message_threshold,
     check_time_interval,
 )
-from sessions_app.core.session import SessionKey
+from sessions_app.jobs import enqueue_session_job, session_key
 from sessions_app.memory_backends import DjangoMemoryService
 
 logger = logging.getLogger(__name__)
@@ -113,10 +110,9 @@ def build_auto_memory(extractor: MemoryExtractor | None = None) -> AutoMemory:
 
 def memory_extract(*, session_id: str, extractor: MemoryExtractor | None = None) -> dict[str, Any]:
     """Extract memories from a session's new messages (the task's body, callable directly)."""
-    row = orm.Session.objects.filter(id=session_id).values("app", "user_id").first()
-    if row is None:
+    key = session_key(session_id)
+    if key is None:
         return {"status": "missing"}
-    key = SessionKey(app=row["app"], user_id=str(row["user_id"]), session_id=session_id)
     outcome = async_to_sync(build_auto_memory(extractor).process)(key)
     return outcome.to_dict()
 
@@ -133,18 +129,10 @@ def memory_extract_task(session_id: str) -> dict[str, Any]:
     return memory_extract(session_id=session_id)
 
 
-# Threads of our own for enqueueing. Not the loop's default executor: its threads also run
-# `sync_to_async` calls, which bind them to the runner's loop, and an eager job's
-# `async_to_sync` on such a thread would run on (and wait for) that loop, hanging once it
-# stops. On these threads the job gets an event loop of its own.
-_ENQUEUE = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memory-jobs")
 
 
 async def enqueue_memory_extraction(record: RunRecord) -> None:
-    """The Runner's post-run hook (SPEC 1.11: memory service configured, session known).
-
-    Enqueueing happens in a worker thread: with a broker it is a quick publish; eagerly
-    (no broker) it is the job itself, which must not run on the event loop."""
+    """The Runner's post-run hook (SPEC 1.11: memory service configured, session known)."""
     if not record.session_id:
         return
-    await asyncio.get_running_loop().run_in_executor(_ENQUEUE, memory_extract_task.delay, record.session_id)
+    await enqueue_session_job(memory_extract_task, record.session_id)

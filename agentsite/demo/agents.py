@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from agentsite.demo.tools import support_tools
 from runs.core.agents.llm import LLMAgent
@@ -71,28 +72,17 @@ def build_support_agent(
 ) -> LLMAgent:
     """The support agent; `extra_tools` (recall, memory, artifacts) and `skills` come from
     the composition root, which knows the services behind them."""
-    if skills is not None:
-        return SkillsLLMAgent(
-            skills=skills,
-            name="support",
-            model=model,
-            instruction="\n\n".join(part for part in (SUPPORT_INSTRUCTION, extra_instruction) if part),
-            description=SUPPORT_DESCRIPTION,
-            tools=[*support_tools(), *extra_tools],
-            memory_preload=memory_preload,
-            parallel_tools=True,
-            governance=governance,
-        )
-    return LLMAgent(
-        name="support",
-        model=model,
-        instruction="\n\n".join(part for part in (SUPPORT_INSTRUCTION, extra_instruction) if part),
-        description=SUPPORT_DESCRIPTION,
-        tools=[*support_tools(), *extra_tools],
-        memory_preload=memory_preload,
-        parallel_tools=True,
-        governance=governance,
-    )
+    common: dict[str, Any] = {
+        "name": "support",
+        "model": model,
+        "instruction": "\n\n".join(part for part in (SUPPORT_INSTRUCTION, extra_instruction) if part),
+        "description": SUPPORT_DESCRIPTION,
+        "tools": [*support_tools(), *extra_tools],
+        "memory_preload": memory_preload,
+        "parallel_tools": True,
+        "governance": governance,
+    }
+    return SkillsLLMAgent(skills=skills, **common) if skills is not None else LLMAgent(**common)
 
 
 def build_general_agent(model: Model, governance: ContextGovernance | None = None) -> LLMAgent:

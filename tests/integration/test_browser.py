@@ -293,3 +293,42 @@ def test_a_dropped_socket_reconnects_without_duplicates_a_long_run_cancels_and_a
     expect(page.locator(".msg-user")).to_have_count(3)
     expect(page.locator(".msg-assistant")).to_have_count(1)  # a cancelled reply's deltas are not kept
     assert page.js_errors == []
+
+
+def test_the_troubleshooting_graph_shows_its_nodes_waits_for_approval_and_finishes_after_it(
+    offline_server: LiveServer, browser: Any
+) -> None:
+    """Issue 8, done when: in the browser the demo graph shows its nodes progressing, stops
+    for approval, and finishes after approval (a reload while it waits keeps the prompt)."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, color_scheme="light")
+    frames = Frames(page)
+    log_in(page, offline_server)
+    page.get_by_label("Agent").select_option("troubleshoot")
+    expect(page.locator("#model-badge")).to_have_text("Graph: deterministic steps, no model")
+    send(page, TLS_QUESTION)
+
+    progress = page.locator(".graph-card")
+    expect(progress.locator('.graph-node[data-node="check_certificate"]')).to_be_visible()
+    expect(progress.locator('.graph-node[data-node="collect_logs"]')).to_be_visible()
+    approval = page.get_by_role("group", name="Approval needed")
+    expect(approval).to_contain_text("Approve this incident report?")
+    paused = frames.of_type("RUN_FINISHED")[-1]
+    assert paused["outcome"]["type"] == "interrupt"
+
+    # The prompt survives a reload: it comes back from the runs API.
+    page.reload()
+    expect(page.locator("#connection-status")).to_have_text("Live")
+    expect(approval).to_be_visible()
+    shoot(page, "graph-approval.png")
+    approval.get_by_role("button", name="Approve").click()
+    expect(approval.locator(".approval-status")).to_contain_text("Approved")
+    expect(page.locator(".msg-assistant .msg-bubble").last).to_contain_text("Approved: this report is final.")
+    expect(page.locator('.graph-node[data-node="publish"]').last).to_be_visible()
+    expect(page.get_by_role("button", name="Send message")).to_be_enabled()
+    expect(page.locator(".msg-user", has_text="Approve")).to_have_count(1)
+    steps = {f["stepName"] for f in frames.of_type("STEP_FINISHED")}
+    assert {"plan", "collect_logs", "check_certificate", "decide", "draft_report", "publish"} <= steps
+    shoot(page, "graph-finished.png")
+    assert page.js_errors == []

@@ -12,7 +12,7 @@ from django.contrib.staticfiles import finders
 from runs.core.llm.base import Model
 from runs.core.llm.offline import OfflineModel
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
-from runs.views import OFFLINE_BADGE
+from runs.views import OFFLINE_BADGE, model_badge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,6 +168,9 @@ def test_agent_list_api_names_each_agents_model_provider_and_description(
     assert support["model_provider"] == "offline"
     assert support["model_description"] == "deterministic rule-based planner, not a language model"
     assert {"name", "description", "kind", "model", "default"} <= support.keys()
+    graph = next(a for a in agents if a["name"] == "troubleshoot")
+    assert (graph["kind"], graph["model"]) == ("graph", None)
+    assert model_badge(graph) == "Graph: deterministic steps, no model"
 
 
 def test_chat_script_and_styles_are_found_by_staticfiles() -> None:

@@ -640,16 +640,23 @@
     card.reject.disabled = true;
     card.status.textContent = "Sending…";
     const message = approved ? "Approve" : "Reject";
+    // The bubble goes up before the request: the resumed run's user message can reach the
+    // socket before the REST answer does, and it must find this bubble to take its place.
+    stickToBottom = true;
+    const pending = addPendingUser(message);
+    const dropPending = () => {
+      state.pendingUsers = state.pendingUsers.filter((record) => record !== pending);
+      if (!pending.id) pending.element.remove();
+    };
     try {
       const run = await api("POST", resumeUrl(card.runId), { value: { approved }, message });
       resolveApproval(card, approved ? "Approved: the run continues." : "Rejected: the run continues.");
-      stickToBottom = true;
-      addPendingUser(message);
       state.runId = run.id;
       state.awaitingAcceptSince = 0;
       setRunning(true);
       connect();
     } catch (error) {
+      dropPending();
       if (error.status === 409 || error.status === 404) {
         resolveApproval(card, "Already answered.");
       } else {
