@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from sessions_app.core.session import SessionNotFoundError
 
 
@@ -71,6 +71,8 @@ def to_application_error(exc: Exception) -> ApplicationError | None:
         return ApplicationError("duplicate_request", str(exc), status_code=409, field="request_id")
     if isinstance(exc, SessionNotFoundError):
         return ApplicationError("not_found", str(exc), status_code=404, field="session_id")
+    if isinstance(exc, TooManyRunsError):
+        return ApplicationError("too_many_runs", str(exc), status_code=429)
     if isinstance(exc, UsageError):
         return ApplicationError("invalid_request", str(exc), status_code=400)
     return None

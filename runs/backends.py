@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 
 from runs import models as orm
 from runs.core.agents.graph.checkpoint import Checkpoint, PendingInterrupt
-from runs.core.errors import DuplicateRequestError
+from runs.core.errors import DuplicateRequestError, TooManyRunsError
 from runs.core.records import RunRecord
 from sessions_app.backends import db_call
 from sessions_app.core.events import new_id
@@ -69,6 +69,25 @@ def _interrupt(run_id: str, at: datetime, reason: str) -> RunRecord | None:
     # A conditional update claims the run: when two processes reap at once, one wins.
     won = orm.Run.objects.filter(pk=run_id, status__in=_LIVE).update(status="interrupted", ended_at=at, error=error)
     return _get(run_id) if won else None
+
+
+def _active_runs_of(user_id: str) -> int:
+    return orm.Run.objects.filter(user_id=user_id, status__in=_LIVE).count()
+
+
+def active_runs_admission(limit: int) -> Any:
+    """The Runner's admission hook: refuse a user's run while `limit` of theirs are live, in
+    any process (0: no limit). Two starts racing past the count can both pass: the limit
+    is a guard against runaway clients, not an exact quota."""
+
+    async def admit(user_id: str) -> None:
+        if not limit:
+            return
+        active = await db_call(_active_runs_of)(user_id)
+        if active >= limit:
+            raise TooManyRunsError(active=active, limit=limit)
+
+    return admit
 
 
 class DjangoRunStore:

@@ -21,7 +21,7 @@ Client frames (JSON text)
     wrong types, unknown agent or run) is answered with
     `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
     socket stays open. Codes: malformed_json, invalid_frame, unknown_type,
-    message_too_large, unknown_agent, not_found, run_not_active, invalid_request.
+    message_too_large, unknown_agent, not_found, run_not_active, too_many_runs, invalid_request.
 
 Server frames (JSON text)
     One AG-UI event per frame (`ag_ui.core` models, camelCase: `{"type": "RUN_STARTED",
@@ -68,7 +68,7 @@ from django.db.models import Max, Min
 
 from agentsite.composition import run_manager
 from runs import models as run_orm
-from runs.core.errors import AgentNotFoundError, UsageError
+from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.protocols.agui import AguiTranslator
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
@@ -358,6 +358,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             record = await run_manager().acall(start)
         except AgentNotFoundError as exc:
             raise FrameError("unknown_agent", str(exc), "agent") from None
+        except TooManyRunsError as exc:
+            raise FrameError("too_many_runs", str(exc)) from None
         except (UsageError, SessionNotFoundError) as exc:
             raise FrameError("invalid_request", str(exc)) from None
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))

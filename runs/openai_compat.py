@@ -16,13 +16,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.api.auth import AuthenticationError, authenticate
 from agentsite.composition import run_manager
-from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from sessions_app import selectors as session_selectors
@@ -115,6 +117,11 @@ def parse_chat_request(body: Any) -> ChatRequest:
     last = parsed[-1]
     if last.role != "user" or not last.content.strip():
         raise OpenAIError(400, "the last message must be a non-empty user message", param=f"messages[{len(parsed) - 1}]")
+    limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+    if len(last.content) > limit:
+        # The same limit as every other surface (REST, websocket, AG-UI).
+        raise OpenAIError(413, f"the message is {len(last.content)} characters; the limit is {limit}",
+                          param=f"messages[{len(parsed) - 1}].content", code="message_too_large")
     return ChatRequest(agent=model, message=last, seed=tuple(m for m in parsed[:-1] if m.content),
                        stream=stream, include_usage=bool(options.get("include_usage")))
 
@@ -164,6 +171,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
                               code="invalid_api_key")
         try:
             body = json.loads(request.body or b"")
+        except RequestDataTooBig:
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            raise OpenAIError(413, f"request body is larger than the limit of {limit} bytes", code="body_too_large") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise OpenAIError(400, f"the body is not valid JSON: {exc}") from None
         chat = parse_chat_request(body)
@@ -183,6 +193,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 
         try:
             record = await manager.acall(start)
+        except TooManyRunsError as exc:
+            raise OpenAIError(429, str(exc), type="rate_limit_error", code="too_many_runs") from None
         except (SessionNotFoundError, DuplicateRequestError, UsageError) as exc:
             raise OpenAIError(400, str(exc)) from None
     except AuthenticationError as exc:

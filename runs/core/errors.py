@@ -23,6 +23,15 @@ class DuplicateRequestError(UsageError):
         self.request_id = request_id
 
 
+class TooManyRunsError(UsageError):
+    """The user already has as many runs going as the limit allows (answered 429)."""
+
+    def __init__(self, *, active: int, limit: int) -> None:
+        super().__init__(f"you have {active} runs in progress; the limit is {limit}: wait for one to end")
+        self.active = active
+        self.limit = limit
+
+
 class RunFailure(AgentsiteError):
     """A run could not finish: the model or a flow step failed."""
 
@@ -34,6 +43,14 @@ class ModelError(RunFailure):
         super().__init__(message)
         self.status_code = status_code
         self.code = code
+
+
+class EventLimitError(RunFailure):
+    """A run produced more events than the limit allows; it ends `failed` (type `event_limit`)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the run exceeded the limit of {limit} events and was stopped")
+        self.limit = limit
 
 
 class TransientModelError(ModelError):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
-from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
 from sessions_app.core.events import (
@@ -54,6 +54,11 @@ EventListener = Callable[[Event | None], None]
 """Called on the run's loop with each emitted event, then once with None when the run ends.
 
 It must not block: hand the event on (a queue, `call_soon_threadsafe`) and return."""
+
+Admission = Callable[[str], Awaitable[None]]
+"""Called with the user id before a run of theirs is prepared; raises (e.g. `TooManyRunsError`)
+to refuse it. The composition root counts the user's live runs in the database, so the
+limit holds across processes."""
 
 PostRunHook = Callable[[RunRecord], Awaitable[None]]
 """Called with the final record once a run's completion is saved (SPEC 1.9 step 6, 1.11:
@@ -121,6 +126,8 @@ class Runner:
         summary_scheduler: SummaryScheduler | None = None,
         load_after_summary: bool = False,
         post_run: Sequence[PostRunHook] = (),
+        admission: Admission | None = None,
+        max_events_per_run: int = 0,
     ) -> None:
         self.app = app
         self.owner = owner
@@ -144,6 +151,9 @@ class Runner:
         self.summary_scheduler = summary_scheduler
         self.load_after_summary = load_after_summary
         self.post_run = list(post_run)
+        self.admission = admission
+        # Ledger events one run may write (0: no limit); a looping agent stops, failed.
+        self.max_events_per_run = max_events_per_run
         self._active: dict[str, _Registered] = {}
         self._active_requests: set[str] = set()
         self._background: set[asyncio.Task[Any]] = set()
@@ -186,6 +196,9 @@ class Runner:
         msg = turn[-1]
         options = options or RunOptions()
         request_id = request_id or new_id()
+        if self.admission is not None:
+            # Before anything is written: a refused run leaves no session and no message.
+            await self.admission(user_id)
 
         # 1. get or create the session
         session = await self._open_session(user_id=user_id, session_id=session_id, agent=agent)
@@ -342,6 +355,8 @@ class Runner:
         try:
             async for event in agen:
                 event = repair_error(invocation.stamp(event))
+                if self._over_event_limit(event, persisted):
+                    raise EventLimitError(self.max_events_per_run)
                 if event.is_error:
                     status, final_error = "failed", event.error
                 event = await self._persist(handle, event, persisted)
@@ -357,9 +372,13 @@ class Runner:
             if task is not None:
                 task.uncancel()
         except Exception as exc:  # a flow bug must still end the run visibly
-            logger.exception("run %s failed", handle.run_id)
             status = "failed"
-            final_error = EventError(type="flow_error", message=f"{type(exc).__name__}: {exc}")
+            if isinstance(exc, EventLimitError):
+                logger.warning("run %s: %s", handle.run_id, exc)
+                final_error = EventError(type="event_limit", message=str(exc))
+            else:
+                logger.exception("run %s failed", handle.run_id)
+                final_error = EventError(type="flow_error", message=f"{type(exc).__name__}: {exc}")
             error_event = repair_error(invocation.stamp(Event(
                 author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=final_error
             )))
@@ -369,6 +388,12 @@ class Runner:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(agen.aclose(), COMPLETION_BUDGET_S)
         return await self._complete(handle, status, final_error)
+
+    def _over_event_limit(self, event: Event, persisted: set[str]) -> bool:
+        """Whether persisting this event would exceed `max_events_per_run` (checked before
+        the write, so the ledger keeps at most the limit plus the error and completion)."""
+        limit = self.max_events_per_run
+        return bool(limit) and should_persist(event) and event.id not in persisted and len(persisted) >= limit
 
     async def _persist(self, handle: RunHandle, event: Event, persisted: set[str]) -> Event:
         """SPEC 1.7 and 1.6 step 9: persist complete events once each, before emitting."""

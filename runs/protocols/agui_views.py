@@ -38,6 +38,7 @@ from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 from ag_ui.encoder import EventEncoder
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
@@ -49,7 +50,7 @@ from agentsite.errors import envelope
 from agentsite.threads import DB_EXECUTOR
 from runs import models as run_orm
 from runs.auth import BearerTokenAuthentication
-from runs.core.errors import AgentNotFoundError, DuplicateRequestError, UsageError
+from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.manager import RunManager
 from runs.core.protocols.agui import AguiTranslator, text_of
@@ -147,6 +148,9 @@ def _invalid(message: str, field: str | None) -> AguiRequestError:
 def _load_json(request: HttpRequest) -> Any:
     try:
         return json.loads(request.body or b"")
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raise AguiRequestError(413, "body_too_large", f"request body is larger than the limit of {limit} bytes") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AguiRequestError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
 
@@ -322,6 +326,8 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
             raise AguiRequestError(404, "not_found", str(exc), "threadId") from None
         except DuplicateRequestError as exc:
             raise AguiRequestError(409, "duplicate_request", str(exc)) from None
+        except TooManyRunsError as exc:
+            raise AguiRequestError(429, "too_many_runs", str(exc)) from None
         except UsageError as exc:
             raise _invalid(str(exc), _tool_field(turn, str(exc))) from None
     except AguiRequestError as exc:
