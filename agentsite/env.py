@@ -102,6 +102,9 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL", base_dir: Path) -
             "PORT": str(port or ""),
             "OPTIONS": options,
             "CONN_MAX_AGE": 0,
+            # Worker threads keep their connections (agentsite/threads.py): check one before
+            # reusing it, so a database restart costs a reconnect, not a failed request.
+            "CONN_HEALTH_CHECKS": True,
             "TEST": {"NAME": f"test_{db}"},
         }
     raise ImproperlyConfigured(f"{name} must start with postgres:// or sqlite:///, got {url!r}")

@@ -11,11 +11,37 @@ threads the run needs for its own database work).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
-DB_EXECUTOR = ThreadPoolExecutor(
+T = TypeVar("T")
+
+
+class DatabaseThreadPool(ThreadPoolExecutor):
+    """Worker threads that keep their database connections between tasks.
+
+    Django checks a kept connection at the start of each request; these threads serve no
+    requests, so each task starts with that check instead (`CONN_HEALTH_CHECKS`: one
+    round trip before the task's first query). Without it, a connection the database
+    dropped meanwhile (a restart, a failover) failed the next task of every thread.
+    """
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(_with_checked_connections, fn, *args, **kwargs)
+
+
+def _with_checked_connections(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        connection.health_check_done = False
+    return fn(*args, **kwargs)
+
+
+DB_EXECUTOR = DatabaseThreadPool(
     max_workers=int(os.environ.get("AGENTSITE_DB_THREADS", "8")), thread_name_prefix="agentsite-db"
 )
-VIEW_EXECUTOR = ThreadPoolExecutor(
+VIEW_EXECUTOR = DatabaseThreadPool(
     max_workers=int(os.environ.get("AGENTSITE_VIEW_THREADS", "16")), thread_name_prefix="agentsite-view"
 )

@@ -1,0 +1,335 @@
+"""Load benchmark: N concurrent users in multi-turn sessions over REST and websockets.
+
+Starts PostgreSQL-backed Daphne (`agentsite_load_bench`, dropped and recreated), the Redis
+channel layer and broker (db 14) and two Celery workers (summary and memory jobs), all on
+loopback with the offline model. Each of `--users` users (default 200) runs sessions of
+`--turns` turns (default 3) for `--seconds` (default 120), alternating the two ways in: a
+REST turn (`POST /api/runs/` with `wait`) and a websocket turn (a `run` frame on the
+session's socket, read up to RUN_FINISHED / RUN_ERROR). A turn's latency is from sending
+it to its answer (the REST reply, or the socket's end-of-run frame).
+
+The final audit reads every session's ledger and every run from the database:
+- lost: a ledger seq gap, a run without its completion event, a run that did not end
+  `completed`, or (websocket turns) a ledger seq of the turn's run that never reached the
+  socket;
+- duplicated: an event id twice in a ledger, a completion event twice for a run, or the
+  same frame (type, seq, tool call or message id) twice on a socket.
+Both must be 0: the exit status is 1 otherwise. Prints a report and writes
+`bench/results/load.json`. Skips (exit 0) when PostgreSQL or Redis do not answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+PYTHON = BIN / "python"
+DB_NAME = "agentsite_load_bench"
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
+REDIS_URL = "redis://127.0.0.1:6379/14"
+RESULTS = ROOT / "bench" / "results"
+PROMPTS = (
+    "Search the logs of payments for errors",
+    "What time is it in Tokyo?",
+    "Inspect the certificate of checkout.example.com",
+    "Summarise what we found so far",
+)
+TURN_TIMEOUT_S = 120.0
+END_FRAMES = ("RUN_FINISHED", "RUN_ERROR")
+
+MAKE_USERS = """
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+User = get_user_model()
+for i in range({n}):
+    user, _ = User.objects.get_or_create(username=f"load{{i}}")
+    print(Token.objects.get_or_create(user=user)[0].key)
+"""
+
+
+@dataclass
+class Stats:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {"rest": [], "ws": []})
+    errors: Counter[str] = field(default_factory=Counter)
+    sessions: set[str] = field(default_factory=set)
+    # websocket turns: run id -> the (type, seq) of every frame that named a seq
+    socket_seqs: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": DATABASE_URL,
+        "REDIS_URL": REDIS_URL, "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _manage(*args: str) -> str:
+    out = subprocess.run([str(PYTHON), "manage.py", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    if out.returncode:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+def _services_problem() -> str | None:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=2) as s:
+            s.sendall(b"PING\r\n")
+            if not s.recv(16).startswith(b"+PONG"):
+                return "Redis did not answer PING"
+    except OSError as exc:
+        return f"Redis did not answer: {exc}"
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {DB_NAME}")
+    except Exception as exc:
+        return f"PostgreSQL did not answer: {exc}"
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()  # db 14 is the bench's own
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _rest_turn(http: Any, session_id: str, prompt: str, stats: Stats) -> None:
+    started = time.monotonic()
+    reply = await http.post("/api/runs/", json={"message": prompt, "session_id": session_id, "wait": True})
+    if reply.status_code != 201:
+        stats.errors[f"rest {reply.status_code}"] += 1
+        return
+    if reply.json().get("status") != "completed":
+        stats.errors[f"rest run {reply.json().get('status')}"] += 1
+        return
+    stats.latencies["rest"].append(time.monotonic() - started)
+
+
+async def _ws_turn(base: str, token: str, session_id: str, after_seq: int, prompt: str, stats: Stats) -> None:
+    from websockets.asyncio.client import connect
+
+    url = f"{base.replace('http', 'ws', 1)}/ws/sessions/{session_id}/?after_seq={after_seq}"
+    async with connect(url, origin=base, additional_headers={"Authorization": f"Bearer {token}"},  # type: ignore[arg-type]  # Origin is a str
+                       open_timeout=60, max_size=None) as ws:
+        started = time.monotonic()
+        await ws.send(json.dumps({"type": "run", "message": prompt}))
+        run_id = None
+        seen: list[tuple[str, int, str]] = []
+        while True:
+            frame = json.loads(await asyncio.wait_for(ws.recv(), TURN_TIMEOUT_S))
+            if frame["type"] == "run.accepted":
+                run_id = frame["run_id"]
+                continue
+            if frame["type"] == "error":
+                stats.errors[f"ws {frame['error']['code']}"] += 1
+                return
+            seq = (frame.get("metadata") or {}).get("seq")
+            if seq is not None:
+                # One ledger event can give several frames of a type (parallel tool calls).
+                seen.append((frame["type"], int(seq), frame.get("toolCallId") or frame.get("messageId") or ""))
+            if frame["type"] in END_FRAMES and frame.get("runId") == run_id:
+                break
+        stats.latencies["ws"].append(time.monotonic() - started)
+        if frame["type"] == "RUN_ERROR":
+            stats.errors["ws RUN_ERROR"] += 1
+        assert run_id is not None
+        stats.socket_seqs[run_id] = seen
+
+
+async def _user(index: int, base: str, token: str, deadline: float, turns: int, stats: Stats) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=TURN_TIMEOUT_S) as http:
+        while time.monotonic() < deadline:
+            try:
+                created = await http.post("/api/sessions/", json={"title": f"load {index}"})
+                if created.status_code != 201:
+                    stats.errors[f"session {created.status_code}"] += 1
+                    await asyncio.sleep(1)
+                    continue
+                session_id = created.json()["id"]
+                stats.sessions.add(session_id)
+                for turn in range(turns):
+                    if time.monotonic() >= deadline:
+                        break
+                    prompt = PROMPTS[(index + turn) % len(PROMPTS)]
+                    if (index + turn) % 2:
+                        await _rest_turn(http, session_id, prompt, stats)
+                    else:
+                        ledger = await http.get(f"/api/sessions/{session_id}/events/", params={"limit": 200})
+                        after = max((e["seq"] for e in ledger.json()["results"]), default=0)
+                        await _ws_turn(base, token, session_id, after, prompt, stats)
+            except Exception as exc:  # counted, and the user goes on: the audit tells what it cost
+                stats.errors[f"{type(exc).__name__}"] += 1
+                await asyncio.sleep(0.5)
+
+
+def _audit(stats: Stats) -> dict[str, Any]:
+    import psycopg
+
+    lost: Counter[str] = Counter()
+    duplicated: Counter[str] = Counter()
+    with psycopg.connect(DATABASE_URL.replace("postgres://", "postgresql://")) as conn:
+        events = conn.execute(
+            "SELECT session_id, seq, event_id, payload->>'object', payload->'extensions'->>'run_id' "
+            "FROM sessions_app_event ORDER BY session_id, seq"
+        ).fetchall()
+        runs = conn.execute("SELECT id, session_id, status FROM runs_run").fetchall()
+    by_session: dict[str, list[tuple[int, str, str | None, str | None]]] = {}
+    for session_id, seq, event_id, obj, run_id in events:
+        by_session.setdefault(session_id, []).append((seq, event_id, obj, run_id))
+    completions: Counter[str] = Counter()
+    run_seqs: dict[str, set[int]] = {}
+    for rows in by_session.values():
+        if [r[0] for r in rows] != list(range(1, len(rows) + 1)):
+            lost["ledger seq gap"] += 1
+        ids = Counter(r[1] for r in rows)
+        duplicated["event id"] += sum(c - 1 for c in ids.values() if c > 1)
+        for _seq, _, obj, run_id in rows:
+            if obj == "runner.completion" and run_id:
+                completions[run_id] += 1
+    # Each run's ledger seqs: those of its request (joined through the events' request id).
+    with psycopg.connect(DATABASE_URL.replace("postgres://", "postgresql://")) as conn:
+        for run_id, seq in conn.execute(
+            "SELECT r.id, e.seq FROM runs_run r JOIN sessions_app_event e "
+            "ON e.session_id = r.session_id AND e.request_id = r.request_id"
+        ):
+            run_seqs.setdefault(run_id, set()).add(seq)
+    for run_id, _, status in runs:
+        if completions[run_id] == 0:
+            lost["run without completion event"] += 1
+        duplicated["completion event"] += max(0, completions[run_id] - 1)
+        if status != "completed":
+            lost[f"run ended {status}"] += 1
+    for run_id, seen in stats.socket_seqs.items():
+        missing = run_seqs.get(run_id, set()) - {seq for _, seq, _ in seen}
+        lost["ledger seq never reached its socket"] += len(missing)
+        for (kind, *_), count in Counter(seen).items():
+            duplicated[f"socket frame {kind}"] += count - 1
+    return {
+        "sessions": len(by_session), "runs": len(runs), "events": len(events),
+        "lost": {k: v for k, v in lost.items() if v}, "duplicated": {k: v for k, v in duplicated.items() if v},
+    }
+
+
+async def _drive(base: str, tokens: list[str], seconds: float, turns: int, stats: Stats) -> float:
+    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    await asyncio.gather(*(_user(i, base, tokens[i], deadline, turns, stats) for i in range(len(tokens))))
+    return time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--turns", type=int, default=3, help="turns per session before a user opens the next")
+    args = parser.parse_args()
+    problem = _services_problem()
+    if problem:
+        print(f"SKIP: {problem}; load benchmark not run.")
+        return 0
+    RESULTS.mkdir(exist_ok=True)
+    print(f"database {DB_NAME} recreated; migrating...", flush=True)
+    _manage("migrate", "--noinput")
+    # The shell may print a banner first; the tokens are the last lines.
+    tokens = _manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users:]
+    port = _free_port()
+    processes: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for index in range(2):
+            log = open(RESULTS / f"load-worker-{index}.log", "wb")
+            logs.append(log)
+            processes.append(subprocess.Popen(
+                [str(PYTHON), "-m", "celery", "-A", "agentsite", "worker", "--pool=solo", "-n", f"load{index}@%h",
+                 "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
+                cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            ))
+        log = open(RESULTS / "load-daphne.log", "wb")
+        logs.append(log)
+        processes.append(subprocess.Popen(
+            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
+            cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        ))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or processes[-1].poll() is not None:
+                    raise RuntimeError("daphne did not start; see bench/results/load-daphne.log") from None
+                time.sleep(0.2)
+        print(f"{args.users} users x {args.seconds:.0f}s, {args.turns} turns a session, daphne on {port}, 2 workers",
+              flush=True)
+        stats = Stats()
+        wall = asyncio.run(_drive(base, tokens, args.seconds, args.turns, stats))
+        time.sleep(2)  # let the last runs' completion records land before the audit
+        audit = _audit(stats)
+    finally:
+        for process in processes:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        for log in logs:
+            log.close()
+
+    all_turns = stats.latencies["rest"] + stats.latencies["ws"]
+    report: dict[str, Any] = {
+        "users": args.users, "seconds": args.seconds, "wall_s": round(wall, 1), "turns": len(all_turns),
+        "turns_per_s": round(len(all_turns) / wall, 2), "errors": dict(stats.errors), "audit": audit,
+        "latency_s": {
+            kind: {"n": len(values), "p50": _pct(values, 0.5), "p99": _pct(values, 0.99)}
+            for kind, values in (("all", all_turns), ("rest", stats.latencies["rest"]), ("ws", stats.latencies["ws"]))
+        },
+        "cpus": os.cpu_count(), "python": sys.version.split()[0],
+    }
+    (RESULTS / "load.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nturns: {len(all_turns)} in {wall:.1f}s = {report['turns_per_s']} turns/s "
+          f"({len(stats.latencies['rest'])} REST, {len(stats.latencies['ws'])} websocket)")
+    for kind, row in report["latency_s"].items():
+        if row["n"]:
+            print(f"  {kind:>4} turn latency p50 {row['p50']:.2f}s  p99 {row['p99']:.2f}s  (n={row['n']})")
+    print(f"errors: {sum(stats.errors.values())} {dict(stats.errors) or ''}")
+    print(f"audit: {audit['sessions']} sessions, {audit['runs']} runs, {audit['events']} ledger events; "
+          f"lost {sum(audit['lost'].values())} {audit['lost'] or ''}, "
+          f"duplicated {sum(audit['duplicated'].values())} {audit['duplicated'] or ''}")
+    return 1 if audit["lost"] or audit["duplicated"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
