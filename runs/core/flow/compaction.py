@@ -14,12 +14,20 @@ completed when one of its events is `done`).
   only when the request exposes that tool.
 - Pass 2 (oversized, off by default): results over `oversized_tool_result_max_tokens`,
   the current unit's included, keep their head and tail around a marker.
+
+Cache-stable elision (issue 12, C4): with `clear_at_least` > 0, Pass 1 elides in batches.
+The units it may touch end at an *elision frontier* that moves only once the results
+waiting behind it weigh `clear_at_least` tokens (`elision_frontier`). The frontier is a
+function of the unit sequence alone, read oldest first, so a new request never moves an
+earlier decision: between two moves the bytes of every earlier request stay as they were
+and a provider's prompt cache keeps them. Placeholder and marker texts are functions of
+the event alone (ids, tool name, sizes), never of the request they appear in.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,9 +57,12 @@ class CompactionConfig:
     oversized_tool_result_max_tokens: int = OVERSIZED_TOOL_RESULT_MAX_TOKENS
     force_clean_tools: frozenset[str] = frozenset()
     keep_tools: frozenset[str] = frozenset()
+    clear_at_least: int = 0
+    """Issue 12, C4: Pass 1 elides in batches of at least this many tokens of results
+    (0: each result as soon as its unit leaves the protected ones, SPEC 4.6)."""
 
     def __post_init__(self) -> None:
-        for name in ("keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens"):
+        for name in ("keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens", "clear_at_least"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -182,6 +193,42 @@ def _replace(item: ProjectedItem, content: str, which: CompactionPass, tokenizer
     )
 
 
+def elision_frontier(
+    items: Sequence[ProjectedItem],
+    *,
+    unit_order: Sequence[str],
+    protected: frozenset[str],
+    eligible: Callable[[ProjectedItem], bool],
+    clear_at_least: int,
+    tokenizer: Tokenizer,
+) -> frozenset[str]:
+    """The units Pass 1 may elide under batching (C4): read oldest first up to the first
+    protected unit, the frontier jumps to the unit at which the tokens of `eligible`
+    results since the last jump reach `clear_at_least`. Everything up to the frontier
+    is elidable; what waits behind it stays verbatim until the batch is full.
+
+    Each jump depends only on the units before it, so appending units (a new request)
+    adds jumps but never moves one; the set changes only when a batch fills.
+    """
+    weight: dict[str, int] = {}
+    for item in items:
+        if item.event is not None and eligible(item):
+            unit = compaction_unit(item.event)
+            weight[unit] = weight.get(unit, 0) + tokenizer.count_text(item.message.content)
+    frontier: list[str] = []
+    pending: list[str] = []
+    waiting = 0
+    for unit in unit_order:
+        if unit in protected:
+            break  # a batch never reaches past the oldest protected unit
+        pending.append(unit)
+        waiting += weight.get(unit, 0)
+        if waiting >= clear_at_least:
+            frontier.extend(pending)
+            pending, waiting = [], 0
+    return frozenset(frontier)
+
+
 def compact_tool_results(
     items: Sequence[ProjectedItem],
     *,
@@ -220,9 +267,21 @@ def compact_tool_results(
                 counts["pass0"] += 1
                 saved_total += max(0, saved)
     if config.tool_result_max_tokens > 0 and current_unit:
+        def over(item: ProjectedItem) -> bool:
+            return tokenizer.count_text(item.message.content) > config.tool_result_max_tokens
+
+        batch: frozenset[str] | None = None
+        if config.clear_at_least > 0:
+            eligible = {id(item) for _, item in results(include_protected=False) if over(item)}
+            batch = elision_frontier(
+                out, unit_order=unit_order, protected=protected, eligible=lambda i: id(i) in eligible,
+                clear_at_least=config.clear_at_least, tokenizer=tokenizer,
+            )
         for index, item in list(results(include_protected=False)):
-            if tokenizer.count_text(item.message.content) <= config.tool_result_max_tokens:
+            if not over(item):
                 continue
+            if batch is not None and (item.event is None or compaction_unit(item.event) not in batch):
+                continue  # waits for its batch (C4)
             replaced, saved = _replace(item, placeholder(item, session_load=session_load), "pass1", tokenizer)
             if saved > 0:
                 out[index] = replaced

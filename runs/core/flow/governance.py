@@ -24,6 +24,7 @@ from runs.core.tokens import count_message, count_text
 from sessions_app.core.events import Message
 from sessions_app.core.pinned import PINNED_BUDGET_RATIO
 from sessions_app.core.summary import (
+    ChunkedSummarizer,
     ExtractiveSummarizer,
     LLMSummarizer,
     SummaryEngine,
@@ -175,6 +176,25 @@ def llm_summarizer(
     return LLMSummarizer(
         ModelSummaryModel(model, context_window=context_window),
         name=f"llm:{model.info().name}",
+        max_summary_words=max_summary_words,
+        cache_safe_forking=cache_safe_forking,
+        tokenizer=tokenizer,
+    )
+
+
+def chunked_summarizer(
+    model: Model,
+    *,
+    context_window: int | None = None,
+    max_summary_words: int = 0,
+    cache_safe_forking: bool = False,
+    tokenizer: Tokenizer = TIKTOKEN,
+) -> ChunkedSummarizer:
+    """Issue 12, C6: the model's summarizer with every request bounded by construction
+    (hidden ranges in chunks, summaries of summaries, a failed chunk retried alone)."""
+    return ChunkedSummarizer(
+        ModelSummaryModel(model, context_window=context_window),
+        name=f"chunked:{model.info().name}",
         max_summary_words=max_summary_words,
         cache_safe_forking=cache_safe_forking,
         tokenizer=tokenizer,
