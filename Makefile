@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup run test test-embedded test-services lint bench bench-peers clean
+.PHONY: setup run test test-embedded test-services lint fuzz bench bench-peers clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,12 +46,19 @@ test-services: setup
 	@test -n "$$DATABASE_URL" || (echo "DATABASE_URL must be set for test-services" && exit 2)
 	$(BIN)/python -m pytest -q
 
+# The fuzz tests of tests/security with many more generated cases than `make test` runs
+# (FUZZ_MAX_EXAMPLES per REST operation and per protocol property).
+FUZZ_MAX_EXAMPLES ?= 200
+fuzz: setup
+	FUZZ_MAX_EXAMPLES=$(FUZZ_MAX_EXAMPLES) $(BIN)/python -m pytest -q tests/security/test_fuzz_rest.py tests/security/test_fuzz_protocols.py
+
 bench: setup
 	$(BIN)/python bench/turns.py
 	$(BIN)/python bench/context.py
 	$(BIN)/python bench/recall.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/stream.py
+	$(BIN)/python bench/load.py $(BENCH_LOAD_ARGS)
 
 # Agentsite side by side with Google ADK, LangGraph and the OpenAI Agents SDK (bench/README.md,
 # "Peers"). The peers live in their own venv, rebuilt when bench/requirements-peers.txt changes;

@@ -8,13 +8,14 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.backends import DjangoRunStore
+from runs.backends import DjangoRunStore, active_runs_admission
 from runs.core.flow.compaction import CompactionConfig
 from runs.core.flow.governance import (
     TIKTOKEN,
     ContextGovernance,
     PinnedConfig,
     PrecallConfig,
+    chunked_summarizer,
     extractive_summarizer,
     llm_summarizer,
 )
@@ -62,7 +63,8 @@ _GOVERNANCE_KNOBS = (
     "summary_max_words", "summary_budget_tokens", "summary_cache_safe_fork", "summary_injection",
     "sync_summary_intra_run", "compaction", "compaction_ratio", "compaction_min_tokens", "keep_recent_requests",
     "tool_result_max_tokens", "oversized_tool_result_max_tokens", "compaction_force_clean_tools",
-    "compaction_keep_tools", "context_manifest_check", "pinned_intent", "pinned_budget_ratio",
+    "compaction_keep_tools", "context_manifest_check", "pinned_intent", "pinned_budget_ratio", "summary_chunked",
+    "compaction_clear_at_least",
 )
 
 
@@ -79,7 +81,9 @@ def governance_knobs() -> dict[str, Any]:
 
 def build_summarizer(knobs: dict[str, Any], summary_model: Model | None = None) -> Summarizer:
     """AGENTSITE_SUMMARIZER: `auto` (extractive on the offline model, else the summary
-    model), or `module:factory` returning a Summarizer."""
+    model), or `module:factory` returning a Summarizer. The summary model's summarizer is
+    the chunked one (issue 12, C6: no request over its window, so the jobs and the 0.7
+    pre-call path cannot overflow) unless AGENTSITE_SUMMARY_CHUNKED is off."""
     if knobs["summarizer"] != "auto":
         module, _, name = knobs["summarizer"].partition(":")
         return getattr(importlib.import_module(module), name)()
@@ -88,7 +92,8 @@ def build_summarizer(knobs: dict[str, Any], summary_model: Model | None = None) 
     model = summary_model or build_model(settings.AGENTSITE_SUMMARY_MODEL)
     if isinstance(model, OfflineModel):
         return extractive_summarizer(budget_tokens=knobs["summary_budget_tokens"])
-    return llm_summarizer(
+    factory = chunked_summarizer if knobs["summary_chunked"] else llm_summarizer
+    return factory(
         model,
         context_window=settings.AGENTSITE_CONTEXT_WINDOW,
         max_summary_words=knobs["summary_max_words"],
@@ -100,7 +105,7 @@ def build_summarizer(knobs: dict[str, Any], summary_model: Model | None = None) 
 def _redis_lock(url: str) -> SummaryLock:
     from sessions_app.locks import RedisSummaryLock
 
-    return RedisSummaryLock(url)
+    return RedisSummaryLock(url, ttl_s=settings.AGENTSITE_SUMMARY_LOCK_TTL_S)
 
 
 def summary_engine(summary_model: Model | None = None, *, window: int | None = None) -> SummaryEngine:
@@ -116,7 +121,9 @@ def summary_engine(summary_model: Model | None = None, *, window: int | None = N
     )
     if knobs["summary_event_threshold"]:
         trigger = checks_any(trigger, EventThreshold(events=knobs["summary_event_threshold"]))
-    lock = _redis_lock(settings.REDIS_URL) if settings.AGENTSITE_SUMMARY_LOCK == "redis" else DatabaseSummaryLock()
+    lock = _redis_lock(settings.REDIS_URL) if settings.AGENTSITE_SUMMARY_LOCK == "redis" else DatabaseSummaryLock(
+        ttl_s=settings.AGENTSITE_SUMMARY_LOCK_TTL_S
+    )
     return SummaryEngine(
         summarizer=build_summarizer(knobs, summary_model), checker=trigger, lock=lock, tokenizer=TIKTOKEN,
         context_window=window,
@@ -135,6 +142,7 @@ def build_governance(engine: SummaryEngine) -> ContextGovernance:
             oversized_tool_result_max_tokens=knobs["oversized_tool_result_max_tokens"],
             force_clean_tools=frozenset(knobs["compaction_force_clean_tools"]),
             keep_tools=frozenset(knobs["compaction_keep_tools"]),
+            clear_at_least=knobs["compaction_clear_at_least"],
         ),
         precall=PrecallConfig(
             enabled=knobs["compaction"], ratio=knobs["compaction_ratio"], min_tokens=knobs["compaction_min_tokens"]
@@ -182,6 +190,8 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
         owner=PROCESS_OWNER,
         services={"recall": DjangoRecallIndex(), **memory_and_artifact_services(), "sessions": DjangoSessionService()},
         post_run=post_run_hooks(),
+        admission=active_runs_admission(settings.AGENTSITE_MAX_ACTIVE_RUNS_PER_USER),
+        max_events_per_run=settings.AGENTSITE_MAX_RUN_EVENTS,
     )
 
 

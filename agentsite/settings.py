@@ -130,6 +130,17 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# With acks_late, a job whose worker died (SIGKILL, OOM, lost host) stays unacknowledged in
+# Redis and is handed to another worker once it is this old; kombu's default is one hour.
+# It must exceed the longest job and the summary lock's lease, or a live job runs twice.
+AGENTSITE_JOB_VISIBILITY_TIMEOUT_S = env.integer("AGENTSITE_JOB_VISIBILITY_TIMEOUT_S", 300, minimum=1)
+AGENTSITE_SUMMARY_LOCK_TTL_S = env.integer("AGENTSITE_SUMMARY_LOCK_TTL_S", 120, minimum=1)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": AGENTSITE_JOB_VISIBILITY_TIMEOUT_S,
+    # How often a worker looks for such jobs (kombu: every 10 s, acting on every 10th look).
+    "unacked_restore_interval": max(1, min(10, AGENTSITE_JOB_VISIBILITY_TIMEOUT_S // 4)),
+    "unacked_restore_throttle": 1,
+}
 # Task modules that autodiscovery (which imports `tasks.py` only) would miss.
 CELERY_IMPORTS = ["sessions_app.memory_tasks"]
 
@@ -185,6 +196,12 @@ AGENTSITE_RUN_HEARTBEAT_S = env.integer("AGENTSITE_RUN_HEARTBEAT_S", 15)
 AGENTSITE_RUN_STALE_S = env.integer("AGENTSITE_RUN_STALE_S", 60)
 # Bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("AGENTSITE_MAX_BODY_BYTES", 1_048_576)
+# Runs one user may have queued or running at once, over every surface and process (0: no
+# limit); past it a start answers 429. Generous by default: bench/stream.py runs 200 at once
+# for one user.
+AGENTSITE_MAX_ACTIVE_RUNS_PER_USER = env.integer("AGENTSITE_MAX_ACTIVE_RUNS_PER_USER", 256, minimum=0)
+# Ledger events one run may write (0: no limit); a run past it stops, failed with `event_limit`.
+AGENTSITE_MAX_RUN_EVENTS = env.integer("AGENTSITE_MAX_RUN_EVENTS", 2000, minimum=0)
 
 # -- long-term memory and artifacts (SPEC 6, 7) ----------------------------------------------------
 AGENTSITE_MEMORY_MAX_PER_USER = env.integer("AGENTSITE_MEMORY_MAX_PER_USER", 1000)
@@ -227,6 +244,8 @@ AGENTSITE_SUMMARY_EVENT_THRESHOLD = env.integer("AGENTSITE_SUMMARY_EVENT_THRESHO
 AGENTSITE_SUMMARY_MAX_WORDS = env.integer("AGENTSITE_SUMMARY_MAX_WORDS", 0, minimum=0)
 AGENTSITE_SUMMARY_BUDGET_TOKENS = env.integer("AGENTSITE_SUMMARY_BUDGET_TOKENS", 512)
 AGENTSITE_SUMMARY_CACHE_SAFE_FORK = env.boolean("AGENTSITE_SUMMARY_CACHE_SAFE_FORK", False)
+# Issue 12, C6: summaries by a model go in chunks that fit its window (summaries of summaries).
+AGENTSITE_SUMMARY_CHUNKED = env.boolean("AGENTSITE_SUMMARY_CHUNKED", True)
 AGENTSITE_SUMMARY_INJECTION = env.choice("AGENTSITE_SUMMARY_INJECTION", "system", choices=("system", "user"))
 AGENTSITE_SUMMARY_JOBS = env.choice("AGENTSITE_SUMMARY_JOBS", "celery" if REDIS_URL else "inprocess", choices=("celery", "inprocess"))
 AGENTSITE_SUMMARY_LOCK = env.choice("AGENTSITE_SUMMARY_LOCK", "redis" if REDIS_URL else "database", choices=("redis", "database"))
@@ -241,6 +260,9 @@ AGENTSITE_TOOL_RESULT_MAX_TOKENS = env.integer("AGENTSITE_TOOL_RESULT_MAX_TOKENS
 AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS = env.integer("AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS", 0, minimum=0)
 AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS = env.strings("AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS", [])
 AGENTSITE_COMPACTION_KEEP_TOOLS = env.strings("AGENTSITE_COMPACTION_KEEP_TOOLS", [])
+# Issue 12, C4: Pass 1 elides in batches of at least this many tokens (0: at once, SPEC 4.6),
+# so the bytes of earlier requests, and the provider's prompt cache, change only when a batch fills.
+AGENTSITE_COMPACTION_CLEAR_AT_LEAST = env.integer("AGENTSITE_COMPACTION_CLEAR_AT_LEAST", 0, minimum=0)
 # Issue 12 (docs/context.md): refuse a request whose projection manifest finds an event lost
 # without a way back; carry the user's standing instructions in a pinned block (share of window).
 AGENTSITE_CONTEXT_MANIFEST_CHECK = env.boolean("AGENTSITE_CONTEXT_MANIFEST_CHECK", True)
@@ -296,6 +318,19 @@ AGENTSITE_EVOLUTION_MAX_SKILL_CHARS = env.integer("AGENTSITE_EVOLUTION_MAX_SKILL
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+
+def _rate(name: str, default: str) -> str | None:
+    """A DRF throttle rate, `<count>/<sec|min|hour|day>`; `off` disables the throttle."""
+    value = env.string(name, default)
+    if value.lower() == "off":
+        return None
+    count, _, period = value.partition("/")
+    if not count.isdigit() or int(count) < 1 or period not in {"s", "sec", "second", "m", "min", "minute", "h", "hour", "d", "day"}:
+        raise ImproperlyConfigured(f"{name} must look like 600/min (or be 'off'), got {value!r}")
+    return value
+
+
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 
@@ -310,6 +345,16 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "agentsite.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Per-user (token or login) and per-address request rates of the REST API, counted in
+    # the default cache (per process unless CACHES names a shared one); past them: 429.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.UserRateThrottle",
+        "rest_framework.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _rate("AGENTSITE_API_RATE_USER", "6000/min"),
+        "anon": _rate("AGENTSITE_API_RATE_ANON", "600/min"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agentsite API",

@@ -75,7 +75,10 @@ def live_daphne(tmp_path: Path, *, env: Mapping[str, str] | None = None, startup
     }
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
+            # A loaded CI machine can take longer than Daphne's 5 s to accept a handshake
+            # (a cold process authenticating its first socket); the tests are not about that.
+            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "--websocket_connect_timeout", "30",
+             "agentsite.asgi:application"],
             cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT,
         )
     server = LiveServer(host="127.0.0.1", port=port, process=process, log=log)
