@@ -141,6 +141,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": max(1, min(10, AGENTSITE_JOB_VISIBILITY_TIMEOUT_S // 4)),
     "unacked_restore_throttle": 1,
 }
+# Jobs are sent from inside runs (summaries) and right after them (memory, evolution). With
+# the broker down a send must fail fast, not hold the run through kombu's reconnect loop:
+# the next job covers the same events (their cursors are in the database).
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 # Task modules that autodiscovery (which imports `tasks.py` only) would miss.
 CELERY_IMPORTS = ["sessions_app.memory_tasks"]
 

@@ -20,7 +20,7 @@ Client frames (JSON text)
     A bad frame (not JSON, not an object, unknown `type`, missing or empty `message`,
     wrong types, unknown agent or run) is answered with
     `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
-    socket stays open. Codes: malformed_json, invalid_frame, unknown_type,
+    socket stays open. Codes: malformed_json, invalid_frame, unknown_type, live_unavailable,
     message_too_large, unknown_agent, not_found, run_not_active, too_many_runs, invalid_request.
 
 Server frames (JSON text)
@@ -47,7 +47,9 @@ seq it missed (a user message is persisted but not broadcast). Deltas carry no s
 pass through; the translator drops a delta of a message already sent whole. While a run
 it has shown is open and the live stream has been quiet for `LEDGER_POLL_S`, the socket
 re-reads the ledger: a live message the layer dropped (a full inbox, a Redis blip) costs
-deltas, never an event. A socket closing never stops a run.
+deltas, never an event. When the layer cannot be joined at all, the socket says so with
+an error frame (`live_unavailable`) and follows the ledger every `LEDGER_POLL_S`. A socket
+closing never stops a run.
 """
 
 from __future__ import annotations
@@ -180,6 +182,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.relay_lock = asyncio.Lock()
         self.last_live_at = time.monotonic()
         self.ledger_watch: asyncio.Task[None] | None = None
+        self.live_down = False
         # Accept first: a close code only reaches the client after the handshake.
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
@@ -199,7 +202,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Join first, so nothing emitted from now on is missed; it waits in our queue
         # while the ledger is replayed (Channels hands us one message at a time).
         self.group = session_group(self.session_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except Exception as exc:  # the layer is down: follow the ledger instead, and say so
+            logger.warning("session %s: channel layer unavailable (%s); following the ledger", self.session_id, exc)
+            self.group = None
+            self.live_down = True
+            await self.send(text_data=json.dumps(_error_frame(
+                "live_unavailable", "live updates are unavailable; this socket follows the saved events instead",
+            )))
         self.runs_by_request = await _runs_by_request(self.session_id)
         live = await _live_runs(self.session_id)
         # Deltas already streamed before we joined are lost to us: of a run in progress,
@@ -279,7 +290,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         """Re-read the ledger while a run is open and nothing has come live for a while."""
         while True:
             await asyncio.sleep(LEDGER_POLL_S)
-            if self.open_runs and time.monotonic() - self.last_live_at >= LEDGER_POLL_S:
+            quiet = time.monotonic() - self.last_live_at >= LEDGER_POLL_S
+            if self.live_down or (self.open_runs and quiet):
                 try:
                     async with self.relay_lock:
                         await self._catch_up()
@@ -362,6 +374,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise FrameError("too_many_runs", str(exc)) from None
         except (UsageError, SessionNotFoundError) as exc:
             raise FrameError("invalid_request", str(exc)) from None
+        self.open_runs.add(record.id)  # open from now on, also before its first event comes
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
 
     async def _cancel(self, frame: dict[str, Any]) -> None:

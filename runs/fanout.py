@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import time
 from typing import Any
 
 from channels import DEFAULT_CHANNEL_LAYER
@@ -36,10 +37,19 @@ def session_group(session_id: str) -> str:
 
 
 class ChannelLayerSink:
-    """EventSink: publish every emitted event to its session's group."""
+    """EventSink: publish every emitted event to its session's group.
 
-    def __init__(self, layer: BaseChannelLayer | None = None) -> None:
+    When a publish fails or takes over `timeout_s` (Redis down), the sink stops trying for
+    `pause_s` and drops what comes meanwhile: a dead layer must not slow the run by a
+    connection attempt per event.
+    Sockets re-read the ledger when their live stream goes quiet, so they lose deltas only.
+    """
+
+    def __init__(self, layer: BaseChannelLayer | None = None, *, pause_s: float = 5.0, timeout_s: float = 2.0) -> None:
         self._layer = layer
+        self.pause_s = pause_s
+        self.timeout_s = timeout_s
+        self._paused_until = 0.0
 
     @property
     def layer(self) -> BaseChannelLayer | None:
@@ -47,14 +57,19 @@ class ChannelLayerSink:
 
     async def publish(self, record: RunRecord, event: Event) -> None:
         layer = self.layer
-        if layer is None:
+        now = time.monotonic()
+        if layer is None or now < self._paused_until:
             return
-        await layer.group_send(session_group(record.session_id), {
-            "type": EVENT_MESSAGE,
-            "run_id": record.id,
-            "session_id": record.session_id,
-            "event": event.to_dict(),
-        })
+        message = {"type": EVENT_MESSAGE, "run_id": record.id, "session_id": record.session_id, "event": event.to_dict()}
+        try:
+            # Bounded: a client retrying a dead server with backoff would hold the run.
+            await asyncio.wait_for(layer.group_send(session_group(record.session_id), message), self.timeout_s)
+        except Exception as exc:
+            self._paused_until = time.monotonic() + self.pause_s
+            logger.warning(
+                "channel layer unavailable (%s: %s): live events paused for %.0f s; sockets fall back to the ledger",
+                type(exc).__name__, exc, self.pause_s,
+            )
 
 
 async def request_cancel(runner: Runner, run_id: str) -> bool:

@@ -115,6 +115,31 @@ async def test_every_emitted_event_reaches_the_sessions_group_in_order() -> None
     assert received[-1]["event"]["object"] == "runner.completion"
 
 
+class DeadLayer(InMemoryChannelLayer):
+    """A layer whose server is gone: every send fails, slowly, as a refused reconnect does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.attempts += 1
+        await asyncio.sleep(0.05)
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379")
+
+
+async def test_a_dead_layer_costs_one_attempt_per_pause_and_the_run_still_completes() -> None:
+    layer = DeadLayer()
+    sink = ChannelLayerSink(layer, pause_s=0.3)
+    runner = make_runner(ScriptedModel.of(ScriptStep.answer("word " * 40, chunk_size=1)), sinks=[sink])
+    emitted = [e async for e in runner.run(user_id="alice", message="go")]
+    assert len(emitted) > 40 and emitted[-1].extensions["status"] == "completed"
+    assert layer.attempts == 1  # not one slow failure per event
+    await asyncio.sleep(0.35)
+    await sink.publish(await runner.status(emitted[-1].extensions["run_id"]), emitted[-1])
+    assert layer.attempts == 2  # after the pause it tries again
+
+
 def test_odd_session_ids_still_get_a_valid_group_name() -> None:
     assert session_group("abc-123") == "session.abc-123"
     odd = session_group("a/b c:" + "x" * 200)
