@@ -31,17 +31,11 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / ".venv" / "bin"
-PYTHON = BIN / "python"
-DB_NAME = "agentsite_load_bench"
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
-REDIS_URL = "redis://127.0.0.1:6379/14"
-RESULTS = ROOT / "bench" / "results"
+from stack import PYTHON, RESULTS, ROOT, Stack, free_port, percentile
+
+STACK = Stack(db_name="agentsite_load_bench", redis_db=14)
 PROMPTS = (
     "Search the logs of payments for errors",
     "What time is it in Tokyo?",
@@ -70,53 +64,14 @@ class Stats:
     socket_seqs: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)
 
 
-def _env() -> dict[str, str]:
-    return {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": DATABASE_URL,
-        "REDIS_URL": REDIS_URL, "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1",
-    }
 
 
-def _manage(*args: str) -> str:
-    out = subprocess.run([str(PYTHON), "manage.py", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
-    if out.returncode:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
-    return out.stdout
 
 
-def _services_problem() -> str | None:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=2) as s:
-            s.sendall(b"PING\r\n")
-            if not s.recv(16).startswith(b"+PONG"):
-                return "Redis did not answer PING"
-    except OSError as exc:
-        return f"Redis did not answer: {exc}"
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {DB_NAME}")
-    except Exception as exc:
-        return f"PostgreSQL did not answer: {exc}"
-    import redis
-
-    redis.Redis.from_url(REDIS_URL).flushdb()  # db 14 is the bench's own
-    return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _rest_turn(http: Any, session_id: str, prompt: str, stats: Stats) -> None:
@@ -195,7 +150,7 @@ def _audit(stats: Stats) -> dict[str, Any]:
 
     lost: Counter[str] = Counter()
     duplicated: Counter[str] = Counter()
-    with psycopg.connect(DATABASE_URL.replace("postgres://", "postgresql://")) as conn:
+    with psycopg.connect(STACK.database_url.replace("postgres://", "postgresql://")) as conn:
         events = conn.execute(
             "SELECT session_id, seq, event_id, payload->>'object', payload->'extensions'->>'run_id' "
             "FROM sessions_app_event ORDER BY session_id, seq"
@@ -215,7 +170,7 @@ def _audit(stats: Stats) -> dict[str, Any]:
             if obj == "runner.completion" and run_id:
                 completions[run_id] += 1
     # Each run's ledger seqs: those of its request (joined through the events' request id).
-    with psycopg.connect(DATABASE_URL.replace("postgres://", "postgresql://")) as conn:
+    with psycopg.connect(STACK.database_url.replace("postgres://", "postgresql://")) as conn:
         for run_id, seq in conn.execute(
             "SELECT r.id, e.seq FROM runs_run r JOIN sessions_app_event e "
             "ON e.session_id = r.session_id AND e.request_id = r.request_id"
@@ -251,16 +206,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--turns", type=int, default=3, help="turns per session before a user opens the next")
     args = parser.parse_args()
-    problem = _services_problem()
+    problem = STACK.reset()
     if problem:
         print(f"SKIP: {problem}; load benchmark not run.")
         return 0
     RESULTS.mkdir(exist_ok=True)
-    print(f"database {DB_NAME} recreated; migrating...", flush=True)
-    _manage("migrate", "--noinput")
+    print(f"database {STACK.db_name} recreated; migrating...", flush=True)
+    STACK.manage("migrate", "--noinput")
     # The shell may print a banner first; the tokens are the last lines.
-    tokens = _manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users:]
-    port = _free_port()
+    tokens = STACK.manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users:]
+    port = free_port()
     processes: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
@@ -270,14 +225,9 @@ def main() -> int:
             processes.append(subprocess.Popen(
                 [str(PYTHON), "-m", "celery", "-A", "agentsite", "worker", "--pool=solo", "-n", f"load{index}@%h",
                  "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
-                cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=ROOT, env=STACK.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))
-        log = open(RESULTS / "load-daphne.log", "wb")
-        logs.append(log)
-        processes.append(subprocess.Popen(
-            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
-            cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        ))
+        processes.append(STACK.daphne(port, RESULTS / "load-daphne.log"))
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
@@ -313,7 +263,7 @@ def main() -> int:
         "users": args.users, "seconds": args.seconds, "wall_s": round(wall, 1), "turns": len(all_turns),
         "turns_per_s": round(len(all_turns) / wall, 2), "errors": dict(stats.errors), "audit": audit,
         "latency_s": {
-            kind: {"n": len(values), "p50": _pct(values, 0.5), "p99": _pct(values, 0.99)}
+            kind: {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
             for kind, values in (("all", all_turns), ("rest", stats.latencies["rest"]), ("ws", stats.latencies["ws"]))
         },
         "cpus": os.cpu_count(), "python": sys.version.split()[0],

@@ -26,80 +26,33 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / ".venv" / "bin"
-PYTHON = BIN / "python"
-DB_NAME = "agentsite_stream_bench"
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DB_NAME}"
-REDIS_URL = "redis://127.0.0.1:6379/11"
+from stack import RESULTS, Stack, free_port, percentile, wait_ready
+
+STACK = Stack(db_name="agentsite_stream_bench", redis_db=11, extra_env=(("AGENTSITE_MEMORY_AUTO", "0"),))
 PROMPT = "Search the logs of payments for errors"
 SIZES = (50, 200)
-OUTPUT = ROOT / "bench" / "results" / "stream.json"
+OUTPUT = RESULTS / "stream.json"
 # A run that has not ended this long after its start frame counts as unfinished: each of N
 # concurrent offline runs takes ~0.1 s of CPU, so the allowance grows with N.
 RUN_TIMEOUT_BASE_S = 30.0
 RUN_TIMEOUT_PER_RUN_S = 0.25
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def _redis_ok() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 6379), timeout=2) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
-def _reset_db() -> str | None:
-    """Drop and recreate the bench database; an error message when PostgreSQL is not there."""
-    try:
-        import psycopg
-    except ImportError as exc:
-        return f"psycopg not importable: {exc}"
-    try:
-        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {DB_NAME}")
-    except Exception as exc:
-        return f"PostgreSQL did not answer: {exc}"
-    return None
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="agentsite.settings",
-        DATABASE_URL=DATABASE_URL,
-        REDIS_URL=REDIS_URL,
-        AGENTSITE_MODEL="offline",
-        AGENTSITE_MEMORY_AUTO="0",
-    )
-    return env
 
 
-def _manage(*args: str) -> str:
-    out = subprocess.run(
-        [str(PYTHON), "manage.py", *args], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
-    return out.stdout
 
 
 def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -111,26 +64,8 @@ def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None)
         return json.loads(resp.read() or b"{}")
 
 
-def _wait_ready(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-                resp.read()
-                return
-        except Exception:
-            time.sleep(0.2)
-    raise RuntimeError("daphne did not answer /healthz")
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    k = min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))
-    return s[k]
 
 
 async def _one_socket(
@@ -243,12 +178,12 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
         "reordered_events": reordered,
         "reorder_examples": reorder_examples,
         "latency_source": "AG-UI timestamp (ms) to socket arrival",
-        "latency_ms_p50": _pct(ts_latency_ms, 50),
-        "latency_ms_p99": _pct(ts_latency_ms, 99),
+        "latency_ms_p50": percentile(ts_latency_ms, 50),
+        "latency_ms_p99": percentile(ts_latency_ms, 99),
         "latency_ms_max": max(ts_latency_ms) if ts_latency_ms else None,
         "frames_without_timestamp": no_ts,
-        "since_accepted_ms_p50": _pct(acc_latency_ms, 50),
-        "since_accepted_ms_p99": _pct(acc_latency_ms, 99),
+        "since_accepted_ms_p50": percentile(acc_latency_ms, 50),
+        "since_accepted_ms_p99": percentile(acc_latency_ms, 99),
     }
 
 
@@ -297,25 +232,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="concurrent sessions per round")
     sizes = parser.parse_args().sizes
-    if not _redis_ok():
-        print("SKIP: Redis did not answer on 127.0.0.1:6379; stream benchmark not run.")
-        return 0
-    problem = _reset_db()
+    problem = STACK.reset()
     if problem:
         print(f"SKIP: {problem}; stream benchmark not run.")
         return 0
-    print(f"database {DB_NAME} recreated; migrating...", flush=True)
-    _manage("migrate", "--noinput")
-    token = _manage("create_api_token", "bench", "--create-user").strip().splitlines()[-1].strip()
-    port = _free_port()
-    log = open(ROOT / "bench" / "results" / "stream-daphne.log", "w")
-    proc = subprocess.Popen(
-        [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
-        cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    print(f"database {STACK.db_name} recreated; migrating...", flush=True)
+    STACK.manage("migrate", "--noinput")
+    token = STACK.manage("create_api_token", "bench", "--create-user").strip().splitlines()[-1].strip()
+    port = free_port()
+    RESULTS.mkdir(exist_ok=True)
+    proc = STACK.daphne(port, RESULTS / "stream-daphne.log")
     results = []
     try:
-        _wait_ready(port, proc)
+        wait_ready(port, proc)
         print(f"daphne pid {proc.pid} on port {port}", flush=True)
         for n in sizes:
             print(f"N={n}: running...", flush=True)
@@ -329,7 +258,6 @@ def main() -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        log.close()
 
     header = f"{'N':>4} {'events':>7} {'wall s':>7} {'ev/s':>8} {'ev/run':>8} {'done':>5} {'lost':>5} {'reord':>5} {'p50 ms':>8} {'p99 ms':>8} {'fail':>5}"
     print()
@@ -363,7 +291,7 @@ def main() -> int:
             indent=2,
         )
     )
-    print(f"wrote {OUTPUT.relative_to(ROOT)} (Daphne log: bench/results/stream-daphne.log)")
+    print(f"wrote {OUTPUT.relative_to(RESULTS.parent.parent)} (Daphne log: bench/results/stream-daphne.log)")
     return 0 if ok else 1
 
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.daphne import DAPHNE, LiveServer, free_port
+from tests.support.daphne import LiveServer, free_port, live_daphne
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.environ.get("AGENTSITE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -135,48 +134,11 @@ def manage(*args: str, env: Mapping[str, str]) -> str:
 # -- web processes -------------------------------------------------------------------------------
 
 
-@contextmanager
 def web_process(
     tmp_path: Path, *, env: Mapping[str, str], module: str | None = None, startup_s: float = 30.0
-) -> Iterator[LiveServer]:
-    """`live_daphne`, optionally started through `python -m module` (a patched Daphne), and
-    stopped by SIGKILL when the test already killed it or wants it gone at once."""
-    from tests.support.daphne import database_url_for_tests
-
-    port = free_port()
-    log = tmp_path / f"web-{port}.log"
-    child_env = {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": database_url_for_tests(),
-        "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1", **env,
-    }
-    command = [sys.executable, "-m", module] if module else [str(DAPHNE)]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*command, "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
-            cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    server = LiveServer(host="127.0.0.1", port=port, process=process, log=log)
-    try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the web process exited with {process.returncode}:\n{server.output()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the web process did not listen within {startup_s}s:\n{server.output()}") from None
-                time.sleep(0.1)
-        yield server
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+) -> AbstractContextManager[LiveServer]:
+    """A web process for fault tests: `live_daphne`, optionally a patched Daphne module."""
+    return live_daphne(tmp_path, env=env, module=module, startup_s=startup_s)
 
 
 # -- Redis ----------------------------------------------------------------------------------------

@@ -61,8 +61,11 @@ def database_url_for_tests() -> str:
 
 
 @contextmanager
-def live_daphne(tmp_path: Path, *, env: Mapping[str, str] | None = None, startup_s: float = 30.0) -> Iterator[LiveServer]:
-    """Start Daphne against the test database; stop it (and show its log on failure) after."""
+def live_daphne(
+    tmp_path: Path, *, env: Mapping[str, str] | None = None, startup_s: float = 30.0, module: str | None = None
+) -> Iterator[LiveServer]:
+    """Start Daphne against the test database (through `python -m module` for a patched
+    one); stop it (and show its log on failure) after, also when the test killed it."""
     port = free_port()
     log = tmp_path / f"daphne-{port}.log"
     child_env: dict[str, Any] = {
@@ -77,8 +80,8 @@ def live_daphne(tmp_path: Path, *, env: Mapping[str, str] | None = None, startup
         process = subprocess.Popen(
             # A loaded CI machine can take longer than Daphne's 5 s to accept a handshake
             # (a cold process authenticating its first socket); the tests are not about that.
-            [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "--websocket_connect_timeout", "30",
-             "agentsite.asgi:application"],
+            [*([sys.executable, "-m", module] if module else [str(DAPHNE)]), "-b", "127.0.0.1", "-p", str(port),
+             "--websocket_connect_timeout", "30", "agentsite.asgi:application"],
             cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT,
         )
     server = LiveServer(host="127.0.0.1", port=port, process=process, log=log)

@@ -1,0 +1,109 @@
+"""What the live-stack benchmarks (`stream.py`, `load.py`) share: a bench database on the
+local PostgreSQL, its own Redis database, `manage.py` and Daphne as child processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+PYTHON = BIN / "python"
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    """A bench's PostgreSQL database (dropped and recreated) and Redis database (flushed)."""
+
+    db_name: str
+    redis_db: int
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def database_url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:5432/{self.db_name}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:6379/{self.redis_db}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url, "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1", **dict(self.extra_env),
+        }
+
+    def reset(self) -> str | None:
+        """Recreate the database and flush the Redis database; what is wrong when a service
+        does not answer (the bench then skips), else None."""
+        try:
+            with socket.create_connection(("127.0.0.1", 6379), timeout=2) as s:
+                s.sendall(b"PING\r\n")
+                if not s.recv(16).startswith(b"+PONG"):
+                    return "Redis did not answer PING on 127.0.0.1:6379"
+        except OSError as exc:
+            return f"Redis did not answer on 127.0.0.1:6379: {exc}"
+        try:
+            import psycopg
+
+            with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
+                conn.execute(f"CREATE DATABASE {self.db_name}")
+        except Exception as exc:
+            return f"PostgreSQL did not answer: {exc}"
+        import redis
+
+        redis.Redis.from_url(self.redis_url).flushdb()  # the bench's own database number
+        return None
+
+    def manage(self, *args: str, timeout_s: float = 600) -> str:
+        out = subprocess.run(
+            [str(PYTHON), "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout_s
+        )
+        if out.returncode:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+        return out.stdout
+
+    def daphne(self, port: int, log: Path) -> subprocess.Popen[bytes]:
+        """Daphne on `port` in its own process group (kill it with `os.killpg`)."""
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
+                cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Wait until Daphne answers `/healthz`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"daphne exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+                resp.read()
+                return
+        except Exception:
+            time.sleep(0.2)
+    raise RuntimeError("daphne did not answer /healthz")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0-100) by nearest rank, None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
