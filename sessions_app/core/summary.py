@@ -333,18 +333,10 @@ class LLMSummarizer:
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         budget = self.budget()
-        forked = self.fork_request(request, budget)
+        forked = await self.summarize_forked(request, budget)
         if forked is not None:
-            messages, tools, last = forked
-            try:
-                text = (await self.model.complete(messages, tools=tools)).strip()
-            except Exception as exc:
-                if not is_context_length_error(exc):
-                    raise
-                text = ""
-            if text:
-                return SummaryResult(text=text, last_included=last)
-            # The fork did not work out: the bounded standalone request decides.
+            return forked
+        # The fork did not work out: the bounded standalone request decides.
         messages, last = self.standalone_request(request, budget)
         try:
             text = (await self.model.complete(messages)).strip()
@@ -415,6 +407,21 @@ class LLMSummarizer:
         if chunks and last is chunks[-1][0]:
             last = None  # every event made it (only the previous summary was shortened)
         return self._render(previous, taken), last
+
+    async def summarize_forked(self, request: SummaryRequest, budget: int) -> SummaryResult | None:
+        """The cache-safe fork (SPEC 3.6) when it is on, fits `budget` and gives text; else
+        None (a context-length refusal is a None too, not an error)."""
+        forked = self.fork_request(request, budget)
+        if forked is None:
+            return None
+        messages, tools, last = forked
+        try:
+            text = (await self.model.complete(messages, tools=tools)).strip()
+        except Exception as exc:
+            if not is_context_length_error(exc):
+                raise
+            return None
+        return SummaryResult(text=text, last_included=last) if text else None
 
     def fork_request(
         self, request: SummaryRequest, budget: int
@@ -608,18 +615,10 @@ class ChunkedSummarizer:
         return ""
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        forked = self.leaf.fork_request(request, self.leaf.budget())
+        forked = await self.leaf.summarize_forked(request, self.leaf.budget())
         if forked is not None:
-            messages, tools, last = forked
-            try:
-                text = (await self.model.complete(messages, tools=tools)).strip()
-            except Exception as exc:
-                if not is_context_length_error(exc):
-                    raise
-                text = ""
-            if text:
-                return SummaryResult(text=text, last_included=last)
-            # The fork did not work out: the chunks decide.
+            return forked
+        # The fork did not work out (or is off): the chunks decide.
         room = self.room()
         sections: list[SummarySection] = []
         for first, last, lines in self.chunks(request.events):
