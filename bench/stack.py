@@ -75,7 +75,10 @@ class Stack:
         """Daphne on `port` in its own process group (kill it with `os.killpg`)."""
         with log.open("wb") as out:
             return subprocess.Popen(
-                [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "agentsite.asgi:application"],
+                # As docs/operations.md advises: under load a handshake can wait longer than
+                # Daphne's default of 5 s for a database thread, and is then dropped unanswered.
+                [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "--websocket_connect_timeout", "30",
+                 "agentsite.asgi:application"],
                 cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
 
