@@ -23,6 +23,26 @@ from sessions_app.core.events import (
 from sessions_app.core.session import Session, SessionService, Summary, SummaryBoundary
 
 APP = "app"
+
+
+def user(text: str) -> Event:
+    return Event(author="user", message=Message(role="user", content=text))
+
+
+def assistant(text: str) -> Event:
+    return Event(author="agent", message=Message(role="assistant", content=text))
+
+
+def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> Event:
+    call = ToolCall(id=call_id, name=name, arguments=json.dumps(arguments))
+    return Event(author="agent", message=Message(role="assistant", tool_calls=(call,)))
+
+
+def tool_result(call_id: str, name: str, content: str) -> Event:
+    return Event(
+        author="agent", object=OBJECT_TOOL_RESPONSE,
+        message=Message(role="tool", content=content, tool_call_id=call_id, tool_name=name),
+    )
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessions_app.core.events import Event, Message, ToolCall
+from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.recall import (
     CONTENT_LIMIT,
@@ -38,30 +38,14 @@ from sessions_app.core.recall import (
     surface_forms,
 )
 from sessions_app.core.session import Session, Summary, SummaryBoundary
+from tests.sessions.ledger_builders import assistant, tool_call, tool_result, user
 
 APP = "recall"
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
 
-def user(text: str) -> Event:
-    return Event(author="user", message=Message(role="user", content=text))
 
 
-def assistant(text: str) -> Event:
-    return Event(author="agent", message=Message(role="assistant", content=text))
-
-
-def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> Event:
-    call = ToolCall(id=call_id, name=name, arguments=json.dumps(arguments))
-    return Event(author="agent", message=Message(role="assistant", tool_calls=(call,)))
-
-
-def tool_result(call_id: str, name: str, content: str) -> Event:
-    return Event(
-        author="agent",
-        object="tool.response",
-        message=Message(role="tool", content=content, tool_call_id=call_id, tool_name=name),
-    )
 
 
 class World:

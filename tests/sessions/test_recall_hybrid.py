@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
-from sessions_app.core.events import Event, Message, ToolCall
+from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.recall import (
     InMemoryRecallIndex,
@@ -23,6 +22,7 @@ from sessions_app.core.recall import (
     session_search,
 )
 from sessions_app.core.session import Session, SessionService, Summary, SummaryBoundary
+from tests.sessions.ledger_builders import tool_call, tool_result
 
 APP = "recall"
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -34,16 +34,6 @@ def said(author: str, text: str, role: str = "user") -> Event:
     return Event(author=author, message=Message(role=role, content=text))  # type: ignore[arg-type]  # user/assistant
 
 
-def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> Event:
-    call = ToolCall(id=call_id, name=name, arguments=json.dumps(arguments))
-    return Event(author="agent", message=Message(role="assistant", tool_calls=(call,)))
-
-
-def tool_result(call_id: str, name: str, content: str) -> Event:
-    return Event(
-        author="agent", object="tool.response",
-        message=Message(role="tool", content=content, tool_call_id=call_id, tool_name=name),
-    )
 
 
 class Backend:
