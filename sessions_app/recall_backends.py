@@ -10,9 +10,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sessions_app import mapping, search
+from sessions_app import models as orm
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event
-from sessions_app.core.recall import RECALL_ROLES, SCAN_CAP, EventSearchRequest, EventWindow, SearchHit, recall_text
+from sessions_app.core.recall import (
+    RECALL_ROLES,
+    SCAN_CAP,
+    AnchorNotFoundError,
+    EventRange,
+    EventSearchRequest,
+    EventWindow,
+    SearchHit,
+    recall_text,
+)
 from sessions_app.core.session import SessionKey, Summary
 
 
@@ -30,6 +40,32 @@ def _event_id_at(key: SessionKey, seq: int) -> str | None:
     return None
 
 
+def _events_in_range(key: SessionKey, first_seq: int, last_seq: int, limit: int) -> EventRange:
+    user = search._user_pk(key.user_id)
+    ledger_last = (
+        orm.Session.objects.filter(id=key.session_id, app=key.app, user_id=user if user is not None else -1)
+        .values_list("last_seq", flat=True)
+        .first()
+    )
+    if ledger_last is None:
+        raise AnchorNotFoundError(f"session {key.session_id!r} not found")
+    rows = (
+        search._session_events(key).filter(seq__gte=first_seq, seq__lte=last_seq, role__in=RECALL_ROLES)
+        .exclude(text="")
+        .order_by("seq")
+        .values_list("payload", "seq", "event_id")
+    )
+    events: list[Event] = []
+    # A persisted partial event is not recallable: read on past it until the page is full.
+    for payload, seq, event_id in rows.iterator(chunk_size=max(1, limit)):
+        event = mapping.event_from_values(payload, seq, event_id)
+        if recall_text(event) is not None:
+            events.append(event)
+            if len(events) >= limit:
+                break
+    return EventRange(session_id=key.session_id, events=tuple(events), ledger_last_seq=ledger_last or 0)
+
+
 class DjangoRecallIndex:
     """Session recall over the event ledger tables; every read is scoped to one user."""
 
@@ -45,6 +81,10 @@ class DjangoRecallIndex:
     async def event_id_at(self, key: SessionKey, seq: int) -> str | None:
         """The first recallable event at or after `seq` (a tool call resolves to its result)."""
         return await db_call(_event_id_at)(key, seq)
+
+    async def events_in_range(self, key: SessionKey, *, first_seq: int, last_seq: int, limit: int) -> EventRange:
+        """At most `limit` recallable events with seqs in the range, oldest first (C1)."""
+        return await db_call(_events_in_range)(key, first_seq, last_seq, limit)
 
     async def find_tool_result(self, key: SessionKey, tool_call_id: str) -> Event | None:
         return await db_call(search.find_tool_result)(key, tool_call_id)

@@ -63,6 +63,8 @@ CONTEXT_CONTENT_LIMIT = 2 * 1024
 LOAD_BEFORE = 1
 LOAD_AFTER = 1
 LOAD_MAX_SPAN = 4
+RANGE_PAGE_EVENTS = 40
+"""Most events one page of a range load returns (the page's bytes are bounded too)."""
 CONTENT_LIMIT = 16 * 1024
 MAX_CONTENT_LIMIT = 64 * 1024
 
@@ -98,6 +100,10 @@ class RecallError(ValueError):
 
 class AnchorNotFoundError(RecallError, LookupError):
     """The anchor event of a window does not exist, is not recallable, or is not the user's."""
+
+
+class RangeError(RecallError):
+    """A seq range for session_load that is malformed or lies outside the session's ledger."""
 
 
 # -- text analysis ----------------------------------------------------------------------------
@@ -510,6 +516,16 @@ class EventWindow:
     events: tuple[Event, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class EventRange:
+    """Recallable events of one session with seqs in a range, oldest first, and where the
+    session's ledger ends (its newest seq; 0 when empty)."""
+
+    session_id: str
+    events: tuple[Event, ...]
+    ledger_last_seq: int
+
+
 @runtime_checkable
 class RecallIndex(Protocol):
     """Search and windows over one user's session events (SPEC 2.5's SearchEvents and
@@ -650,6 +666,16 @@ class InMemoryRecallIndex:
             if (event.seq or 0) >= seq and recall_text(event) is not None:
                 return event.id
         return None
+
+    async def events_in_range(self, key: SessionKey, *, first_seq: int, last_seq: int, limit: int) -> EventRange:
+        """At most `limit` recallable events with `first_seq` <= seq <= `last_seq`, oldest
+        first. Raises `AnchorNotFoundError` when the session is not the user's."""
+        if not await self._owned(key):
+            raise AnchorNotFoundError(f"session {key.session_id!r} not found")
+        events = await self._events(key)
+        chosen = [e for e in events if first_seq <= (e.seq or 0) <= last_seq and recall_text(e) is not None]
+        last = max((e.seq or 0 for e in events), default=0)
+        return EventRange(session_id=key.session_id, events=tuple(chosen[: max(0, limit)]), ledger_last_seq=last)
 
     async def find_tool_result(self, key: SessionKey, tool_call_id: str) -> Event | None:
         if not await self._owned(key):
@@ -1294,10 +1320,17 @@ async def session_load(
     content_limit: int | None = CONTENT_LIMIT,
     seq: int | None = None,
     unit: bool = False,
+    section: str | None = None,
+    first_seq: int | str | None = None,
+    last_seq: int | str | None = None,
 ) -> dict[str, Any]:
     """SPEC 5.3: a small raw window around one event of the user's session (the current
     one by default), tool results byte-sliced. Raises `RecallError` with a message for the
     model when the anchor cannot be resolved.
+
+    Beyond SPEC (issue 12, C1): a range instead of an anchor, `section` as a summary
+    header prints it ("41-77" or "[events 41-77]") or `first_seq` and `last_seq`, loads
+    the recallable events of that range in pages (see `load_range`).
 
     Beyond SPEC (issue 12): `seq` anchors at the first recallable event at or after that
     seq, for the seq ranges a request names instead of ids (events not loaded into it).
@@ -1307,6 +1340,13 @@ async def session_load(
     key = SessionKey(app=session.app, user_id=session.user_id, session_id=(session_id or "").strip() or session.id)
     event_id = (event_id or "").strip()
     tool_call_id = (tool_call_id or "").strip()
+    if (section or "").strip() or first_seq is not None or last_seq is not None:
+        if event_id or tool_call_id or seq is not None:
+            raise RangeError(
+                "give either a range (section, or first_seq and last_seq) or an anchor (event_id, tool_call_id, seq), not both"
+            )
+        first, last = parse_range(section=section, first_seq=first_seq, last_seq=last_seq)
+        return await load_range(index, key=key, first_seq=first, last_seq=last, content_limit=content_limit)
     anchor = event_id
     if not anchor and tool_call_id:
         anchor = await _resolve_tool_call(index, session, key, tool_call_id) or ""
@@ -1349,6 +1389,96 @@ async def session_load(
     }
     if unit:
         answer["unit"] = True
+    return answer
+
+
+_RANGE = re.compile(r"^\s*(?:\[?\s*events\s+)?(\d+)\s*(?:-|\u2013|\u2014|\.\.)\s*(\d+)\s*\]?\s*$", re.IGNORECASE)
+
+
+def _seq_value(name: str, value: int | str) -> int:
+    if isinstance(value, bool):
+        raise RangeError(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if not re.fullmatch(r"-?\d+", text):
+        raise RangeError(f"{name} must be a whole number, got {value!r}")
+    return int(text)
+
+
+def parse_range(
+    *, section: str | None = None, first_seq: int | str | None = None, last_seq: int | str | None = None
+) -> tuple[int, int]:
+    """(first, last) of a load range: `section` as a summary header prints it ("41-77",
+    "[events 41-77]"), else `first_seq` and `last_seq`. Raises `RangeError` for anything
+    else: not numbers, a missing end, seqs below 1, first after last."""
+    text = (section or "").strip()
+    if text:
+        if first_seq is not None or last_seq is not None:
+            raise RangeError("give the range once: either section or first_seq and last_seq")
+        match = _RANGE.match(text)
+        if match is None:
+            raise RangeError(f"section {section!r} is not a range; give it as a summary header prints it, e.g. '41-77'")
+        first, last = int(match.group(1)), int(match.group(2))
+    else:
+        if first_seq is None or last_seq is None:
+            raise RangeError("a range needs both first_seq and last_seq (or a section such as '41-77')")
+        first, last = _seq_value("first_seq", first_seq), _seq_value("last_seq", last_seq)
+    if first < 1:
+        raise RangeError(f"seqs start at 1, got first_seq {first!r}")
+    if first > last:
+        raise RangeError(f"first_seq {first!r} is after last_seq {last!r}")
+    return first, last
+
+
+async def load_range(
+    index: RecallIndex,
+    *,
+    key: SessionKey,
+    first_seq: int,
+    last_seq: int,
+    content_limit: int | None = CONTENT_LIMIT,
+) -> dict[str, Any]:
+    """C1: the recallable events of `key`'s session with seqs in `first_seq`..`last_seq`,
+    oldest first, one page at a time. A page holds at most `RANGE_PAGE_EVENTS` events and
+    `content_limit` bytes of content (at least one event; a tool result is sliced to the
+    limit, paged further by session_load with its event_id and content_offset). When the
+    range goes on, the answer has `next_seq`: load `next_seq`..`last_seq` for the next
+    page. Raises `RangeError` when the range ends past the session's ledger, and
+    `AnchorNotFoundError` when the session is not the user's."""
+    finder = getattr(index, "events_in_range", None)
+    if finder is None:
+        raise RecallError("this session store cannot load by range; use event_id")
+    _, limit = normalize_content_window(0, content_limit)
+    found: EventRange = await finder(key, first_seq=first_seq, last_seq=last_seq, limit=RANGE_PAGE_EVENTS + 1)
+    if last_seq > found.ledger_last_seq:
+        raise RangeError(
+            f"range {first_seq}-{last_seq} is outside the ledger of session {key.session_id!r}, "
+            f"which ends at seq {found.ledger_last_seq}"
+        )
+    messages: list[dict[str, Any]] = []
+    used = 0
+    next_seq: int | None = None
+    for event in found.events:
+        loaded = loaded_message(event, limit=limit)
+        size = len(str(loaded.get("content", "")).encode("utf-8"))
+        if messages and (len(messages) >= RANGE_PAGE_EVENTS or used + size > limit):
+            next_seq = event.seq
+            break
+        messages.append(loaded)
+        used += size
+    answer: dict[str, Any] = {
+        "session_id": key.session_id,
+        "section": f"{first_seq}-{last_seq}",
+        "first_seq": first_seq,
+        "last_seq": last_seq,
+        "note": HISTORY_NOTE,
+        "messages": messages,
+        "count": len(messages),
+    }
+    if next_seq is not None:
+        answer["next_seq"] = next_seq
+        answer["next"] = {"first_seq": next_seq, "last_seq": last_seq}
     return answer
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -51,6 +52,11 @@ SUMMARY_BUDGET_RATIO = 0.7
 SUMMARY_RETRY_RATIO = 0.5
 CONTEXT_THRESHOLD_RATIO = 0.5
 CONTEXT_THRESHOLD_MIN_TOKENS = 2000
+DEFAULT_SUMMARY_TOKENS = 2048
+MIN_SUMMARY_TOKENS = 256
+"""Bounds of a chunked summary's default size (a quarter of the request room)."""
+DEFAULT_SECTION_TOKENS = 1024
+"""Transcript tokens of new events per section of an extractive summary (its granularity)."""
 DEFAULT_MAX_EVENTS = 2000
 """Most events one summary run reads after the boundary; the rest wait for the next run."""
 DEFAULT_LOCK_WAIT_S = 30.0
@@ -490,11 +496,163 @@ class LLMSummarizer:
 
 @dataclass(frozen=True, kw_only=True)
 class SummarySection:
-    """One piece of a bounded summary: the text and the ledger seqs it was built from."""
+    """One piece of a summary: its text and the ledger seqs it was built from (C1)."""
 
     first_seq: int
     last_seq: int
     text: str
+
+    @property
+    def header(self) -> str:
+        return section_header(self.first_seq, self.last_seq)
+
+
+# -- provenance-anchored sections (issue 12, C1) -----------------------------------------------
+#
+# A stored summary is a run of sections, each opened by a header line `[events F-L]`: the
+# ledger seqs F..L (inclusive) it stands for. The ranges of one summary are contiguous,
+# oldest first, and cover every seq from 1 to the boundary, so any hidden event lies in
+# exactly one section and `session_load(section="F-L")` is the way back to its raw text.
+# The header lives in the text itself: nothing new is stored, and a model can quote it.
+
+_HEADER = re.compile(r"^\[events (\d+)-(\d+)\]$")
+_HEADER_LIKE = re.compile(r"^\s*\[events \d+\s*[-\u2013]\s*\d+\]\s*$")
+
+
+def section_header(first_seq: int, last_seq: int) -> str:
+    """The header line of the section covering seqs `first_seq`..`last_seq`."""
+    return f"[events {first_seq}-{last_seq}]"
+
+
+def strip_section_headers(text: str) -> str:
+    """`text` without header-like lines (a model that copied the previous summary's
+    headers into its prose must not make new, unchecked ranges)."""
+    return "\n".join(line for line in text.splitlines() if not _HEADER_LIKE.match(line)).strip()
+
+
+def render_sections(sections: Iterable[SummarySection]) -> str:
+    """The summary text of `sections`: a header line, then the section's text, blank line
+    between sections. A text line that looks like a header is indented one space, so that
+    the parser never takes it for one."""
+    blocks = []
+    for section in sections:
+        body = "\n".join(f" {line}" if _HEADER_LIKE.match(line) else line for line in section.text.strip().splitlines())
+        blocks.append(f"{section.header}\n{body}")
+    return "\n\n".join(blocks)
+
+
+def parse_sections(text: str) -> tuple[SummarySection, ...]:
+    """The sections of a stored summary text, oldest first; () when it has no header (a
+    summary written before C1). Text before the first header joins the first section."""
+    sections: list[SummarySection] = []
+    preamble: list[str] = []
+    current: tuple[int, int] | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        match = _HEADER.match(line)
+        if match is None:
+            (lines if current is not None else preamble).append(line)
+            continue
+        if current is not None:
+            sections.append(SummarySection(first_seq=current[0], last_seq=current[1], text="\n".join(lines).strip()))
+        current, lines = (int(match.group(1)), int(match.group(2))), []
+    if current is None:
+        return ()
+    sections.append(SummarySection(first_seq=current[0], last_seq=current[1], text="\n".join(lines).strip()))
+    if any(line.strip() for line in preamble):
+        first = sections[0]
+        sections[0] = dataclasses.replace(first, text="\n".join([*preamble, first.text]).strip())
+    return tuple(sections)
+
+
+def summary_sections(summary: Summary | None) -> tuple[SummarySection, ...]:
+    """The sections of a stored summary; a summary without headers is one section from
+    seq 1 to its boundary (so its range is never lost when the next one rolls it in)."""
+    if summary is None or not summary.text.strip():
+        return ()
+    parsed = parse_sections(summary.text)
+    if parsed:
+        return parsed
+    return (SummarySection(first_seq=1, last_seq=max(1, summary.last_seq), text=summary.text.strip()),)
+
+
+def anchor_sections(sections: Sequence[SummarySection], *, last_seq: int) -> tuple[SummarySection, ...]:
+    """`sections` made into a partition of seqs 1..`last_seq`: oldest first, each starting
+    right after the one before (the first at 1), the last ending at `last_seq`.
+
+    A gap (events with nothing to summarize: completion markers, other branches) joins the
+    section after it; a section left with no seq of its own, or with no text, joins the
+    one before it, so its range is kept as part of a union and never dropped."""
+    out: list[SummarySection] = []
+    for section in sorted(sections, key=lambda s: (s.first_seq, s.last_seq)):
+        text = section.text.strip()
+        end = min(section.last_seq, last_seq)
+        if not out:
+            if text:
+                out.append(SummarySection(first_seq=1, last_seq=max(1, end), text=text))
+            continue
+        start = out[-1].last_seq + 1
+        if end < start or not text:
+            merged = "\n".join(t for t in (out[-1].text, text) if t)
+            out[-1] = SummarySection(first_seq=out[-1].first_seq, last_seq=max(out[-1].last_seq, end), text=merged)
+            continue
+        out.append(SummarySection(first_seq=start, last_seq=end, text=text))
+    if out and out[-1].last_seq < last_seq:
+        out[-1] = dataclasses.replace(out[-1], last_seq=last_seq)
+    return tuple(out)
+
+
+def section_cost(section: SummarySection, count_text: Callable[[str], int]) -> int:
+    """Tokens a section adds to the summary text: its header, its text, the line breaks.
+    Digits and brackets tokenise poorly, so the header counts at least half its characters
+    (an estimate by characters / 4 would undercount it under tiktoken)."""
+    header = max(count_text(section.header), len(section.header) // 2)
+    return header + count_text(section.text) + 2
+
+
+SectionMerge = Callable[[Sequence[SummarySection], int | None], Awaitable[str]]
+"""Writes one text for a group of sections (oldest first), within a token limit when given."""
+
+
+async def fit_sections(
+    sections: Sequence[SummarySection],
+    *,
+    budget: int,
+    count_text: Callable[[str], int],
+    merge: SectionMerge,
+    group_room: int | None = None,
+) -> list[SummarySection]:
+    """`sections` within `budget` tokens by merging the oldest ones: the oldest group (at
+    least two, at most `group_room` tokens when given) becomes one section whose range is
+    the union of theirs and whose text is `merge(group, None)`. The newest detail stays
+    finest. A single section still over the budget is merged alone once, with the limit
+    the budget leaves it."""
+    level = list(sections)
+
+    def total() -> int:
+        return sum(section_cost(s, count_text) for s in level)
+
+    while len(level) > 1 and total() > budget:
+        excess = total() - budget
+        size = 2
+        group_cost = section_cost(level[0], count_text) + section_cost(level[1], count_text)
+        # Take more of the oldest while merging only two would not bring the summary under
+        # budget (a merged section costs about what one section does), and the group fits.
+        while size < len(level):
+            more = group_cost + section_cost(level[size], count_text)
+            if group_cost - group_cost // size >= excess or (group_room is not None and more > group_room):
+                break
+            group_cost, size = more, size + 1
+        group = level[:size]
+        text = strip_section_headers(await merge(group, None)) or "\n".join(s.text for s in group)
+        merged = SummarySection(first_seq=group[0].first_seq, last_seq=group[-1].last_seq, text=text)
+        level = [merged, *level[size:]]
+    if len(level) == 1 and total() > budget:
+        limit = max(1, budget - (section_cost(dataclasses.replace(level[0], text=""), count_text)))
+        text = strip_section_headers(await merge(level, limit))
+        if text:
+            level = [dataclasses.replace(level[0], text=text)]
+    return level
 
 
 class ChunkedSummarizer:
@@ -504,12 +662,15 @@ class ChunkedSummarizer:
     model's window, as `LLMSummarizer`); an event too large for one chunk is cut into
     pieces, each its own chunk, so no event is left out or shortened. Each chunk is
     summarised alone; a failed chunk (an exception, a context-length refusal, an empty
-    answer) is retried alone, up to `attempts` times, a refused one in halves. The
-    previous summary and the chunk summaries are then rolled up; while they do not fit
-    one request, consecutive ones are summarised in groups that do (summaries of
-    summaries), each keeping the seq range it covers. `SummaryResult.sections` are the
-    chunk summaries with their ranges. Every event goes into some request whole: the
-    summarizer sees 100% of what it hides.
+    answer) is retried alone, up to `attempts` times, a refused one in halves. Every event
+    goes into some request whole: the summarizer sees 100% of what it hides.
+
+    The summary is made of sections (C1): the previous summary's sections, kept as they
+    were, then one per chunk, each with the seq range it stands for. While they weigh
+    more than `summary_tokens` (default a quarter of the request room, between 256 and
+    2,048), the oldest are summarised together in groups that fit one request
+    (summaries of summaries) and the group's ranges become one union range.
+    `SummaryResult.sections` are the sections of the text.
 
     With `cache_safe_forking` and a parent request, SPEC 3.6's fork is tried first, as
     `LLMSummarizer` does; it is used only when it fits the budget (it is bounded too), and
@@ -529,9 +690,13 @@ class ChunkedSummarizer:
         fallback_window: int = FALLBACK_CONTEXT_WINDOW,
         attempts: int = 3,
         cache_safe_forking: bool = False,
+        summary_tokens: int | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts!r}")
+        if summary_tokens is not None and summary_tokens < 1:
+            raise ValueError(f"summary_tokens must be positive, got {summary_tokens!r}")
+        self.summary_tokens = summary_tokens
         self.leaf = LLMSummarizer(
             model, name=name, prompt=prompt, max_summary_words=max_summary_words, tokenizer=tokenizer,
             budget_ratio=budget_ratio, input_token_budget=input_token_budget, fallback_window=fallback_window,
@@ -619,37 +784,28 @@ class ChunkedSummarizer:
         if forked is not None:
             return forked
         # The fork did not work out (or is off): the chunks decide.
-        room = self.room()
-        sections: list[SummarySection] = []
+        new: list[SummarySection] = []
         for first, last, lines in self.chunks(request.events):
-            text = await self._summarize_lines(lines)
+            text = strip_section_headers(await self._summarize_lines(lines))
             if text:
-                sections.append(SummarySection(first_seq=first, last_seq=last, text=text))
-        if not sections:
+                new.append(SummarySection(first_seq=first, last_seq=last, text=text))
+        if not new:
             return SummaryResult(text="")
-        level: list[SummarySection] = list(sections)
-        previous = request.previous_text
-        if previous:
-            level.insert(0, SummarySection(first_seq=0, last_seq=request.previous.last_seq if request.previous else 0, text=previous))
-        # Roll up: summaries of summaries, in groups that fit, until one request holds them all.
-        while len(level) > 1 and sum(self._cost(x.text) for x in level) > room:
-            grouped: list[SummarySection] = []
-            batch: list[SummarySection] = []
-            used = 0
-            for section in level:
-                cost = self._cost(section.text)
-                if batch and used + cost > room:
-                    grouped.append(await self._roll(batch))
-                    batch, used = [], 0
-                batch.append(section)
-                used += cost
-            if batch:
-                grouped.append(await self._roll(batch) if len(batch) > 1 else batch[0])
-            if len(grouped) >= len(level):
-                break  # every group was one section already: nothing left to merge
-            level = grouped
-        final = level[0] if len(level) == 1 else await self._roll(level)
-        return SummaryResult(text=final.text, sections=tuple(sections))
+        sections = anchor_sections([*summary_sections(request.previous), *new], last_seq=new[-1].last_seq)
+        fitted = await fit_sections(
+            sections, budget=self.summary_budget(), count_text=self.tokenizer.count_text, merge=self._merge,
+            group_room=self.room(),
+        )
+        return SummaryResult(text=render_sections(fitted), sections=tuple(fitted))
+
+    def summary_budget(self) -> int:
+        """Tokens the stored summary (every section with its header) may take."""
+        if self.summary_tokens is not None:
+            return self.summary_tokens
+        return min(DEFAULT_SUMMARY_TOKENS, max(MIN_SUMMARY_TOKENS, self.room() // 4))
+
+    async def _merge(self, batch: Sequence[SummarySection], limit: int | None) -> str:
+        return (await self._roll(batch)).text
 
     async def _roll(self, batch: Sequence[SummarySection]) -> SummarySection:
         lines: list[str] = []
@@ -660,26 +816,87 @@ class ChunkedSummarizer:
 
 
 class ExtractiveSummarizer:
-    """The offline model's summarizer: the most informative sentences of the previous
-    summary and the new events, within `budget_tokens` (DESIGN 7). `summarize` is the
-    extractive function (`runs.core.llm.offline.extractive_summary`); it runs in a thread."""
+    """The offline model's summarizer: the most informative sentences, within
+    `budget_tokens` (DESIGN 7). `summarize` is the extractive function
+    (`runs.core.llm.offline.extractive_summary`); it runs in a thread.
 
-    def __init__(self, summarize: Callable[[str, int], str], *, budget_tokens: int = 512, name: str = "extractive") -> None:
+    The summary is made of sections (C1). The new events are cut, whole, into chunks of
+    about `section_tokens` transcript tokens (the granularity); each chunk becomes a
+    section of at most `section_budget_tokens` (default a quarter of the budget) with its
+    seq range. The previous summary's sections are kept as they were. While the whole is
+    over `budget_tokens`, the oldest sections are extracted together into one section
+    whose range is the union of theirs: old history gets coarser, none is dropped.
+    """
+
+    def __init__(
+        self,
+        summarize: Callable[[str, int], str],
+        *,
+        budget_tokens: int = 512,
+        name: str = "extractive",
+        section_tokens: int = DEFAULT_SECTION_TOKENS,
+        section_budget_tokens: int | None = None,
+        tokenizer: Tokenizer = APPROX_TOKENIZER,
+    ) -> None:
         if budget_tokens < 1:
             raise ValueError(f"budget_tokens must be positive, got {budget_tokens!r}")
+        if section_tokens < 1:
+            raise ValueError(f"section_tokens must be positive, got {section_tokens!r}")
+        if section_budget_tokens is not None and section_budget_tokens < 1:
+            raise ValueError(f"section_budget_tokens must be positive, got {section_budget_tokens!r}")
         self._summarize = summarize
         self.budget_tokens = budget_tokens
         self.name = name
+        self.section_tokens = section_tokens
+        self.section_budget_tokens = section_budget_tokens or max(16, budget_tokens // 4)
+        self.tokenizer = tokenizer
+
+    def chunks(self, events: Sequence[Event]) -> list[tuple[int, int, list[str]]]:
+        """(first_seq, last_seq, transcript lines) per section of new events, oldest
+        first; events are never split, so one larger than `section_tokens` is a chunk alone."""
+        out: list[tuple[int, int, list[str]]] = []
+        lines: list[str] = []
+        used = first = last = 0
+        for event in events:
+            event_lines = conversation_lines(event)
+            if not event_lines:
+                continue
+            cost = sum(self.tokenizer.count_text(line) + 1 for line in event_lines)
+            if lines and used + cost > self.section_tokens:
+                out.append((first, last, lines))
+                lines, used = [], 0
+            if not lines:
+                first = event.seq or 0
+            lines.extend(event_lines)
+            used += cost
+            last = event.seq or 0
+        if lines:
+            out.append((first, last, lines))
+        return out
+
+    async def _extract(self, text: str, limit: int) -> str:
+        # The previous text goes in as plain sentences: a "system:" prefix would be kept by
+        # the extraction and pile up, one more per round.
+        return strip_section_headers(await asyncio.to_thread(self._summarize, text, limit))
+
+    async def _merge(self, group: Sequence[SummarySection], limit: int | None) -> str:
+        return await self._extract("\n".join(s.text for s in group), limit or self.section_budget_tokens)
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        # The previous summary goes in as plain sentences: a "system:" prefix would be kept
-        # by the extraction and pile up, one more per round.
-        lines = [request.previous_text] if request.previous_text else []
-        lines.append(render_conversation("", request.events))
-        text = "\n".join(lines)
-        if not text.strip():
+        new: list[SummarySection] = []
+        for first, last, lines in self.chunks(request.events):
+            text = await self._extract("\n".join(lines), self.section_budget_tokens)
+            if text:
+                new.append(SummarySection(first_seq=first, last_seq=last, text=text))
+        previous = summary_sections(request.previous)
+        if not new and not previous:
             return SummaryResult(text="")
-        return SummaryResult(text=await asyncio.to_thread(self._summarize, text, self.budget_tokens))
+        end = new[-1].last_seq if new else max(s.last_seq for s in previous)
+        sections = anchor_sections([*previous, *new], last_seq=end)
+        fitted = await fit_sections(
+            sections, budget=self.budget_tokens, count_text=self.tokenizer.count_text, merge=self._merge
+        )
+        return SummaryResult(text=render_sections(fitted), sections=tuple(fitted))
 
 
 # -- trigger checks (SPEC 3.5) -------------------------------------------------------------
@@ -1030,7 +1247,7 @@ async def _summarize_locked(run: _Run, filter_key: str, *, parent: ForkParent | 
     text = result.text.strip()
     if not text:
         return TargetOutcome(reason="empty_text", **base)
-    summary = _next_summary(run, filter_key, previous, delta, text, result.last_included)
+    summary = _next_summary(run, filter_key, previous, delta, result)
     try:
         stored = await run.service.advance_summary(run.key, summary)
     except asyncio.CancelledError:
@@ -1043,12 +1260,23 @@ async def _summarize_locked(run: _Run, filter_key: str, *, parent: ForkParent | 
     return TargetOutcome(reason="updated", summary=stored, **base)
 
 
+def anchored_text(result: SummaryResult, *, last_seq: int) -> str:
+    """The text stored for a summarizer's result (C1): its sections, anchored to seqs
+    1..`last_seq`; a result without sections (a single model summary, a fork) is one
+    section covering all of them, since it folds the previous summary in."""
+    sections = result.sections or (SummarySection(first_seq=1, last_seq=last_seq, text=strip_section_headers(result.text)),)
+    anchored = anchor_sections(sections, last_seq=last_seq)
+    return render_sections(anchored) if anchored else result.text.strip()
+
+
 def _next_summary(
-    run: _Run, filter_key: str, previous: Summary | None, delta: Sequence[Event], text: str, last: Event | None
+    run: _Run, filter_key: str, previous: Summary | None, delta: Sequence[Event], result: SummaryResult
 ) -> Summary:
+    last = result.last_included
     if last is None or not any(e.id == last.id for e in delta):
         last = delta[-1]
     assert last.seq is not None
+    text = anchored_text(result, last_seq=last.seq)
     covered = [e for e in delta if (e.seq or 0) <= last.seq]
     visible = [m for m in (model_message(e) for e in covered) if m is not None]
     cutoff = last.created_at

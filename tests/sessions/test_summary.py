@@ -116,7 +116,8 @@ async def test_summary_rolls_the_previous_summary_forward_with_only_the_events_a
     assert [e.seq for e in request.events] == [6, 7, 8]
     assert outcome.primary.reason == "updated"
     new = await summary(service, session)
-    assert new is not None and new.text == "checkout slow; INC-7 open"
+    # A single model summary folds the previous one in: one section over every seq (C1).
+    assert new is not None and new.text == "[events 1-8]\ncheckout slow; INC-7 open"
     # The boundary is the last event of the delta (here the run's completion marker).
     assert new.boundary is not None and (new.boundary.last_seq, new.boundary.last_event_id) == (8, ledger.events[7].id)
     assert new.boundary.cutoff_at == ledger.events[7].created_at
@@ -254,7 +255,7 @@ async def test_a_failed_write_still_reports_the_summary_it_made() -> None:
     await two_turns().append_to(service, session)
     outcome = await summarize_session(service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), cascade=False)
     assert outcome.primary.reason == "persist_failed" and outcome.advanced and not outcome.primary.persisted
-    assert outcome.primary.summary is not None and outcome.primary.summary.text == "summary"
+    assert outcome.primary.summary is not None and outcome.primary.summary.text == "[events 1-8]\nsummary"
     assert await service.get_summary(session.key, filter_key=APP) is None
 
 
@@ -290,7 +291,7 @@ async def test_the_full_session_is_summarized_on_its_own_when_other_branches_hav
     assert [t.reason for t in outcome.targets] == ["updated", "updated"]
     assert [len(r.events) for r in summarizer.requests] == [3, 6]
     whole = await summary(service, session, "")
-    assert whole is not None and whole.text == "everything" and whole.last_seq == 6
+    assert whole is not None and whole.text == "[events 1-6]\neverything" and whole.last_seq == 6
 
 
 async def test_a_job_for_a_covered_seq_does_nothing_so_running_it_twice_has_one_effect() -> None:

@@ -249,7 +249,7 @@ def test_running_the_summary_task_twice_has_one_effect(
     assert session_summarize_task(session.id, APP, 5) == "covered"
     assert counting_summarizer.calls == [(1, 5)]
     row = orm.Summary.objects.get(session_id=session.id, filter_key=APP)
-    assert (row.version, row.last_seq, row.text) == (1, 5, "summary through 5")
+    assert (row.version, row.last_seq, row.text) == (1, 5, "[events 1-5]\nsummary through 5")
     assert orm.Summary.objects.get(session_id=session.id, filter_key="").last_seq == 5  # the cascade's copy
     assert session_summarize_task("no-such-session", APP, 1) == "missing"
 
