@@ -12,6 +12,7 @@ from runs.backends import DjangoRunStore, active_runs_admission
 from runs.core.flow.compaction import CompactionConfig
 from runs.core.flow.governance import (
     TIKTOKEN,
+    BackgroundCompactionConfig,
     ContextGovernance,
     PinnedConfig,
     PrecallConfig,
@@ -64,7 +65,7 @@ _GOVERNANCE_KNOBS = (
     "sync_summary_intra_run", "compaction", "compaction_ratio", "compaction_min_tokens", "keep_recent_requests",
     "tool_result_max_tokens", "oversized_tool_result_max_tokens", "compaction_force_clean_tools",
     "compaction_keep_tools", "context_manifest_check", "pinned_intent", "pinned_budget_ratio", "summary_chunked",
-    "compaction_clear_at_least",
+    "compaction_clear_at_least", "compaction_soft", "compaction_soft_ratio", "compaction_soft_min_tokens",
 )
 
 
@@ -147,6 +148,9 @@ def build_governance(engine: SummaryEngine) -> ContextGovernance:
         precall=PrecallConfig(
             enabled=knobs["compaction"], ratio=knobs["compaction_ratio"], min_tokens=knobs["compaction_min_tokens"]
         ),
+        background=BackgroundCompactionConfig(
+            ratio=knobs["compaction_soft_ratio"], min_tokens=knobs["compaction_soft_min_tokens"]
+        ) if knobs["compaction"] and knobs["compaction_soft"] else None,
         sync_summary_intra_run=knobs["sync_summary_intra_run"],
         context_window=settings.AGENTSITE_CONTEXT_WINDOW,
         tokenizer=TIKTOKEN,

@@ -57,6 +57,8 @@ DEMO_GOVERNANCE = {
     "summary_budget_tokens": 300,
     "compaction_ratio": 0.35,
     "compaction_min_tokens": 1500,
+    "compaction_soft_ratio": 0.25,
+    "compaction_soft_min_tokens": 1000,
     "tool_result_max_tokens": 120,
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,16 @@ def test_clear_at_least_setting_reaches_the_demo_governance(settings: pytest.Fix
     settings.AGENTSITE_COMPACTION_CLEAR_AT_LEAST = 16_384  # type: ignore[attr-defined]  # pytest-django settings fixture
     governance = build_governance(SummaryEngine(summarizer=None))
     assert governance.compaction.clear_at_least == 16_384
+
+
+def test_background_compaction_is_on_by_default_with_the_demo_thresholds_and_can_be_turned_off(settings: Any) -> None:
+    from agentsite.composition import build_governance
+
+    settings.AGENTSITE_DEMO_GOVERNANCE = True
+    governance = build_governance(SummaryEngine(summarizer=None))
+    assert governance.background is not None and governance.background.ratio == 0.25
+    assert governance.background.threshold(8192) < governance.precall.threshold(8192)  # starts before the blocking path
+    settings.AGENTSITE_DEMO_GOVERNANCE = False
+    assert build_governance(SummaryEngine(summarizer=None)).background.ratio == 0.55  # type: ignore[union-attr]
+    settings.AGENTSITE_COMPACTION_SOFT = False
+    assert build_governance(SummaryEngine(summarizer=None)).background is None

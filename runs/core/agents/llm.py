@@ -7,7 +7,7 @@ from typing import Any
 
 from runs.core.errors import ModelError, TransientModelError
 from runs.core.flow.governance import ContextGovernance
-from runs.core.flow.precall import compact_before_call, summarize_now
+from runs.core.flow.precall import BackgroundCompactions, compact_before_call, summarize_now
 from runs.core.flow.request import BuiltRequest, build_context, build_for_invocation, pinned_state
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
@@ -39,8 +39,9 @@ class LLMAgent:
     event and, for tool calls, one tool-result event per call (in call order).
 
     With `governance`, each step's request is governed (DESIGN 6): tool results compacted,
-    a synchronous summary and a rebuild when the request reaches the pre-call threshold,
-    optionally a summary before every step but the first. Every complete assistant event
+    a summary started in the background at the soft threshold and swapped in at the next
+    step (issue 12, C5), a synchronous summary and a rebuild when the request reaches the
+    pre-call threshold, optionally a summary before every step but the first. Every complete assistant event
     carries the context stats of the call that produced it in `extensions["context"]`.
     """
 
@@ -77,6 +78,8 @@ class LLMAgent:
         # Per running invocation: its last request (fork parent) and pre-call report.
         self._last_built: dict[str, BuiltRequest] = {}
         self._precall: dict[str, dict[str, Any] | None] = {}
+        # Issue 12, C5: summaries started at the soft threshold, swapped in at the next call.
+        self.background_compactions = BackgroundCompactions()
 
     @property
     def model_name(self) -> str | None:
@@ -151,7 +154,9 @@ class LLMAgent:
         built = build()
         report = None
         if governance is not None:
-            built, report = await compact_before_call(invocation, built, governance=governance, rebuild=build)
+            built, report = await compact_before_call(
+                invocation, built, governance=governance, rebuild=build, background=self.background_compactions
+            )
         self._last_built[invocation.invocation_id] = built
         self._precall[invocation.invocation_id] = report.to_dict() if report is not None else None
         return built
@@ -183,6 +188,7 @@ class LLMAgent:
         finally:
             self._last_built.pop(invocation.invocation_id, None)
             self._precall.pop(invocation.invocation_id, None)
+            self.background_compactions.release(invocation)
 
     async def _run(self, invocation: Invocation) -> AsyncIterator[Event]:
         max_steps = invocation.options.max_steps or self.max_steps

@@ -76,6 +76,10 @@ TIKTOKEN = Tokenizer(count_text=_count_text, count_message=_count_message)
 PRECALL_RATIO = 0.7
 PRECALL_MIN_TOKENS = 2000
 DEFAULT_SYNC_LOCK_WAIT_S = 5.0
+# Issue 12, C5: the soft threshold that starts a summary in the background.
+SOFT_RATIO = 0.55
+SOFT_MIN_TOKENS = 1500
+DEFAULT_SOFT_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +94,28 @@ class PrecallConfig:
     def __post_init__(self) -> None:
         if not 0 < self.ratio <= 1:
             raise ValueError(f"pre-call compaction ratio must be in (0, 1], got {self.ratio!r}")
+
+    def threshold(self, window: int) -> int:
+        return min(window, max(int(window * self.ratio), self.min_tokens))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackgroundCompactionConfig:
+    """Issue 12, C5: non-blocking compaction. When a request reaches the soft threshold,
+    max(window × `ratio`, `min_tokens`) but below the pre-call one, a summary starts in the
+    background and this call goes out on the full projection; the next call swaps the new
+    summary in. A request that reaches the pre-call threshold while that summary is still
+    running waits for it up to `wait_s` seconds before the synchronous path (SPEC 4.8)."""
+
+    ratio: float = SOFT_RATIO
+    min_tokens: int = SOFT_MIN_TOKENS
+    wait_s: float = DEFAULT_SOFT_WAIT_S
+
+    def __post_init__(self) -> None:
+        if not 0 < self.ratio <= 1:
+            raise ValueError(f"soft compaction ratio must be in (0, 1], got {self.ratio!r}")
+        if self.wait_s < 0:
+            raise ValueError(f"soft compaction wait must not be negative, got {self.wait_s!r}")
 
     def threshold(self, window: int) -> int:
         return min(window, max(int(window * self.ratio), self.min_tokens))
@@ -119,6 +145,9 @@ class ContextGovernance:
     summary_injection: Literal["system", "user"] = "system"
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     precall: PrecallConfig = field(default_factory=PrecallConfig)
+    background: BackgroundCompactionConfig | None = None
+    """Issue 12, C5: start summaries at a soft threshold without blocking; None: off (only
+    the synchronous pre-call path compacts)."""
     sync_summary_intra_run: bool = False
     """SPEC 4.7: summarize before every model call of a run but the first."""
     context_window: int | None = None
@@ -201,6 +230,9 @@ def chunked_summarizer(
     )
 
 
-def extractive_summarizer(*, budget_tokens: int = 512) -> ExtractiveSummarizer:
-    """The offline model's summarizer (`runs.core.llm.offline.extractive_summary`)."""
-    return ExtractiveSummarizer(extractive_summary, budget_tokens=budget_tokens, name="offline-extractive")
+def extractive_summarizer(*, budget_tokens: int = 512, tokenizer: Tokenizer = TIKTOKEN) -> ExtractiveSummarizer:
+    """The offline model's summarizer (`runs.core.llm.offline.extractive_summary`), in
+    sections with their seq ranges (issue 12, C1), counted with the thresholds' tokenizer."""
+    return ExtractiveSummarizer(
+        extractive_summary, budget_tokens=budget_tokens, name="offline-extractive", tokenizer=tokenizer
+    )

@@ -7,12 +7,18 @@ pre-content snapshot (the instruction and tools) through the projection and comp
 again. A summary that advanced in memory but failed to persist still yields the rebuilt
 request (with a warning); a rebuild that fails, or that would change the active turn,
 keeps the original request.
+
+Non-blocking compaction (issue 12, C5): with `ContextGovernance.background`, a request that
+reaches the soft threshold (0.55 of the window) starts that summary as a background task
+and goes out unchanged; the next call swaps the finished summary in. The synchronous path
+above stays as the fallback for a request that reaches 0.7 first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +39,21 @@ class PrecallReport:
     threshold: int
     tokens_before: int
     status: str
-    """`advanced` (rebuilt), `not_advanced`, `unsafe_rebuild`, `rebuild_failed`, `error`."""
+    """`advanced` (rebuilt), `not_advanced`, `unsafe_rebuild`, `rebuild_failed`, `error`;
+    `below_threshold` when only the background summary (C5) did something."""
     summary_reason: str | None = None
     tokens_after: int | None = None
     persisted: bool | None = None
+    soft_threshold: int | None = None
+    background: str | None = None
+    """Issue 12, C5: `started`, `running`, `swapped` (a finished summary went in before this
+    call), `waited` (this call waited for it at the pre-call threshold), `wait_timeout`;
+    `unused_<reason>` (it did not advance: `error`, `busy`...), `swapped_unsafe_rebuild` and
+    the like when it advanced but the rebuilt request could not be used."""
+    stall_ms: float = 0.0
+    """How long compaction held this call back (waits, summaries and rebuilds)."""
+    wait_ms: float = 0.0
+    """The part of `stall_ms` spent waiting for a summary (synchronous or in flight)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +63,10 @@ class PrecallReport:
             "status": self.status,
             "summary_reason": self.summary_reason,
             "persisted": self.persisted,
+            "soft_threshold": self.soft_threshold,
+            "background": self.background,
+            "stall_ms": self.stall_ms,
+            "wait_ms": self.wait_ms,
         }
 
 
@@ -74,9 +95,11 @@ async def summarize_now(
     parent: ForkParent | None,
     window: int,
     request_tokens: int | None = None,
+    refresh: bool = True,
 ) -> SummaryOutcome | None:
-    """A synchronous summary of the invocation's filter key; the loaded session is
-    refreshed with what advanced. None when the agent has no summary engine or it failed."""
+    """A synchronous summary of the invocation's filter key; with `refresh`, the loaded
+    session is refreshed with what advanced. None when the agent has no summary engine or
+    it failed."""
     engine = governance.summaries
     if engine is None:
         return None
@@ -95,12 +118,159 @@ async def summarize_now(
     except Exception:
         logger.debug("run %s: synchronous summary failed", invocation.run_id, exc_info=True)
         return None
-    refresh_summaries(invocation.session, outcome)
+    if refresh:
+        refresh_summaries(invocation.session, outcome)
     return outcome
 
 
 def _active_turn(built: BuiltRequest) -> list[tuple[str, Any]]:
     return [(i.event.id if i.event else "", i.message) for i in built.items if i.active]
+
+
+@dataclass
+class _Background:
+    task: asyncio.Task[SummaryOutcome]
+    invocation_id: str
+    tokens: int
+    orphan: bool = False
+    """The run that started it has ended: drop the entry once the task is done."""
+
+
+class BackgroundCompactions:
+    """Issue 12, C5: summaries started at the soft threshold, one per (session, filter key).
+
+    The task runs beside the model calls of the run that started it; the next call takes
+    its outcome and swaps the new summary in (`take`). A run that ends first leaves the
+    task to finish on its loop (the summary is stored; the next run loads it), as the
+    in-process summary jobs do. One instance per agent.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, str], _Background] = {}
+
+    @staticmethod
+    def _key(invocation: Invocation) -> tuple[str, str, str]:
+        key = invocation.session.key
+        return (key.app, key.session_id, invocation.filter_key)
+
+    def _entry(self, invocation: Invocation) -> _Background | None:
+        key = self._key(invocation)
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if not entry.task.done() and entry.task.get_loop() is not asyncio.get_running_loop():
+            # Started on a loop this run cannot wait on: it stores its summary or not; the
+            # synchronous path reads whatever is stored.
+            return None
+        if entry.invocation_id != invocation.invocation_id:
+            entry.invocation_id, entry.orphan = invocation.invocation_id, False
+        return entry
+
+    def in_flight(self, invocation: Invocation) -> bool:
+        entry = self._entry(invocation)
+        return entry is not None and not entry.task.done()
+
+    def start(self, invocation: Invocation, governance: ContextGovernance, built: BuiltRequest) -> bool:
+        """Start a summary of the invocation's filter key unless one is in flight."""
+        engine = governance.summaries
+        key = self._key(invocation)
+        if engine is None or self.in_flight(invocation):
+            return False
+        task = asyncio.get_running_loop().create_task(
+            engine.summarize(
+                invocation.session_service,
+                invocation.session.key,
+                filter_key=invocation.filter_key,
+                force=True,  # the soft threshold is the trigger
+                parent=built.fork_parent(),
+                context_window=built.window,
+                request_tokens=built.sent_tokens,
+                lock_wait_s=governance.sync_lock_wait_s,
+            ),
+            name=f"soft-summary-{invocation.session.key.session_id}",
+        )
+        entry = _Background(task=task, invocation_id=invocation.invocation_id, tokens=built.sent_tokens)
+        self._entries[key] = entry
+        task.add_done_callback(lambda t: self._finished(key, entry, t))
+        return True
+
+    def _finished(self, key: tuple[str, str, str], entry: _Background, task: asyncio.Task[SummaryOutcome]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("background summary of session %s failed: %r", key[1], task.exception())
+        if entry.orphan and self._entries.get(key) is entry:
+            del self._entries[key]
+
+    def take(self, invocation: Invocation) -> SummaryOutcome | None:
+        """The outcome of a finished background summary (once); None when there is none."""
+        entry = self._entry(invocation)
+        if entry is None or not entry.task.done():
+            return None
+        del self._entries[self._key(invocation)]
+        if entry.task.cancelled() or entry.task.exception() is not None:
+            return None
+        return entry.task.result()
+
+    async def wait(self, invocation: Invocation, timeout_s: float) -> SummaryOutcome | None:
+        """Wait up to `timeout_s` for the summary in flight; its outcome, else None."""
+        entry = self._entry(invocation)
+        if entry is None:
+            return None
+        if not entry.task.done():
+            # asyncio.wait neither cancels the task on timeout nor when this run is cancelled.
+            await asyncio.wait({entry.task}, timeout=timeout_s)
+        return self.take(invocation)
+
+    def release(self, invocation: Invocation) -> None:
+        """The run ended: forget what it finished, leave what still runs to finish alone."""
+        for key, entry in list(self._entries.items()):
+            if entry.invocation_id != invocation.invocation_id:
+                continue
+            if entry.task.done():
+                del self._entries[key]
+            else:
+                entry.orphan = True
+
+    async def join(self) -> None:
+        """Wait for every background summary (tests, shutdown)."""
+        tasks = [e.task for e in self._entries.values()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _swap_in(
+    invocation: Invocation, built: BuiltRequest, outcome: SummaryOutcome, rebuild: Callable[[], BuiltRequest]
+) -> tuple[BuiltRequest, str]:
+    """Put a summary outcome into the loaded session and rebuild the request (SPEC 4.8
+    steps 4-6): the request to send and `advanced`, `not_advanced`, `unsafe_rebuild` or
+    `rebuild_failed`."""
+    filter_key = invocation.filter_key
+    before = invocation.session.summaries.get(filter_key)
+    refresh_summaries(invocation.session, outcome)
+    if not advanced(before, invocation.session.summaries.get(filter_key)):
+        return built, "not_advanced"
+    if not outcome.primary.persisted:
+        logger.warning(
+            "run %s: the summary advanced in memory but was not stored (%s); using the rebuilt request",
+            invocation.run_id, outcome.primary.error,
+        )
+    try:
+        rebuilt = rebuild()
+    except Exception:
+        logger.warning("run %s: could not rebuild the request after a summary", invocation.run_id, exc_info=True)
+        return built, "rebuild_failed"
+    if _active_turn(rebuilt) != _active_turn(built):
+        # Not safe: the active turn must reach the model exactly as it would have.
+        logger.warning("run %s: the rebuilt request changed the active turn; keeping the original", invocation.run_id)
+        return built, "unsafe_rebuild"
+    return rebuilt, "advanced"
+
+
+def _used(how: str, status: str, outcome: SummaryOutcome) -> str:
+    if status == "advanced":
+        return how
+    if status == "not_advanced":
+        return f"unused_{outcome.primary.reason}"  # error, busy, empty_text...
+    return f"{how}_{status}"
 
 
 async def compact_before_call(
@@ -109,39 +279,76 @@ async def compact_before_call(
     *,
     governance: ContextGovernance,
     rebuild: Callable[[], BuiltRequest],
+    background: BackgroundCompactions | None = None,
 ) -> tuple[BuiltRequest, PrecallReport | None]:
-    """SPEC 4.8: the request to send, and a report when the threshold was reached."""
+    """SPEC 4.8 with issue 12's C5: the request to send, and a report when anything was
+    done (a background summary swapped in or started, or the pre-call threshold reached).
+
+    1. A background summary that finished since the last call is swapped in.
+    2. Below the pre-call threshold: at or above the soft one, a background summary starts
+       (unless one runs) and this request goes out as it is, without waiting.
+    3. At the pre-call threshold: a background summary in flight is waited for (up to
+       `wait_s`); if the request is still over, the synchronous summary and rebuild follow.
+    `stall_ms` in the report is the time this call waited for all of it.
+    """
     config = governance.precall
     if not config.enabled or governance.summaries is None:
         return built, None
+    began = time.perf_counter()
+    soft = governance.background if background is not None else None
     threshold = config.threshold(built.window)
+    report: dict[str, Any] = {"threshold": threshold, "tokens_before": built.sent_tokens}
+    if soft is not None:
+        report["soft_threshold"] = soft.threshold(built.window)
+    background_status: str | None = None
+    waited_s = 0.0
+
+    def done(result: BuiltRequest, status: str, **extra: Any) -> tuple[BuiltRequest, PrecallReport]:
+        stall = (time.perf_counter() - began) * 1000
+        return result, PrecallReport(
+            status=status, background=background_status, stall_ms=round(stall, 3), wait_ms=round(waited_s * 1000, 3),
+            **{**report, **extra},
+        )
+
+    if background is not None and (finished := background.take(invocation)) is not None:
+        built, swapped = _swap_in(invocation, built, finished, rebuild)
+        background_status = _used("swapped", swapped, finished)
+        report["tokens_before"] = built.sent_tokens
     tokens = built.sent_tokens
     if tokens < threshold:
-        return built, None
-    filter_key = invocation.filter_key
-    before = invocation.session.summaries.get(filter_key)
+        if soft is not None and tokens >= report["soft_threshold"]:
+            assert background is not None
+            if background.start(invocation, governance, built):
+                background_status = "started"
+            elif background_status is None:
+                background_status = "running"
+        if background_status is None:
+            return built, None
+        return done(built, "below_threshold")
+    if soft is not None and background is not None and background.in_flight(invocation):
+        wait_began = time.perf_counter()
+        waited = await background.wait(invocation, soft.wait_s)
+        waited_s += time.perf_counter() - wait_began
+        if waited is None:
+            background_status = "wait_timeout"
+        else:
+            built, swapped = _swap_in(invocation, built, waited, rebuild)
+            background_status = _used("waited", swapped, waited)
+            if built.sent_tokens < threshold:
+                return done(built, "advanced", tokens_after=built.sent_tokens, summary_reason=waited.primary.reason,
+                            persisted=waited.primary.persisted)
+    wait_began = time.perf_counter()
     outcome = await summarize_now(
-        invocation, governance, parent=built.fork_parent(), window=built.window, request_tokens=tokens
+        invocation, governance, parent=built.fork_parent(), window=built.window, request_tokens=built.sent_tokens,
+        refresh=False,
     )
+    waited_s += time.perf_counter() - wait_began
     if outcome is None:
-        return built, PrecallReport(threshold=threshold, tokens_before=tokens, status="error")
-    reason = outcome.primary.reason
-    if not advanced(before, invocation.session.summaries.get(filter_key)):
-        return built, PrecallReport(threshold=threshold, tokens_before=tokens, status="not_advanced", summary_reason=reason)
-    persisted = outcome.primary.persisted
-    if not persisted:
-        logger.warning(
-            "run %s: the summary advanced in memory but was not stored (%s); using the rebuilt request",
-            invocation.run_id, outcome.primary.error,
-        )
-    report = {"threshold": threshold, "tokens_before": tokens, "summary_reason": reason, "persisted": persisted}
-    try:
-        rebuilt = rebuild()
-    except Exception:
-        logger.warning("run %s: could not rebuild the request after a summary", invocation.run_id, exc_info=True)
-        return built, PrecallReport(status="rebuild_failed", **report)
-    if _active_turn(rebuilt) != _active_turn(built):
-        # Not safe: the active turn must reach the model exactly as it would have.
-        logger.warning("run %s: the rebuilt request changed the active turn; keeping the original", invocation.run_id)
-        return built, PrecallReport(status="unsafe_rebuild", **report)
-    return rebuilt, PrecallReport(status="advanced", tokens_after=rebuilt.sent_tokens, **report)
+        return done(built, "error")
+    extra = {"summary_reason": outcome.primary.reason, "persisted": outcome.primary.persisted}
+    rebuilt, status = _swap_in(invocation, built, outcome, rebuild)
+    if status == "not_advanced":
+        return done(built, status, summary_reason=outcome.primary.reason)
+    if status != "advanced":
+        return done(built, status, **extra)
+    return done(rebuilt, "advanced", tokens_after=rebuilt.sent_tokens, **extra)

@@ -80,6 +80,13 @@
         root.append(svg("text", { x: x(i), y: y(call.sent_tokens) - 8, "text-anchor": "middle", class: "mark-summary" }, "◆"));
       }
       previousVersion = version;
+      const precall = call.precall || {};
+      if ((precall.wait_ms || 0) > 0) {
+        // Issue 12, C5: the call waited for a summary (the synchronous fallback or one in flight).
+        const mark = svg("text", { x: x(i), y: pad.top + 2, "text-anchor": "middle", class: "mark-stall" }, "●");
+        mark.append(svg("title", {}, `waited ${number(Math.round(precall.wait_ms))} ms for a summary`));
+        root.append(mark);
+      }
       const compaction = call.compaction || {};
       if ((compaction.pass0 || 0) + (compaction.pass1 || 0) + (compaction.pass2 || 0) > 0) {
         root.append(svg("text", { x: x(i), y: height - pad.bottom + 14, "text-anchor": "middle", class: "mark-compaction" }, "▲"));
@@ -91,9 +98,11 @@
     );
     chart.replaceChildren(root);
     const last = calls[calls.length - 1];
+    const waited = calls.filter((c) => ((c.precall || {}).wait_ms || 0) > 0).length;
     chart.setAttribute(
       "aria-label",
-      `${calls.length} model calls; the last sent ${number(last.sent_tokens)} of ${number(last.raw_tokens)} raw tokens.`,
+      `${calls.length} model calls; the last sent ${number(last.sent_tokens)} of ${number(last.raw_tokens)} raw tokens; ` +
+        `${waited} waited for a summary.`,
     );
     figure.hidden = false;
   }
