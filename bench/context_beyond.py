@@ -63,7 +63,9 @@ clear_at_least = 0). Every policy but Codex truncates results over 8,192 tokens 
 
 Prints the tables and writes `bench/results/context_beyond.json` and `.md`; `--only`
 runs chosen sections and keeps the others' figures from the last results file.
-Not measured yet (not built): C5, C1 (see docs/context.md). About ten minutes in all.
+C5 (non-blocking compaction) and C1 (provenance-anchored summaries) live in
+`bench/context_nonblocking.py` and `bench/context_provenance.py`, whose docstrings say
+what they measure; they run here too. About twenty minutes in all.
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.context import exchanges  # noqa: E402  (LoCoMo -> user/answer exchanges, shared)
+from bench.context_nonblocking import report_c5, run_c5  # noqa: E402
+from bench.context_provenance import report_c1, run_c1  # noqa: E402
 from runs.core.flow.compaction import OVERSIZED_RECOMMENDED, CompactionConfig  # noqa: E402
 from runs.core.flow.governance import TIKTOKEN, ContextGovernance, PinnedConfig, chunked_summarizer  # noqa: E402
 from runs.core.flow.manifest import HIDDEN, ManifestError  # noqa: E402
@@ -1011,13 +1015,14 @@ def report_c7(locomo: dict[str, Any], lme: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("c3", "c2", "c6", "c4", "c7")
+SECTIONS = ("c3", "c2", "c6", "c4", "c7", "c5", "c1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=7, help="LoCoMo and QMSum sessions for C2 (each)")
     parser.add_argument("--c4-sessions", type=int, default=3, help="200-turn QMSum sessions for C4")
+    parser.add_argument("--c5-sessions", type=int, default=1, help="200-turn QMSum sessions for C5 (each about 5 minutes)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run only these sections; the others keep their figures from the last results file")
     args = parser.parse_args(argv)
@@ -1047,11 +1052,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["c4"] = run_c4(args.c4_sessions)
     if "c7" in args.only:
         results["c7"] = {"locomo": asyncio.run(recall_locomo()), "longmemeval": asyncio.run(recall_longmemeval())}
+    if "c5" in args.only:
+        results["c5"] = run_c5(sessions=args.c5_sessions)
+    if "c1" in args.only:
+        results["c1"] = asyncio.run(run_c1(search=results.get("c7", {}).get("locomo")))
     elapsed = time.perf_counter() - started
     header = (
         f"# Context governance beyond the anchors (issue 12)\n\n{datetime.now(UTC):%Y-%m-%d}, "
         f"Python {platform.python_version()}, {elapsed:.0f} s for {', '.join(args.only)}, seed {SEED}. Offline: surrogate "
-        "summariser, in-memory recall, cl100k_base counts. Not measured yet: C5, C1."
+        "summariser, in-memory recall, cl100k_base counts."
     )
     parts = [header]
     for key, report in (("c3", report_c3), ("c2", report_c2), ("c6", report_c6), ("c4", report_c4)):
@@ -1059,6 +1068,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parts.append(report(results[key]))
     if "c7" in results:
         parts.append(report_c7(results["c7"]["locomo"], results["c7"]["longmemeval"]))
+    if "c5" in results:
+        parts.append(report_c5(results["c5"]))
+    if "c1" in results:
+        parts.append("## C1, provenance-anchored summaries\n\n" + report_c1(results["c1"]))
     text = "\n\n".join(parts) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
