@@ -23,6 +23,7 @@ from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLim
 from runs.core.invocation import Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
 from sessions_app.core.events import (
+    NO_MODEL_CALL,
     OBJECT_ERROR,
     OBJECT_RUNNER_COMPLETION,
     OBJECT_TOOL_RESPONSE,
@@ -440,7 +441,8 @@ class Runner:
         record = handle.record
         changes: dict[str, Any] = {"last_event_at": utcnow(), "event_count": record.event_count + 1}
         if event.message is not None and event.message.role == "assistant" and not event.partial and not event.is_error:
-            changes["model_calls"] = record.model_calls + 1
+            if not event.extensions.get(NO_MODEL_CALL):
+                changes["model_calls"] = record.model_calls + 1
             changes["tool_calls"] = record.tool_calls + len(event.message.tool_calls)
             if event.message.content and not event.message.tool_calls:
                 changes["answer"] = event.message.content

@@ -26,6 +26,10 @@ OBJECT_ERROR = "error"
 OBJECT_RUNNER_COMPLETION = "runner.completion"
 OBJECT_STATE_UPDATE = "state.update"
 
+# `Event.extensions` key marking an assistant message no model produced (a graph's own words,
+# its tool calls, its questions): the run's `model_calls` does not count it.
+NO_MODEL_CALL = "no_model_call"
+
 # Shown in history for error events that carry no content (SPEC 1.12).
 REPAIRED_ERROR_TEXT = "An error occurred during execution. Please contact the service provider."
 

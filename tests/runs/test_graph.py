@@ -528,3 +528,43 @@ async def test_a_run_whose_process_died_mid_graph_resumes_from_its_last_checkpoi
     final = await store.latest(resumed.run_id)
     assert final is not None and final.finished and final.state["trail"] == ["first", "second"]
     assert attempts == ["second", "second"]
+
+
+async def test_model_calls_count_the_graphs_model_calls_not_its_own_words_tool_calls_or_questions() -> None:
+    from runs.core.tools.function import FunctionTool
+
+    def lookup(host: str) -> str:
+        """Look a host up.
+
+        Args:
+            host: the host
+        """
+        return f"{host}: certificate expired"
+
+    async def greet(state: Mapping[str, Any], ctx: NodeContext) -> None:
+        await ctx.say("Checking the host.")
+
+    def ask(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"answer": ctx.interrupt({"question": "Renew it?"})}
+
+    model = ScriptedModel.of("The certificate expired.")
+    graph = (
+        StateGraph("count", StateSchema.of(messages="append", last_response="overwrite", found="overwrite", answer="overwrite"))
+        .add_node("greet", greet)
+        .add_tool_node("lookup", FunctionTool(lookup), args={"host": "auth"}, output_key="found")
+        .add_model_node("explain", model)
+        .add_node("ask", ask)
+        .set_entry_point("greet")
+        .add_edge("greet", "lookup")
+        .add_edge("lookup", "explain")
+        .add_edge("explain", "ask")
+        .set_finish_point("ask")
+    )
+    runner, _ = make_runner(GraphAgent(name="count", graph=graph, checkpoints=InMemoryCheckpointStore()))
+    handle = await runner.start(user_id="alice", message="check auth", stream=True)
+    events = [e async for e in handle.events()]
+    record = await handle.wait()
+    assert any(e.object == OBJECT_INTERRUPT for e in events)  # the question went out
+    spoken = [e for e in events if e.role == "assistant" and not e.partial]
+    assert len(spoken) == 4  # its words, its tool call, the model's answer, its question
+    assert (record.model_calls, record.tool_calls) == (1, 1)

@@ -36,7 +36,7 @@ from runs.core.agents.graph.events import (
 )
 from runs.core.agents.graph.nodes import NodeContext
 from runs.core.invocation import Invocation
-from sessions_app.core.events import Event, Message, new_id
+from sessions_app.core.events import NO_MODEL_CALL, Event, Message, new_id
 
 DEFAULT_INTERRUPT_TEXT = "The run is waiting for your input."
 
@@ -95,10 +95,11 @@ class Executor:
 
     # -- events --------------------------------------------------------------------------
 
-    def _event(self, object_: str, info: GraphEventInfo, **fields: Any) -> Event:
-        return self.invocation.stamp(Event(
-            author=self.invocation.agent_name, object=object_, extensions={GRAPH_EXTENSION: info.to_dict()}, **fields
-        ))
+    def _event(self, object_: str, info: GraphEventInfo, *, no_model_call: bool = False, **fields: Any) -> Event:
+        extensions: dict[str, Any] = {GRAPH_EXTENSION: info.to_dict()}
+        if no_model_call:
+            extensions[NO_MODEL_CALL] = True
+        return self.invocation.stamp(Event(author=self.invocation.agent_name, object=object_, extensions=extensions, **fields))
 
     def _info(self, step: int, **fields: Any) -> GraphEventInfo:
         return GraphEventInfo(graph=self.graph.name, step=step, **fields)
@@ -233,6 +234,7 @@ class Executor:
         # Saved first, announced second: whoever sees the question can answer it.
         yield self._event(
             OBJECT_INTERRUPT, info, message=Message(role="assistant", content=interrupt_text(signal.payload)), done=True,
+            no_model_call=True,
         )
         yield self._event(OBJECT_EXECUTION, self._info(
             position.step, status="interrupted", checkpoint_id=checkpoint.id or None

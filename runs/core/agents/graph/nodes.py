@@ -30,7 +30,7 @@ from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelRequest, ModelResponse
 from runs.core.tools.base import Tool
-from sessions_app.core.events import OBJECT_CHUNK, OBJECT_COMPLETION, Event, Message, ToolCall, new_id
+from sessions_app.core.events import NO_MODEL_CALL, OBJECT_CHUNK, OBJECT_COMPLETION, Event, Message, ToolCall, new_id
 
 if TYPE_CHECKING:
     from runs.core.agents.base import Agent
@@ -66,7 +66,7 @@ class NodeContext:
         event = Event(
             id=message_id, author=self.invocation.agent_name, object=OBJECT_COMPLETION,
             message=Message(role="assistant", content=text), done=True, finish_reason="stop",
-            extensions={"message_id": message_id},
+            extensions={"message_id": message_id, NO_MODEL_CALL: True},
         )
         await self.emit(event)
         return event
@@ -198,7 +198,7 @@ def tool_node(
         await ctx.emit(Event(
             id=message_id, author=ctx.invocation.agent_name, object=OBJECT_COMPLETION,
             message=Message(role="assistant", tool_calls=(call,)), finish_reason="tool_calls",
-            extensions={"message_id": message_id},
+            extensions={"message_id": message_id, NO_MODEL_CALL: True},
         ))
         results, _ = await execute_tool_calls(ctx.invocation, [call], {tool.name: tool}, parallel=False)
         result = results[0]
