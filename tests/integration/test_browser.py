@@ -122,6 +122,15 @@ class Frames:
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [f for f in self.received if f.get("type") == kind]
 
+    def wait_for(self, page: Any, kind: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """The frames of `kind` once at least one has arrived (frames are delivered by the
+        page's event loop, so this waits on the page, not with time.sleep)."""
+        for _ in range(int(timeout_s / 0.05)):
+            if found := self.of_type(kind):
+                return found
+            page.wait_for_timeout(50)
+        raise AssertionError(f"no {kind} frame within {timeout_s} s; received {[f.get('type') for f in self.received]}")
+
 
 def open_page(browser: Any, **context: Any) -> Any:
     page = browser.new_context(viewport={"width": 1360, "height": 860}, **context).new_page()
@@ -314,7 +323,8 @@ def test_the_troubleshooting_graph_shows_its_nodes_waits_for_approval_and_finish
     expect(progress.locator('.graph-node[data-node="collect_logs"]')).to_be_visible()
     approval = page.get_by_role("group", name="Approval needed")
     expect(approval).to_contain_text("Approve this incident report?")
-    paused = frames.of_type("RUN_FINISHED")[-1]
+    # The card comes with the interrupt event; the run's end follows it.
+    paused = frames.wait_for(page, "RUN_FINISHED")[-1]
     assert paused["outcome"]["type"] == "interrupt"
 
     # The prompt survives a reload: it comes back from the runs API.
