@@ -13,7 +13,7 @@ from runs.core.agents.llm import LLMAgent
 from runs.core.flow.governance import TIKTOKEN, BackgroundCompactionConfig, ContextGovernance
 from runs.core.flow.precall import BackgroundCompactions, compact_before_call, summarize_now
 from runs.core.flow.request import BuiltRequest, build_for_invocation
-from runs.core.invocation import Invocation, RunOptions
+from runs.core.invocation import Invocation
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner
 from runs.core.tools.function import FunctionTool
@@ -21,7 +21,14 @@ from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
 from sessions_app.core.summary import SummaryEngine, SummaryRequest, SummaryResult
-from tests.runs.test_precall_compaction import LONG, WINDOW, context_of, run_turn, session_with_history
+from tests.runs.test_precall_compaction import (
+    LONG,
+    WINDOW,
+    context_of,
+    run_turn,
+    running_invocation,
+    session_with_history,
+)
 from tests.sessions.ledger_builders import APP
 
 SOFT = BackgroundCompactionConfig(ratio=0.55, min_tokens=1500, wait_s=5.0)  # 2,200 of a 4,000 window
@@ -58,24 +65,6 @@ def governed(summarizer: Any, *, background: BackgroundCompactionConfig | None =
     )
 
 
-async def invocation_over(
-    governance: ContextGovernance, *, turns: int, service: InMemorySessionService | None = None
-) -> tuple[Invocation, InMemorySessionService]:
-    """A running invocation over `turns` long turns, its user message persisted."""
-    _, service, session_id = await session_with_history(
-        ScriptedModel.of(context_window=WINDOW), governance, turns=turns, service=service
-    )
-    session = await service.get_session(SessionKey(app=APP, user_id="alice", session_id=session_id))
-    assert session is not None
-    invocation = Invocation(
-        invocation_id="inv-now", run_id="run-now", request_id="req-now", app=APP, agent_name="support",
-        branch="support", filter_key=APP, session=session, session_service=service,
-        message=Message(role="user", content="now?"), options=RunOptions(), cancel_event=asyncio.Event(),
-    )
-    await service.append_event(session, invocation.stamp(Event(author="user", message=invocation.message)))
-    return invocation, service
-
-
 def builder(invocation: Invocation, governance: ContextGovernance) -> Any:
     def build() -> BuiltRequest:
         return build_for_invocation(invocation, instruction="Be brief.", tools=[], governance=governance, window=WINDOW)
@@ -98,7 +87,7 @@ async def test_a_request_past_the_soft_threshold_goes_out_at_once_while_the_summ
     gate = asyncio.Event()
     summarizer = GatedSummarizer(gate=gate)
     governance = governed(summarizer)
-    invocation, service = await invocation_over(governance, turns=3)
+    invocation, service = await running_invocation(governance, turns=3)
     build = builder(invocation, governance)
     built = build()
     assert 2200 <= built.sent_tokens < 2800
@@ -124,7 +113,7 @@ async def test_a_request_past_the_soft_threshold_goes_out_at_once_while_the_summ
 
 async def test_the_next_call_swaps_in_exactly_what_a_synchronous_summary_at_the_same_boundary_gives() -> None:
     governance = governed(GatedSummarizer())
-    invocation, _ = await invocation_over(governance, turns=3)
+    invocation, _ = await running_invocation(governance, turns=3)
     build = builder(invocation, governance)
     background = BackgroundCompactions()
     first, _ = await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)
@@ -137,7 +126,7 @@ async def test_the_next_call_swaps_in_exactly_what_a_synchronous_summary_at_the_
 
     # The same ledger summarized synchronously at the same point.
     sync_governance = governed(GatedSummarizer(), background=None)
-    sync_invocation, _ = await invocation_over(sync_governance, turns=3)
+    sync_invocation, _ = await running_invocation(sync_governance, turns=3)
     outcome = await summarize_now(sync_invocation, sync_governance, parent=None, window=WINDOW)
     assert outcome is not None and outcome.advanced
     assert outcome.primary.summary is not None
@@ -151,7 +140,7 @@ async def test_a_request_that_reaches_the_pre_call_threshold_waits_for_the_summa
     gate = asyncio.Event()
     summarizer = GatedSummarizer(gate=gate)
     governance = governed(summarizer)
-    invocation, service = await invocation_over(governance, turns=3)
+    invocation, service = await running_invocation(governance, turns=3)
     build = builder(invocation, governance)
     background = BackgroundCompactions()
     await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)
@@ -176,7 +165,7 @@ async def test_a_request_that_reaches_the_pre_call_threshold_waits_for_the_summa
 async def test_a_failed_background_summary_costs_the_run_nothing_and_the_synchronous_path_still_compacts() -> None:
     summarizer = GatedSummarizer(fail=True)
     governance = governed(summarizer)
-    invocation, service = await invocation_over(governance, turns=3)
+    invocation, service = await running_invocation(governance, turns=3)
     build = builder(invocation, governance)
     background = BackgroundCompactions()
     _, report = await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)

@@ -154,10 +154,13 @@ async def test_an_advanced_summary_that_failed_to_persist_still_shortens_the_req
     assert stats["precall"]["status"] == "advanced" and stats["precall"]["persisted"] is False
 
 
-async def _compaction_inputs() -> tuple[Invocation, BuiltRequest, ContextGovernance]:
-    """A running invocation over a long history, and its request (over the threshold)."""
-    governance = governed(Summarizer())
-    _, service, session_id = await session_with_history(ScriptedModel.of(context_window=WINDOW), governance)
+async def running_invocation(
+    governance: ContextGovernance, *, turns: int = 5, service: InMemorySessionService | None = None
+) -> tuple[Invocation, InMemorySessionService]:
+    """A running invocation over `turns` long turns, its user message persisted."""
+    _, service, session_id = await session_with_history(
+        ScriptedModel.of(context_window=WINDOW), governance, turns=turns, service=service
+    )
     session = await service.get_session(SessionKey(app=APP, user_id="alice", session_id=session_id))
     assert session is not None
     invocation = Invocation(
@@ -166,6 +169,13 @@ async def _compaction_inputs() -> tuple[Invocation, BuiltRequest, ContextGoverna
         message=Message(role="user", content="now?"), options=RunOptions(), cancel_event=asyncio.Event(),
     )
     await service.append_event(session, invocation.stamp(Event(author="user", message=invocation.message)))
+    return invocation, service
+
+
+async def _compaction_inputs() -> tuple[Invocation, BuiltRequest, ContextGovernance]:
+    """A running invocation over a long history, and its request (over the threshold)."""
+    governance = governed(Summarizer())
+    invocation, _ = await running_invocation(governance)
     built = build_for_invocation(invocation, instruction="Be brief.", tools=[], governance=governance, window=WINDOW)
     assert built.sent_tokens >= 2800
     return invocation, built, governance
