@@ -10,6 +10,10 @@ from typing import Any
 from sessions_app.core.events import Event, Message
 from sessions_app.core.session import Session, SessionService
 
+SPAWN_SERVICE = "spawn"
+"""`Invocation.services[SPAWN_SERVICE]`: `spawn(coroutine, name=...)` starts a task the Runner
+owns, for work that may outlive the run (a background summary); `Runner.close` cancels it."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:

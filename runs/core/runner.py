@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
-from runs.core.invocation import Invocation, RunOptions
+from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
 from sessions_app.core.events import (
     NO_MODEL_CALL,
@@ -145,7 +145,7 @@ class Runner:
         self.session_service = session_service
         self.run_store: RunStore = run_store or InMemoryRunStore()
         self.sinks = list(sinks)
-        self.services = dict(services or {})
+        self.services = {**dict(services or {}), SPAWN_SERVICE: self.spawn}
         self.history_event_limit = history_event_limit
         # Context governance: where summary jobs go (SPEC 1.8), and whether a turn loads
         # only the events after the summary boundary instead of the newest window.

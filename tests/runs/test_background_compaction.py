@@ -232,3 +232,25 @@ async def test_a_summary_still_running_when_the_run_ends_is_stored_for_the_next_
     [stats] = context_of(await run_turn(runner, session_id))
     assert stats["summary"]["version"] == 1  # the next run loads it
     assert len(summarizer.requests) == 1
+
+
+async def test_closing_the_runner_cancels_a_background_summary_in_flight_and_frees_its_lock() -> None:
+    gate = asyncio.Event()  # never opened: the summary would run forever
+    summarizer = GatedSummarizer(gate=gate)
+    governance = governed(summarizer)
+    model = ScriptedModel.of("fine", context_window=WINDOW)
+    runner, service, session_id = await session_with_history(model, governance, turns=3)
+    agent = runner.agent(None)
+    assert isinstance(agent, LLMAgent)
+    [stats] = context_of(await run_turn(runner, session_id))
+    assert stats["precall"]["background"] == "started"
+
+    await asyncio.wait_for(runner.close(), 5)
+    await asyncio.wait_for(agent.background_compactions.join(), 1)  # cancelled, not pending
+
+    key = SessionKey(app=APP, user_id="alice", session_id=session_id)
+    assert await service.get_summary(key, filter_key=APP) is None
+    gate.set()
+    assert governance.summaries is not None
+    outcome = await governance.summaries.summarize(service, key, filter_key=APP, force=True, lock_wait_s=0)
+    assert outcome.primary.reason == "updated"  # the lock was released on cancel

@@ -25,7 +25,7 @@ from typing import Any
 
 from runs.core.flow.governance import ContextGovernance
 from runs.core.flow.request import BuiltRequest
-from runs.core.invocation import Invocation
+from runs.core.invocation import SPAWN_SERVICE, Invocation
 from sessions_app.core.session import Summary
 from sessions_app.core.summary import ForkParent, SummaryOutcome, refresh_summaries
 
@@ -142,7 +142,8 @@ class BackgroundCompactions:
     The task runs beside the model calls of the run that started it; the next call takes
     its outcome and swaps the new summary in (`take`). A run that ends first leaves the
     task to finish on its loop (the summary is stored; the next run loads it), as the
-    in-process summary jobs do. One instance per agent.
+    in-process summary jobs do. The task is the Runner's (`SPAWN_SERVICE`), so closing the
+    runner cancels it. One instance per agent.
     """
 
     def __init__(self) -> None:
@@ -176,19 +177,21 @@ class BackgroundCompactions:
         key = self._key(invocation)
         if engine is None or self.in_flight(invocation):
             return False
-        task = asyncio.get_running_loop().create_task(
-            engine.summarize(
-                invocation.session_service,
-                invocation.session.key,
-                filter_key=invocation.filter_key,
-                force=True,  # the soft threshold is the trigger
-                parent=built.fork_parent(),
-                context_window=built.window,
-                request_tokens=built.sent_tokens,
-                lock_wait_s=governance.sync_lock_wait_s,
-            ),
-            name=f"soft-summary-{invocation.session.key.session_id}",
+        summary = engine.summarize(
+            invocation.session_service,
+            invocation.session.key,
+            filter_key=invocation.filter_key,
+            force=True,  # the soft threshold is the trigger
+            parent=built.fork_parent(),
+            context_window=built.window,
+            request_tokens=built.sent_tokens,
+            lock_wait_s=governance.sync_lock_wait_s,
         )
+        name = f"soft-summary-{invocation.session.key.session_id}"
+        # The runner's own task when there is a runner: its shutdown cancels the summary
+        # cleanly, on its loop (lock released), instead of leaving it pending on a dead loop.
+        spawn = invocation.services.get(SPAWN_SERVICE)
+        task = spawn(summary, name=name) if callable(spawn) else asyncio.get_running_loop().create_task(summary, name=name)
         entry = _Background(task=task, invocation_id=invocation.invocation_id, tokens=built.sent_tokens)
         self._entries[key] = entry
         task.add_done_callback(lambda t: self._finished(key, entry, t))
