@@ -203,7 +203,8 @@ def test_two_workers_never_summarize_twice_and_never_move_a_boundary_back(worker
         assert start == end + 1, ranges
     summary = orm.Summary.objects.get(session_id=session.id, filter_key=APP)
     assert summary.version == len(calls), (summary.version, calls)  # every computed summary was stored
-    assert summary.text == f"summary of {ranges[-1][0]}..{last_seq}"
+    # One section (issue 12, C1): the model's prose under the range it now stands for.
+    assert summary.text == f"[events 1-{last_seq}]\nsummary of {ranges[-1][0]}..{last_seq}"
     # The boundary, sampled all along, only ever moved forward.
     assert boundaries == sorted(boundaries) and boundaries[-1] == last_seq
     # Both workers took jobs.

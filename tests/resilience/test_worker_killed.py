@@ -136,7 +136,7 @@ def test_a_summary_job_of_a_killed_worker_runs_again_elsewhere_once(tmp_path: Pa
         assert len(calls) == 2, calls
         assert calls[1][:2] == [first, last] and calls[1][2] != pid, calls
         assert row.last_seq == last_seq and row.version == 1, (row.last_seq, row.version)
-        assert row.text == f"summary of 1..{last_seq}"
+        assert row.text == f"[events 1-{last_seq}]\nsummary of 1..{last_seq}"  # one section (issue 12, C1)
         print(f"job rerun by another worker and stored {recovered_s:.1f}s after the SIGKILL "
               f"(visibility timeout {VISIBILITY_S}s, lock lease {LOCK_TTL_S}s)")
     finally:
