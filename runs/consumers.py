@@ -224,7 +224,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._catch_up()
         self.ledger_watch = asyncio.create_task(self._watch_ledger())
 
+    async def send(self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False) -> None:
+        """A frame to the client. Once the client has gone (its disconnect may still be on
+        its way to this consumer), frames are dropped, not raised: everything is in the
+        ledger, and a new socket catches up from its last seq."""
+        if getattr(self, "client_gone", False):
+            return
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except Exception as exc:  # the server's "send on a closed protocol", whatever its class
+            self.client_gone = True
+            logger.info("socket of session %s closed under a send (%s): later frames dropped",
+                        getattr(self, "session_id", "?"), type(exc).__name__)
+
     async def disconnect(self, code: int) -> None:
+        self.client_gone = True
         if self.ledger_watch is not None:
             self.ledger_watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -354,3 +354,19 @@ async def test_a_completion_the_channel_layer_drops_still_ends_the_run_on_the_so
     replayed = await receive_until(reference, "RUN_FINISHED")
     await reference.disconnect()
     assert seqs(frames) == seqs(replayed)
+
+
+async def test_a_frame_sent_after_the_client_went_away_is_dropped_not_raised() -> None:
+    from runs.consumers import SessionConsumer
+
+    consumer = SessionConsumer()
+    sent: list[dict[str, Any]] = []
+
+    async def closed_protocol(message: dict[str, Any]) -> None:
+        sent.append(message)
+        raise ConnectionError("Attempt to send on a closed protocol")  # what the server raises
+
+    consumer.base_send = closed_protocol
+    await consumer.send(text_data='{"type": "RUN_STARTED"}')  # does not raise
+    await consumer.send(text_data='{"type": "RUN_FINISHED"}')  # not even tried: the client is gone
+    assert [m["text"] for m in sent] == ['{"type": "RUN_STARTED"}']
