@@ -91,3 +91,33 @@ async def test_demo_agents_are_the_support_agent_first_and_a_toolless_assistant(
     assert support.model_name == "offline"
     assert general.tools == {}
 
+
+
+async def test_the_demo_governance_summarizes_in_the_background_without_holding_a_call_back(settings) -> None:
+    """Issue 12, C5, as the demo runs it: the offline agent under the demo's thresholds
+    starts its summary at the soft threshold and never waits for one in a long chat."""
+    from agentsite.composition import build_governance
+    from runs.core.flow.governance import TIKTOKEN, extractive_summarizer
+    from sessions_app.core.summary import SummaryEngine
+
+    settings.AGENTSITE_DEMO_GOVERNANCE = True
+    engine = SummaryEngine(summarizer=extractive_summarizer(budget_tokens=300), tokenizer=TIKTOKEN)
+    agent = build_support_agent(OfflineModel(), build_governance(engine))
+    runner = Runner(app="test", agents=[agent], session_service=InMemorySessionService(), load_after_summary=True)
+    line = "Checkout keeps timing out while it talks to payments, and the retries pile up in the queue. "
+    session_id = None
+    reports: list[tuple[int, dict]] = []
+    for turn in range(12):
+        handle = await runner.start(user_id="alice", session_id=session_id, message=f"Turn {turn}: {line * 8}", stream=True)
+        session_id = handle.session_id
+        events = [e async for e in handle.events()]
+        reports += [(turn, e.extensions["context"]) for e in events if not e.partial and "context" in e.extensions]
+        await agent.background_compactions.join()
+
+    started = [turn for turn, r in reports if (r["precall"] or {}).get("background") == "started"]
+    assert len(started) >= 2, [r["sent_tokens"] for _, r in reports]  # it summarizes again and again
+    # From the next turn on, the requests carry the summary; no call ever waited for one,
+    # and none reached the blocking pre-call threshold.
+    assert all(r["summary"] is not None for turn, r in reports if turn > started[0])
+    assert all((r["precall"] or {}).get("wait_ms", 0) == 0 for _, r in reports)
+    assert max(r["sent_tokens"] for _, r in reports) < agent.governance.precall.threshold(agent.context_window)
