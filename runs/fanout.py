@@ -8,6 +8,7 @@ not own the run is broadcast on a control group; the owning process acts on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import re
@@ -82,6 +83,10 @@ async def request_cancel(runner: Runner, run_id: str) -> bool:
     return False
 
 
+CLEANUP_S = 0.5
+"""How long a closing cancel listener waits for the channel layer to forget its channel."""
+
+
 async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None = None) -> None:
     """Act on cancels broadcast by other processes, for as long as the runner lives.
 
@@ -96,12 +101,19 @@ async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None =
         layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
     channel = await layer.new_channel("runs.control.")
     await layer.group_add(CONTROL_GROUP, channel)
-    try:
-        while True:
-            message: dict[str, Any] = await layer.receive(channel)
-            if message.get("type") == CANCEL_MESSAGE and isinstance(message.get("run_id"), str):
-                if runner.cancel(message["run_id"]):
-                    logger.info("run %s cancelled on request from another process", message["run_id"])
-    except asyncio.CancelledError:
-        await layer.group_discard(CONTROL_GROUP, channel)
-        raise
+    while True:
+        receiving = asyncio.ensure_future(layer.receive(channel))
+        try:
+            message: dict[str, Any] = await asyncio.shield(receiving)
+        except asyncio.CancelledError:
+            # Leaving (the runner closes). The Redis layer unsubscribes inside `receive` when
+            # it is cancelled, and that can hang; shutdown waits for the clean-up at most
+            # CLEANUP_S, then leaves the subscription to expire with the connection.
+            receiving.cancel()
+            for cleanup in (asyncio.gather(receiving, return_exceptions=True), layer.group_discard(CONTROL_GROUP, channel)):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(cleanup, CLEANUP_S)
+            raise
+        if message.get("type") == CANCEL_MESSAGE and isinstance(message.get("run_id"), str):
+            if runner.cancel(message["run_id"]):
+                logger.info("run %s cancelled on request from another process", message["run_id"])
