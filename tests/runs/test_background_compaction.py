@@ -20,7 +20,7 @@ from runs.core.tools.function import FunctionTool
 from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
-from sessions_app.core.summary import SummaryEngine, SummaryRequest, SummaryResult
+from sessions_app.core.summary import SummaryEngine, SummaryRequest, SummaryResult, model_message
 from tests.runs.test_precall_compaction import (
     LONG,
     WINDOW,
@@ -158,8 +158,13 @@ async def test_a_request_that_reaches_the_pre_call_threshold_waits_for_the_summa
     assert len(summarizer.requests) == 1  # no synchronous summary on top of the one in flight
     assert chosen.sent_tokens == report.tokens_after < 2800
     assert report.stall_ms >= report.wait_ms >= 40  # the wait is counted as this call's stall
-    # The events after the background summary's boundary are still in the request.
-    assert chosen.request.messages[-1].content == LONG
+    # The events after the background summary's boundary are still in the request, and the
+    # run's user message is kept verbatim even though the summary covers it.
+    boundary = chosen.projection.boundary_seq
+    shown = {e.id for item in chosen.items for e in item.events}
+    after = [e for e in invocation.session.events if (e.seq or 0) > boundary and model_message(e) is not None]
+    assert all(e.id in shown for e in after)
+    assert any(m.role == "user" and m.content == invocation.message.content for m in chosen.request.messages)
 
 
 async def test_a_failed_background_summary_costs_the_run_nothing_and_the_synchronous_path_still_compacts() -> None:

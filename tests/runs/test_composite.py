@@ -68,8 +68,15 @@ async def test_a_chain_runs_children_in_order_and_each_sees_the_ones_before() ->
     ]
     # The chain shares the parent's filter key: the writer's request shows the research.
     assert {e.filter_key for e in complete(events)} == {APP}
-    shown = [m.content for m in second_model.requests[0].messages]
-    assert "TLS facts gathered." in shown and "go" in shown
+    # SPEC 4.5: the researcher's steps reach the writer as one "For context:" user message,
+    # never as the writer's own assistant and tool turns.
+    sent = second_model.requests[0].messages
+    assert [m.role for m in sent] == ["user", "user"] and sent[0].content == "go"
+    assert sent[1].content.splitlines() == [
+        'For context: [research] called tool `lookup` with arguments {"topic": "tls"}.',
+        *[line for line in sent[1].content.splitlines() if "returned:" in line],
+        "For context: [research] said: TLS facts gathered.",
+    ]
     assert [e.author for e in stored if e.message is not None] == ["user", "research", "research", "research", "write"]
 
 

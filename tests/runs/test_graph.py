@@ -489,7 +489,10 @@ async def test_the_initial_state_gets_the_summary_and_the_events_after_its_bound
     [e async for e in third.events()]
     contents = [(m["role"], m["content"]) for m in seen["messages"]]
     assert contents[0][0] == "system" and "The user asked an old question." in contents[0][1]
-    assert contents[1:] == [("user", "newer question"), ("assistant", "second answer"), ("user", "what now?")]
+    # The chat agent's answer is another agent's: context for the graph (SPEC 4.5), not its own turn.
+    assert contents[1:] == [
+        ("user", "newer question"), ("user", "For context: [chat] said: second answer"), ("user", "what now?")
+    ]
     assert seen["user_input"] == "what now?"
 
 

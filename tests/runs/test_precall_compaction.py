@@ -236,7 +236,7 @@ async def test_every_model_call_records_its_context_stats_in_the_answer_event() 
     for entry in stats:
         json.dumps(entry)  # JSON-safe: it lives in the ledger
         assert entry["window"] == WINDOW and entry["sent_tokens"] > 0 and entry["raw_tokens"] >= entry["sent_tokens"]
-        assert set(entry["compaction"]) == {"pass0", "pass1", "pass2", "tokens_saved"}
+        assert set(entry["compaction"]) == {"pass0", "pass1", "pass2", "resume_tail", "fallback", "tokens_saved"}
     stored = await service.list_events(SessionKey(app=APP, user_id="alice", session_id=session_id), limit=100)
     assert [e.extensions["context"] for e in stored if "context" in e.extensions][-2:] == stats
 
@@ -250,7 +250,10 @@ async def test_an_agent_can_summarize_before_every_step_but_the_first() -> None:
     runner, _, session_id = await session_with_history(model, governed(summarizer, sync_summary_intra_run=True), turns=1)
     await run_turn(runner, session_id)
     assert len(summarizer.requests) == 2  # before steps 2 and 3
-    # The summary now covers this turn too, yet the turn reaches the model whole.
+    # The summary now covers this turn too: the model sees its user message verbatim and, as
+    # the resume tail (SPEC 4.5), only the latest complete tool round; the first round is
+    # in the summary.
     last = model.requests[-1].messages
-    assert [m.role for m in last] == ["system", "system", "user", "assistant", "tool", "assistant", "tool"]
+    assert [m.role for m in last] == ["system", "system", "user", "assistant", "tool"]
+    assert [c.arguments for c in last[3].tool_calls] == ['{"ticket_id": "B"}']
     assert "intra-run summary" in last[1].content and last[2].content == "and now?"

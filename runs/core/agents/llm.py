@@ -141,9 +141,9 @@ class LLMAgent:
         governance = self.governance
         window = self.context_window
 
-        def build() -> BuiltRequest:
+        def build(fit_to: int | None = None) -> BuiltRequest:
             return build_for_invocation(
-                invocation, instruction=instruction, tools=specs, governance=governance, window=window
+                invocation, instruction=instruction, tools=specs, governance=governance, window=window, fit_to=fit_to
             )
 
         if governance is not None and step > 0 and self.sync_summary_intra_run:
@@ -155,7 +155,8 @@ class LLMAgent:
         report = None
         if governance is not None:
             built, report = await compact_before_call(
-                invocation, built, governance=governance, rebuild=build, background=self.background_compactions
+                invocation, built, governance=governance, rebuild=build, background=self.background_compactions,
+                fit=build,
             )
         self._last_built[invocation.invocation_id] = built
         self._precall[invocation.invocation_id] = report.to_dict() if report is not None else None

@@ -27,6 +27,7 @@ the event alone (ids, tool name, sizes), never of the request they appear in.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -44,7 +45,9 @@ TOOL_RESULT_MAX_TOKENS = 1024
 OVERSIZED_TOOL_RESULT_MAX_TOKENS = 0
 OVERSIZED_RECOMMENDED = 8192
 
-CompactionPass = Literal["pass0", "pass1", "pass2"]
+CompactionPass = Literal["pass0", "pass1", "pass2", "args"]
+CURRENT_INVOCATION_REASON = "current_invocation_summary"
+ARGS_NOTE_KEY = "_context_note"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,14 +77,22 @@ class CompactionStats:
     pass0: int = 0
     pass1: int = 0
     pass2: int = 0
+    resume_tail: int = 0
+    """Results and call arguments of the resume tail replaced (SPEC 4.5)."""
+    fallback: int = 0
+    """Results of the running invocation replaced or cut because a request still did not
+    fit after its summary (or without one)."""
     tokens_saved: int = 0
 
     @property
     def total(self) -> int:
-        return self.pass0 + self.pass1 + self.pass2
+        return self.pass0 + self.pass1 + self.pass2 + self.resume_tail + self.fallback
+
+    def plus(self, other: CompactionStats) -> CompactionStats:
+        return CompactionStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
 
     def to_dict(self) -> dict[str, int]:
-        return {"pass0": self.pass0, "pass1": self.pass1, "pass2": self.pass2, "tokens_saved": self.tokens_saved}
+        return dataclasses.asdict(self)
 
 
 def protected_units(
@@ -115,12 +126,20 @@ def placeholder(item: ProjectedItem, *, session_load: bool, reason: str = "histo
     event = item.event
     event_id = event.id if event is not None else ""
     failed = bool(event is not None and event.extensions.get("tool_error"))
-    lines = [
-        f"{PLACEHOLDER_TAG} This tool call {'ended with an error' if failed else 'succeeded'}; the assistant "
-        "already used its result, which was removed to save context. Rely on the summary and the details "
-        "below. Re-run a tool only if it is read-only or idempotent and the exact data is needed; never "
-        "repeat an operation with side effects."
-    ]
+    if reason == CURRENT_INVOCATION_REASON:
+        lead = (
+            f"{PLACEHOLDER_TAG} This tool result of the current run is left out of the raw history; the call "
+            f"{'ended with an error' if failed else 'succeeded'}, and its payload was compacted to keep the "
+            "context within bounds. Use the summary and the details below before repeating work."
+        )
+    else:
+        lead = (
+            f"{PLACEHOLDER_TAG} This tool call {'ended with an error' if failed else 'succeeded'}; the assistant "
+            "already used its result, which was removed to save context. Rely on the summary and the details "
+            "below. Re-run a tool only if it is read-only or idempotent and the exact data is needed; never "
+            "repeat an operation with side effects."
+        )
+    lines = [lead]
     if event_id:
         lines.append(f"event_id: {event_id}")
     if message.tool_call_id:
@@ -304,3 +323,104 @@ def compact_tool_results(
                 saved_total += saved
     return out, CompactionStats(tokens_saved=saved_total, **counts)
 
+
+
+def shorten_arguments(item: ProjectedItem, limit: int, tokenizer: Tokenizer) -> ProjectedItem | None:
+    """SPEC 4.5: the resume tail's call message with every call's arguments over `limit`
+    tokens replaced by a note naming the event (None when none is over)."""
+    event_id = item.event.id if item.event is not None else ""
+    note = json.dumps({
+        ARGS_NOTE_KEY: "tool arguments omitted; the call completed before the summary", "event_id": event_id,
+    })
+    calls = tuple(
+        dataclasses.replace(call, arguments=note) if tokenizer.count_text(call.arguments) > limit else call
+        for call in item.message.tool_calls
+    )
+    if calls == item.message.tool_calls:
+        return None
+    before = tokenizer.count_message(item.message)
+    return dataclasses.replace(
+        item, message=dataclasses.replace(item.message, tool_calls=calls), compaction="args",
+        original_tokens=item.original_tokens or before,
+    )
+
+
+def compact_resume_tail(
+    items: Sequence[ProjectedItem], *, config: CompactionConfig, session_load: bool, tokenizer: Tokenizer
+) -> tuple[list[ProjectedItem], CompactionStats]:
+    """SPEC 4.5: the resume tail's results over `tool_result_max_tokens` become placeholders
+    (reason `current_invocation_summary`) and its oversized call arguments a note."""
+    out = list(items)
+    limit = config.tool_result_max_tokens
+    if not config.enabled or limit <= 0:
+        return out, CompactionStats()
+    count = saved_total = 0
+    for index, item in enumerate(out):
+        if not item.resume_tail:
+            continue
+        message = item.message
+        if message.role == "tool" and not is_compacted(message.content) and tokenizer.count_text(message.content) > limit:
+            text = placeholder(item, session_load=session_load, reason=CURRENT_INVOCATION_REASON)
+            replaced, saved = _replace(item, text, "pass1", tokenizer)
+        elif message.tool_calls and (shortened := shorten_arguments(item, limit, tokenizer)) is not None:
+            replaced, saved = shortened, tokenizer.count_message(message) - tokenizer.count_message(shortened.message)
+        else:
+            continue
+        if saved > 0:
+            out[index] = replaced
+            count += 1
+            saved_total += saved
+    return out, CompactionStats(resume_tail=count, tokens_saved=saved_total)
+
+
+def fit_current_invocation(
+    items: Sequence[ProjectedItem],
+    *,
+    over_by: int,
+    session_load: bool,
+    tokenizer: Tokenizer,
+    truncate_to: int,
+) -> tuple[list[ProjectedItem], CompactionStats]:
+    """The last resort when a request is still over its budget by `over_by` tokens (no
+    summary, or one that failed): the running invocation's tool results, oldest first and
+    never the latest round's, become recoverable placeholders until the excess is gone;
+    then the largest remaining results are cut to `truncate_to` tokens (head and tail).
+    User messages are never touched."""
+    out = list(items)
+    count = saved_total = 0
+    results = [
+        i for i, item in enumerate(out)
+        if item.active and item.message.role == "tool" and item.message.tool_call_id is not None
+        and not is_compacted(item.message.content)
+    ]
+    latest_call = max(
+        (i for i, item in enumerate(out) if item.active and item.message.tool_calls), default=len(out)
+    )
+    for index in results:
+        if saved_total >= over_by:
+            break
+        if index > latest_call:
+            continue  # the latest round: the model has not read these results yet
+        item = out[index]
+        replaced, saved = _replace(
+            item, placeholder(item, session_load=session_load, reason=CURRENT_INVOCATION_REASON), "pass1", tokenizer
+        )
+        if saved > 0:
+            out[index], count, saved_total = replaced, count + 1, saved_total + saved
+    if saved_total < over_by and truncate_to > 0:
+        largest = sorted(
+            (i for i in results if not is_compacted(out[i].message.content)),
+            key=lambda i: -tokenizer.count_text(out[i].message.content),
+        )
+        for index in largest:
+            if saved_total >= over_by:
+                break
+            item = out[index]
+            cut = _truncate(item, truncate_to, tokenizer, session_load=session_load)
+            if cut is None:
+                continue
+            replaced, saved = _replace(item, cut[0], "pass2", tokenizer)
+            if saved > 0:
+                out[index] = dataclasses.replace(replaced, truncation=(cut[1], cut[2], len(item.message.content)))
+                count, saved_total = count + 1, saved_total + saved
+    return out, CompactionStats(fallback=count, tokens_saved=saved_total)

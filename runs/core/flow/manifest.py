@@ -43,7 +43,7 @@ DISPOSITIONS: tuple[Disposition, ...] = (
 HIDDEN: frozenset[str] = frozenset({"truncated", "placeholder", "withheld", "summarized", "gap"})
 """Dispositions whose content the request does not carry in full."""
 
-_BY_PASS: dict[str, Disposition] = {"pass0": "withheld", "pass1": "placeholder", "pass2": "truncated"}
+_BY_PASS: dict[str, Disposition] = {"pass0": "withheld", "pass1": "placeholder", "pass2": "truncated", "args": "truncated"}
 
 
 class ManifestError(AssertionError):
@@ -167,8 +167,8 @@ def build_manifest(
     boundary = summary.last_seq if summary is not None else 0
     shown: dict[str, list[ProjectedItem]] = {}
     for item in items:
-        if item.event is not None:
-            shown.setdefault(item.event.id, []).append(item)
+        for event in item.events:
+            shown.setdefault(event.id, []).append(item)
     entries: dict[int, ManifestEntry] = {}
     texts: dict[str, str] = {}
     for event in events:
@@ -213,7 +213,8 @@ def _classify(
         return entry("silent")
     for item in items:
         if item.compaction in _BY_PASS:
-            texts[event.id] = item.message.content
+            # A call whose arguments were shortened names its event in the arguments.
+            texts[event.id] = item.message.content + "".join(c.arguments for c in item.message.tool_calls)
             return entry(_BY_PASS[item.compaction], item.truncation)
     if any(item.kind in ("event", "anchor", "context") for item in items):
         return entry("verbatim")

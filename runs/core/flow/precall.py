@@ -54,6 +54,10 @@ class PrecallReport:
     """How long compaction held this call back (waits, summaries and rebuilds)."""
     wait_ms: float = 0.0
     """The part of `stall_ms` spent waiting for a summary (synchronous or in flight)."""
+    fallback: str | None = None
+    """The request was still over the threshold after the summary (or without one):
+    `placeholders` (the run's older results replaced), `truncated` (results cut too) or
+    `over` (nothing more could be taken out)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +71,7 @@ class PrecallReport:
             "background": self.background,
             "stall_ms": self.stall_ms,
             "wait_ms": self.wait_ms,
+            "fallback": self.fallback,
         }
 
 
@@ -123,8 +128,14 @@ async def summarize_now(
     return outcome
 
 
-def _active_turn(built: BuiltRequest) -> list[tuple[str, Any]]:
-    return [(i.event.id if i.event else "", i.message) for i in built.items if i.active]
+def _kept_active(built: BuiltRequest, boundary_seq: int) -> list[tuple[str, Any]]:
+    """What of the running invocation a rebuild must keep exactly: its user messages, and
+    its events after `boundary_seq` (what the new summary does not stand for)."""
+    return [
+        (i.event.id, i.message) for i in built.items
+        if i.active and i.event is not None and (i.message.role == "user" or (i.event.seq or 0) > boundary_seq)
+        and i.compaction is None
+    ]
 
 
 @dataclass
@@ -261,11 +272,21 @@ def _swap_in(
     except Exception:
         logger.warning("run %s: could not rebuild the request after a summary", invocation.run_id, exc_info=True)
         return built, "rebuild_failed"
-    if _active_turn(rebuilt) != _active_turn(built):
-        # Not safe: the active turn must reach the model exactly as it would have.
+    boundary = rebuilt.projection.boundary_seq
+    if _kept_active(rebuilt, boundary) != _kept_active(built, boundary):
+        # Not safe: the active user message, and what of the run the summary does not
+        # cover, must reach the model exactly as they would have.
         logger.warning("run %s: the rebuilt request changed the active turn; keeping the original", invocation.run_id)
         return built, "unsafe_rebuild"
     return rebuilt, "advanced"
+
+
+def _fallback(fitted: BuiltRequest) -> str:
+    stats = fitted.compaction
+    if stats.fallback == 0:
+        return "over"
+    truncated = any(i.compaction == "pass2" and i.active for i in fitted.items)
+    return "truncated" if truncated else "placeholders"
 
 
 def _used(how: str, status: str, outcome: SummaryOutcome) -> str:
@@ -283,6 +304,7 @@ async def compact_before_call(
     governance: ContextGovernance,
     rebuild: Callable[[], BuiltRequest],
     background: BackgroundCompactions | None = None,
+    fit: Callable[[int], BuiltRequest] | None = None,
 ) -> tuple[BuiltRequest, PrecallReport | None]:
     """SPEC 4.8 with issue 12's C5: the request to send, and a report when anything was
     done (a background summary swapped in or started, or the pre-call threshold reached).
@@ -292,11 +314,23 @@ async def compact_before_call(
        (unless one runs) and this request goes out as it is, without waiting.
     3. At the pre-call threshold: a background summary in flight is waited for (up to
        `wait_s`); if the request is still over, the synchronous summary and rebuild follow.
+    4. A request still at the threshold after all that (no summary, a failed one, or a run
+       whose own rounds outgrow the window) is fitted by `fit`: the run's older tool
+       results become placeholders, then are cut (`fallback` in the report).
     `stall_ms` in the report is the time this call waited for all of it.
     """
     config = governance.precall
-    if not config.enabled or governance.summaries is None:
+    if not config.enabled:
         return built, None
+    if governance.summaries is None:
+        threshold = config.threshold(built.window)
+        if fit is None or built.sent_tokens < threshold:
+            return built, None
+        fitted = fit(threshold)
+        return fitted, PrecallReport(
+            threshold=threshold, tokens_before=built.sent_tokens, tokens_after=fitted.sent_tokens, status="no_summaries",
+            fallback=_fallback(fitted),
+        )
     began = time.perf_counter()
     soft = governance.background if background is not None else None
     threshold = config.threshold(built.window)
@@ -307,6 +341,13 @@ async def compact_before_call(
     waited_s = 0.0
 
     def done(result: BuiltRequest, status: str, **extra: Any) -> tuple[BuiltRequest, PrecallReport]:
+        if fit is not None and result.sent_tokens >= threshold:
+            try:
+                result = fit(threshold)
+            except Exception:
+                logger.warning("run %s: could not fit the request after compaction", invocation.run_id, exc_info=True)
+            else:
+                extra = {**extra, "tokens_after": result.sent_tokens, "fallback": _fallback(result)}
         stall = (time.perf_counter() - began) * 1000
         return result, PrecallReport(
             status=status, background=background_status, stall_ms=round(stall, 3), wait_ms=round(waited_s * 1000, 3),

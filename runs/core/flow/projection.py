@@ -3,8 +3,12 @@
 The projection of a session for a filter key is its summary block plus the events after
 the summary's boundary, with these repairs:
 
-- the active turn (the running invocation's events: its user message and everything
-  after) is always shown, even when a summary made during the run already covers it;
+- the active turn (the running invocation's events) is shown after the boundary; a
+  summary made during the run (intra-run) hides the run's earlier rounds, but the run's
+  user messages are always shown verbatim and the latest complete tool round before the
+  boundary comes back as the *resume tail* (SPEC 4.5), so the model sees where it was;
+- events of other agents (another author than the user and the agent the request is
+  for) become "For context:" user messages, adjacent ones merged into one (SPEC 4.5);
 - a turn whose user message the boundary hid, but whose later messages are shown, gets
   that user message back in front of them (user anchor);
 - a tool call hidden by the boundary whose results are shown comes back as a minimal call
@@ -76,6 +80,17 @@ class ProjectedItem:
     truncation: tuple[int, int, int] | None = None
     """Pass 2 only: (head characters, tail characters, original characters) kept of the
     result, so the projection manifest can say exactly which bytes the model saw."""
+    resume_tail: bool = False
+    """Shown although the intra-run summary covers it: the latest complete tool round
+    before the boundary (SPEC 4.5 resume tail)."""
+    merged: tuple[Event, ...] = ()
+    """Further events this (context) message carries: adjacent "For context:" messages are
+    merged into the first one's item."""
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """Every ledger event this message shows."""
+        return ((self.event,) if self.event is not None else ()) + self.merged
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +105,8 @@ class Projection:
     completed_units: frozenset[str]
     visible_after_boundary: tuple[Event, ...]
     """The events after the boundary a model would see raw (for the raw-ledger token count)."""
+    intra_run: bool = False
+    """The summary covers events of the running invocation (an intra-run summary)."""
 
     @property
     def boundary_seq(self) -> int:
@@ -176,13 +193,57 @@ def pair_tool_calls(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
     ]
 
 
+def merge_context(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
+    """SPEC 4.3 step 6: adjacent "For context:" messages become one user message (the
+    first item's, carrying the others' events so the manifest still accounts for them)."""
+    out: list[ProjectedItem] = []
+    for item in items:
+        previous = out[-1] if out else None
+        if item.kind == "context" and previous is not None and previous.kind == "context":
+            out[-1] = dataclasses.replace(
+                previous,
+                message=dataclasses.replace(
+                    previous.message, content=f"{previous.message.content}\n{item.message.content}"
+                ),
+                merged=previous.merged + item.events,
+            )
+        else:
+            out.append(item)
+    return out
+
+
+def _resume_tail(
+    eligible: Sequence[tuple[Event, Message]], active: Sequence[bool], beyond: Sequence[bool], owner: dict[int, int]
+) -> set[int]:
+    """SPEC 4.5 resume tail: when the summary covers events of the running invocation, the
+    latest tool round of it (a call and all its results) that lies wholly before the
+    boundary, as positions in `eligible`; empty when there is none."""
+    if not any(a and not b and m.role != "user" for (_, m), a, b in zip(eligible, active, beyond, strict=True)):
+        return set()
+    results_of: dict[int, list[int]] = {}
+    for result, call in owner.items():
+        results_of.setdefault(call, []).append(result)
+    for index in range(len(eligible) - 1, -1, -1):
+        message = eligible[index][1]
+        if not (active[index] and not beyond[index] and message.tool_calls):
+            continue
+        results = [r for r in results_of.get(index, []) if active[r] and not beyond[r]]
+        if {eligible[r][1].tool_call_id for r in results} >= {c.id for c in message.tool_calls}:
+            return {index, *results}
+    return set()
+
+
 def project(
     session: Session,
     *,
     filter_key: str,
     active_invocation_id: str | None = None,
+    agent_name: str | None = None,
 ) -> Projection:
-    """The history a model call for `filter_key` sees (see the module docstring)."""
+    """The history a model call for `filter_key` sees (see the module docstring).
+
+    With `agent_name`, events of any other author but the user are shown as context.
+    """
     summary = select_summary(session.summaries, filter_key)
     eligible: list[tuple[Event, Message]] = []
     last_at: dict[str, int] = {}  # compaction unit -> position of its newest event
@@ -200,10 +261,15 @@ def project(
             eligible.append((event, message))
     active = [active_invocation_id is not None and e.invocation_id == active_invocation_id for e, _ in eligible]
     beyond = [summary is None or not summary.covers(e) for e, _ in eligible]
-    covered = [not (b or a) for b, a in zip(beyond, active, strict=True)]
+    owner = _bind_results([m for _, m in eligible])
+    tail = _resume_tail(eligible, active, beyond, owner)
+    # SPEC 4.5 rule 3: the running invocation's user messages are shown even behind the boundary.
+    covered = [
+        not (b or (a and m.role == "user") or i in tail)
+        for i, ((_, m), b, a) in enumerate(zip(eligible, beyond, active, strict=True))
+    ]
 
     # Hidden calls whose results are shown come back with just those call ids.
-    owner = _bind_results([m for _, m in eligible])
     needed_calls: dict[int, set[str]] = {}
     for result, call in owner.items():
         if not covered[result] and covered[call]:
@@ -217,27 +283,33 @@ def project(
         if c and m.role == "user" and e.invocation_id in anchored_turns
     }
 
+    def foreign(event: Event) -> bool:
+        return agent_name is not None and event.author not in ("user", agent_name)
+
     items: list[ProjectedItem] = []
     hidden = 0
     for index, (event, message) in enumerate(eligible):
         if not covered[index]:
-            items.append(ProjectedItem(message=message, kind="event", event=event, active=active[index]))
+            item = ProjectedItem(
+                message=message, kind="event", event=event, active=active[index], resume_tail=index in tail
+            )
         elif message.role == "user" and last_hidden_user.get(event.invocation_id) == event.id:
-            items.append(ProjectedItem(message=message, kind="anchor", event=event))
+            item = ProjectedItem(message=message, kind="anchor", event=event)
         elif index in needed_calls:
             needed = tuple(c for c in message.tool_calls if c.id in needed_calls[index])
-            items.append(ProjectedItem(
-                message=Message(role="assistant", tool_calls=needed), kind="restored_call", event=event
-            ))
+            item = ProjectedItem(message=Message(role="assistant", tool_calls=needed), kind="restored_call", event=event)
         else:
             hidden += 1
+            continue
+        items.append(_as_context(item, orphan=False) if foreign(event) and message.role != "user" else item)
     units = tuple(sorted(last_at, key=last_at.__getitem__))
     return Projection(
         filter_key=filter_key,
         summary=summary,
-        items=tuple(pair_tool_calls(items)),
+        items=tuple(merge_context(pair_tool_calls(items))),
         hidden_events=hidden,
         unit_order=units,
         completed_units=frozenset(completed),
         visible_after_boundary=tuple(e for (e, _), b in zip(eligible, beyond, strict=True) if b),
+        intra_run=any(a and not b for a, b in zip(active, beyond, strict=True)),
     )

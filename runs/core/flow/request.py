@@ -18,7 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runs.core.flow.compaction import CompactionStats, compact_tool_results
+from runs.core.flow.compaction import (
+    CompactionStats,
+    compact_resume_tail,
+    compact_tool_results,
+    fit_current_invocation,
+)
 from runs.core.flow.governance import TIKTOKEN, ContextGovernance, tools_tokens
 from runs.core.flow.manifest import (
     Manifest,
@@ -131,7 +136,7 @@ class BuiltRequest:
 
     @property
     def covered_last_seq(self) -> int:
-        return max((i.event.seq or 0 for i in self.items if i.event is not None), default=0)
+        return max((e.seq or 0 for i in self.items for e in i.events), default=0)
 
     def fork_parent(self) -> ForkParent:
         """This request as the parent of a cache-safe summary fork (SPEC 3.6)."""
@@ -158,6 +163,9 @@ class BuiltRequest:
             "messages": len(self.request.messages),
             "history_events": sum(1 for i in self.items if i.kind == "event"),
             "hidden_events": self.projection.hidden_events,
+            "intra_run_summary": self.projection.intra_run,
+            "resume_tail": sum(1 for i in self.items if i.resume_tail),
+            "seeded_events": sum(1 for i in self.items for e in i.events if e.extensions.get("seed")),
             "summary": None if summary is None else {
                 "version": summary.version,
                 "last_seq": summary.last_seq,
@@ -200,6 +208,7 @@ class BuiltRequest:
                 "last_seq": summary.last_seq,
                 "covered_events": summary.covered_events,
                 "covered_tokens": summary.covered_tokens,
+                "intra_run": self.projection.intra_run,
                 "preview": _preview(summary.text),
             })
         if self.gap_message is not None:
@@ -228,6 +237,12 @@ class BuiltRequest:
             if item.compaction is not None:
                 block["compaction"] = item.compaction
                 block["original_tokens"] = item.original_tokens
+            if item.resume_tail:
+                block["resume_tail"] = True
+            if any(e.extensions.get("seed") for e in item.events):
+                block["seeded"] = True
+            if item.merged:
+                block["merged_events"] = len(item.events)
             blocks.append(block)
         return blocks
 
@@ -246,19 +261,27 @@ def build_context(
     window: int,
     active_invocation_id: str | None = None,
     current_unit: str = NEXT_UNIT,
+    agent_name: str | None = None,
+    fit_to: int | None = None,
 ) -> BuiltRequest:
     """Instruction, summary block and projected history, with tool results compacted.
 
     Without `governance`, the history is shown uncompacted (a stored summary still
-    replaces what it covers: the events before it may not even be loaded).
+    replaces what it covers: the events before it may not even be loaded). With `fit_to`
+    (governed requests only), a request still over that many tokens has the running
+    invocation's older tool results replaced, then cut (`fit_current_invocation`).
     """
     tokenizer = governance.tokenizer if governance is not None else TIKTOKEN
     mode: SummaryInjection = governance.summary_injection if governance is not None else "system"
     prefix = (Message(role="system", content=instruction),) if instruction else ()
-    projection = project(session, filter_key=filter_key, active_invocation_id=active_invocation_id)
+    projection = project(session, filter_key=filter_key, active_invocation_id=active_invocation_id, agent_name=agent_name)
     items = list(projection.items)
     stats = CompactionStats()
     if governance is not None:
+        items, tail_stats = compact_resume_tail(
+            items, config=governance.compaction, session_load=any(t.name == "session_load" for t in tools),
+            tokenizer=tokenizer,
+        )
         items, stats = compact_tool_results(
             items,
             config=governance.compaction,
@@ -268,6 +291,7 @@ def build_context(
             session_load=any(t.name == "session_load" for t in tools),
             tokenizer=tokenizer,
         )
+        stats = stats.plus(tail_stats)
     block = projection.summary_block(mode)
     summary_message: Message | None = None
     if block is not None and mode == "user":
@@ -288,16 +312,21 @@ def build_context(
     # Only governed requests announce unloaded events; an ungoverned one shows its history as loaded.
     notice = gap_notice(gaps) if governance is not None else None
     gap_message = Message(role="system", content=notice) if notice is not None else None
+    head = [*prefix, *(m for m in (pinned_message, summary_message, gap_message) if m is not None)]
+    if governance is not None and fit_to is not None:
+        over = tokenizer.count_messages([*head, *(i.message for i in items)]) + tools_tokens(tools, tokenizer) - fit_to
+        if over > 0:
+            items, fitted = fit_current_invocation(
+                items, over_by=over, session_load=any(t.name == "session_load" for t in tools), tokenizer=tokenizer,
+                truncate_to=max(1, governance.compaction.tool_result_max_tokens // 2),
+            )
+            stats = stats.plus(fitted)
     manifest = build_manifest(
         session.events, filter_key=filter_key, last_seq=last_seq, projection=projection, items=items, gaps=gaps
     )
     if governance is not None and governance.manifest_check:
         check_manifest(manifest, gap_notice_text=notice)
-    messages = [
-        *prefix,
-        *(m for m in (pinned_message, summary_message, gap_message) if m is not None),
-        *(i.message for i in items),
-    ]
+    messages = [*head, *(i.message for i in items)]
     return BuiltRequest(
         request=ModelRequest(messages=tuple(messages), tools=tuple(tools)),
         prefix=prefix,
@@ -338,8 +367,9 @@ def build_for_invocation(
     tools: Sequence[ToolSpec],
     governance: ContextGovernance | None,
     window: int,
+    fit_to: int | None = None,
 ) -> BuiltRequest:
-    """The request of the running invocation's next model call."""
+    """The request of the running invocation's next model call (see `build_context`)."""
     return build_context(
         invocation.session,
         filter_key=invocation.filter_key,
@@ -349,6 +379,8 @@ def build_for_invocation(
         window=window,
         active_invocation_id=invocation.invocation_id,
         current_unit=f"req:{invocation.request_id}" if invocation.request_id else f"inv:{invocation.invocation_id}",
+        agent_name=invocation.agent_name,
+        fit_to=fit_to,
     )
 
 
