@@ -97,17 +97,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
-_API_PREFIXES = ("/api/", "/v1/", "/agui/", "/a2a/", "/healthz")
+API_PREFIXES = ("/api/", "/v1/", "/agui/", "/a2a/", "/healthz")
 
 
 def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """API paths answer 404 in the envelope; pages keep Django's HTML 404."""
-    if request.path.startswith(_API_PREFIXES):
+    if request.path.startswith(API_PREFIXES):
         return JsonResponse(envelope("not_found", f"no such endpoint: {request.path!r}"), status=404)
     return defaults.page_not_found(request, exception or Http404())
 
 
 def json_500(request: HttpRequest) -> HttpResponse:
-    if request.path.startswith(_API_PREFIXES):
+    if request.path.startswith(API_PREFIXES):
         return JsonResponse(envelope("server_error", "internal error; it has been logged"), status=500)
     return defaults.server_error(request)

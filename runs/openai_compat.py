@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.api.auth import AuthenticationError, authenticate
+from agentsite.api.json_input import InputError, check_text, parse_json
 from agentsite.composition import run_manager
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.records import RunRecord
@@ -33,6 +34,7 @@ from sessions_app.core.events import OBJECT_CHUNK, Event, Message
 from sessions_app.core.session import SessionNotFoundError
 
 SESSION_HEADER = "X-Session-Id"
+SESSION_ID_MAX = 64  # the column's length
 _ROLES = {"system", "developer", "user", "assistant"}
 # Accepted and ignored: sampling is configured on the agent.
 _IGNORED = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty",
@@ -148,6 +150,22 @@ def _failure(record: RunRecord) -> OpenAIError:
                        code=str(error.get("type") or record.status))
 
 
+def _session_header(request: HttpRequest) -> str | None:
+    """`X-Session-Id`, refused when no session could have it (too long for the column,
+    or text the database cannot store)."""
+    value = request.headers.get(SESSION_HEADER)
+    if value is None:
+        return None
+    if len(value) > SESSION_ID_MAX:
+        raise OpenAIError(400, f"{SESSION_HEADER} must be at most {SESSION_ID_MAX} characters, got {len(value)}",
+                          param=SESSION_HEADER, code="invalid_session_id")
+    try:
+        check_text(value, SESSION_HEADER)
+    except InputError as exc:
+        raise OpenAIError(400, exc.message(), param=SESSION_HEADER, code="invalid_session_id") from None
+    return value
+
+
 async def _open_session(user: Any, session_id: str | None) -> str | None:
     """The session to continue: the user's own, a new one with the client's id, or None."""
     if not session_id:
@@ -170,20 +188,23 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <token>'", type="authentication_error",
                               code="invalid_api_key")
         try:
-            body = json.loads(request.body or b"")
+            body = parse_json(request.body or b"")
         except RequestDataTooBig:
             limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
             raise OpenAIError(413, f"request body is larger than the limit of {limit} bytes", code="body_too_large") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise OpenAIError(400, f"the body is not valid JSON: {exc}") from None
+        except InputError as exc:
+            if exc.code == "malformed_json":
+                raise OpenAIError(400, f"the body is {exc.problem}") from None
+            raise OpenAIError(400, exc.message("brackets"), param=exc.field("brackets"), code=exc.code) from None
         chat = parse_chat_request(body)
+        session_header = _session_header(request)
         manager = run_manager()
         try:
             await manager.acall(lambda runner: _check_agent(runner, chat.agent))
         except AgentNotFoundError:
             raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
                               param="model", code="model_not_found") from None
-        session_id = await _open_session(user, request.headers.get(SESSION_HEADER))
+        session_id = await _open_session(user, session_header)
         listener, events = manager.bridge()
 
         async def start(runner: Runner) -> RunRecord:

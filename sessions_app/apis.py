@@ -122,7 +122,7 @@ class SessionDetailApi(APIView):
 
 class SessionEventsApi(APIView):
     class QuerySerializer(serializers.Serializer):
-        after_seq = serializers.IntegerField(required=False, min_value=0, default=0)
+        after_seq = serializers.IntegerField(required=False, min_value=0, max_value=2**63 - 1, default=0)  # the column
         limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_EVENT_PAGE, default=100)
 
     @extend_schema(

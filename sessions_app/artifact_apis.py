@@ -104,7 +104,7 @@ class SessionArtifactListApi(APIView):
 
 
 class ArtifactVersionQuery(serializers.Serializer):
-    version = serializers.IntegerField(required=False, min_value=0)
+    version = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)  # the column
 
 
 class SessionArtifactDetailApi(APIView):

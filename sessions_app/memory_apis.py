@@ -33,6 +33,8 @@ from sessions_app.core.memory import (
 from sessions_app.memory_backends import memory_manager
 
 MAX_PAGE = 200
+# Far past any user's memories, and within every database's OFFSET (a bigger one was a 500).
+MAX_OFFSET = 2**31 - 1
 
 
 def _key(request: Request) -> UserKey:
@@ -86,7 +88,7 @@ class MemoryListQuery(serializers.Serializer):
     q = serializers.CharField(required=False, allow_blank=True, max_length=1000)
     kind = serializers.ChoiceField(choices=MEMORY_KINDS, required=False)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE, default=50)
-    offset = serializers.IntegerField(required=False, min_value=0, default=0)
+    offset = serializers.IntegerField(required=False, min_value=0, max_value=MAX_OFFSET, default=0)
 
 
 class MemoryCreateInput(_MemoryFields):

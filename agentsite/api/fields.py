@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
+from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from agentsite.api.json_input import InputError, parse_json
 from agentsite.errors import ApplicationError
 
 
@@ -27,11 +30,20 @@ class StrictBooleanField(serializers.BooleanField):
 
 
 class ObjectJSONParser(JSONParser):
-    """JSON bodies that are objects. (Bodies over `DATA_UPLOAD_MAX_MEMORY_SIZE` are refused
-    with 413 before parsing, by the exception handler.)"""
+    """JSON bodies that are objects, through `parse_json` (depth, NUL, lone surrogates).
+    (Bodies over `DATA_UPLOAD_MAX_MEMORY_SIZE` are refused with 413 before parsing, by the
+    exception handler.)"""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
-        data = super().parse(stream, media_type, parser_context)
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            data = parse_json(stream.read().decode(encoding))
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON parse error - the body is not {encoding} ({exc.reason})") from None
+        except InputError as exc:
+            if exc.code == "malformed_json":
+                raise ParseError(f"JSON parse error - {exc.problem}") from None
+            raise ApplicationError(exc.code, exc.message(), field=exc.field()) from None
         if not isinstance(data, dict):
             raise ApplicationError("invalid", f"the body must be a JSON object, got {type(data).__name__}")
         return data

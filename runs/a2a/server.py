@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
+import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +50,8 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestCon
 from a2a.server.agent_execution.simple_request_context_builder import SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler, build_error_response
+from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
+from a2a.server.request_handlers import DefaultRequestHandler, RequestHandler, build_error_response
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import (
@@ -73,6 +76,7 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
+    InternalError,
     InvalidParamsError,
     InvalidRequestError,
 )
@@ -80,11 +84,11 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from agentsite.api.auth import AuthenticationError
+from agentsite.api.json_input import InputError, parse_json
 from agentsite.composition import run_manager
 from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
 from runs.a2a.task_store import DjangoTaskStore
@@ -477,8 +481,63 @@ async def _record_state(runner: Runner, *, user_id: str, session_id: str, agent:
     ))
 
 
+INTERNAL_ERROR = "internal error; it has been logged"
+
+
+def _internal(exc: Exception) -> InternalError:
+    """What a caller learns of a failure that is not about its request: that it happened.
+    (The SDK answers with `str(exc)`: a database error and its SQL, for one.)"""
+    logger.error("A2A request failed", exc_info=exc)
+    return InternalError(message=INTERNAL_ERROR)
+
+
+async def _guarded(result: Awaitable[Any]) -> Any:
+    try:
+        return await result
+    except A2AError:
+        raise
+    except Exception as exc:
+        raise _internal(exc) from None
+
+
+async def _guarded_stream(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    try:
+        async for item in stream:
+            yield item
+    except A2AError:
+        raise
+    except Exception as exc:
+        raise _internal(exc) from None
+
+
+def _hide_internals(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A request handler method whose unexpected errors reach the caller as a bare
+    internal error (its streaming methods return async generators, the rest coroutines)."""
+
+    @functools.wraps(method)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = method(self, *args, **kwargs)
+        except A2AError:
+            raise
+        except Exception as exc:
+            raise _internal(exc) from None
+        return _guarded_stream(result) if inspect.isasyncgen(result) else _guarded(result)
+
+    return wrapped
+
+
+def _hiding_internals(cls: type[RequestHandler]) -> type[RequestHandler]:
+    for name in dir(RequestHandler):
+        if name.startswith("on_"):
+            setattr(cls, name, _hide_internals(getattr(cls, name)))
+    return cls
+
+
+@_hiding_internals
 class AgentsiteRequestHandler(DefaultRequestHandler):
-    """The SDK's handler; a cancel of a task that runs in another process reaches its run."""
+    """The SDK's handler; a cancel of a task that runs in another process reaches its run;
+    an unexpected error answers "internal error", never its text (see `_hide_internals`)."""
 
     def __init__(self, *, executor: AgentsiteAgentExecutor, **kwargs: Any) -> None:
         super().__init__(agent_executor=executor, **kwargs)
@@ -507,26 +566,55 @@ def _allowed_host(host: str) -> bool:
     return bool(domain) and validate_host(domain, allowed)
 
 
-def _limited(receive: Any, limit: int | None) -> Any:
-    """`receive` that stops a body (sent without a length) once it passes `limit` bytes."""
-    if limit is None:
-        return receive
+async def _read_body(receive: Any, limit: int | None) -> bytes | None:
+    """The whole request body, or None once it passes `limit` bytes (sent without a length)."""
+    chunks: list[bytes] = []
     seen = 0
-
-    async def limited() -> dict[str, Any]:
-        nonlocal seen
+    while True:
         message = await receive()
-        if message["type"] == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                # The SDK's dispatcher answers this with its "Payload too large" error.
-                raise HTTPException(status_code=413)
-        return message
+        if message["type"] != "http.request":
+            break  # the client went away: the SDK sees an empty body
+        chunk = message.get("body", b"")
+        seen += len(chunk)
+        if limit is not None and seen > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
 
-    return limited
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """`receive` that hands the SDK the body already read, then the client's later messages."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
-def _error(status: int, error: A2AError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+def _body_error(body: bytes) -> tuple[int, A2AError | JSONRPCError] | None:
+    """What `parse_json` refuses in a JSON-RPC body, as the JSON-RPC error to answer (the SDK
+    would parse deep JSON into a RecursionError, and pass NUL or a lone surrogate on to the
+    database)."""
+    try:
+        parse_json(body)
+    except InputError as exc:
+        if exc.code == "invalid_text":
+            kind = InvalidParamsError if exc.path[:1] == ("params",) else InvalidRequestError
+            return 400, kind(message=exc.message("brackets"))
+        if exc.code == "json_too_deep":
+            return 400, JSONParseError(message=exc.message())
+        return None  # not JSON at all: the SDK answers that itself
+    return None
+
+
+def _error(status: int, error: A2AError | JSONRPCError, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(build_error_response(None, error), status_code=status, headers=dict(headers or {}))
 
 
@@ -607,9 +695,20 @@ class A2AApplication:
                     scope, receive, send)
                 return
             scope = {**scope, SCOPE_USER: user}
+        if scope["method"] == "POST":
+            body = await _read_body(receive, limit)
+            if body is None:
+                await _error(413, InvalidRequestError(message=f"the body is larger than {limit} bytes"))(
+                    scope, receive, send)
+                return
+            refused = _body_error(body)
+            if refused is not None:
+                await _error(*refused)(scope, receive, send)
+                return
+            receive = _replay(body, receive)
         token = _base_url.set(str(request.base_url))
         try:
-            await self._app_for(agent)(scope, _limited(receive, limit), send)
+            await self._app_for(agent)(scope, receive, send)
         finally:
             _base_url.reset(token)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -42,14 +41,14 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
-from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 
+from agentsite.api.json_input import InputError, parse_json
 from agentsite.composition import run_manager
 from agentsite.errors import envelope
 from agentsite.threads import DB_EXECUTOR
 from runs import models as run_orm
-from runs.auth import BearerTokenAuthentication
+from runs.auth import BearerTokenAuthentication, SessionAuthentication
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.manager import RunManager
@@ -147,12 +146,13 @@ def _invalid(message: str, field: str | None) -> AguiRequestError:
 
 def _load_json(request: HttpRequest) -> Any:
     try:
-        return json.loads(request.body or b"")
+        return parse_json(request.body or b"")
     except RequestDataTooBig:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raise AguiRequestError(413, "body_too_large", f"request body is larger than the limit of {limit} bytes") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AguiRequestError(400, "malformed_json", f"the body is not valid JSON: {exc}") from None
+    except InputError as exc:
+        message = f"the body is {exc.problem}" if exc.code == "malformed_json" else exc.message()
+        raise AguiRequestError(400, exc.code, message, exc.field()) from None
 
 
 def parse_run_input(body: Any) -> AguiTurn:

@@ -57,6 +57,10 @@ KIND_FALLBACK_MIN = 3
 MAX_TEXT_CHARS = 4000
 MAX_TOPICS = 16
 MAX_QUERY_TOKENS = 32
+# Longer "words" are hashes or base64, never worth indexing; and PostgreSQL refuses a
+# tsvector lexeme over 2,047 bytes, which made the memory's insert (and so every memory
+# extraction of its session, retried) fail for good.
+MAX_TOKEN_CHARS = 64
 MAX_CANDIDATES = 500
 
 # SPEC 6.3 / 14: reconcile thresholds.
@@ -305,7 +309,7 @@ def analyze(text: str) -> list[str]:
             continue
         # Apostrophes inside words (it's, caroline's) split off their short tail.
         for word in _LATIN.findall(piece.replace("'", " ").replace("\u2019", " ")):
-            if word in _STOPWORDS:
+            if word in _STOPWORDS or len(word) > MAX_TOKEN_CHARS:
                 continue
             tokens.append(stem(word))
     return tokens
