@@ -34,8 +34,12 @@ class SkillsLLMAgent(LLMAgent):
         # The summaries feed the overview and the tools' skill lists, so read them
         # before the run computes its tool specs.
         await self.skills.prepare()
-        async for event in super().run(invocation):
-            yield event
+        try:
+            async for event in super().run(invocation):
+                yield event
+        finally:
+            # The workspace is the run's (SPEC 8.3): it goes when the run ends, however it ends.
+            await self.skills.release(invocation.invocation_id)
 
     async def _request(self, invocation: Invocation, step: int, instruction: str, specs: list[Any]) -> BuiltRequest:
         block = await self.skills.instruction_block(

@@ -351,6 +351,11 @@ class SkillToolset:
             raise SkillToolError("code execution is not configured for this agent")
         return self.executor, self.executor.workspace(context.invocation_id)
 
+    async def release(self, invocation_id: str) -> None:
+        """Remove the run's workspace (its run has ended); nothing when it has none."""
+        if self.executor is not None:
+            await asyncio.to_thread(self.executor.remove, invocation_id)
+
     async def _skill_run(
         self,
         context: ToolContext,
@@ -387,7 +392,7 @@ class SkillToolset:
         run = command or found.command
         if not run:
             raise SkillToolError(f"skill {skill!r} has no default command; give one (see its SKILL.md)")
-        executor, workspace = self._workspace(context)
+        executor, workspace = await asyncio.to_thread(self._workspace, context)
         sandbox_dir = await asyncio.to_thread(workspace.stage_skill, skill, found.files)
         staged = await self._stage_inputs(context, workspace, inputs or [])
         result = await executor.run(
@@ -417,7 +422,7 @@ class SkillToolset:
             stdin: text for the command's standard input
             timeout: seconds before the command is killed (default 300)
         """
-        executor, workspace = self._workspace(context)
+        executor, workspace = await asyncio.to_thread(self._workspace, context)
         result = await executor.run(workspace, command, cwd=cwd or "", env=env, stdin=stdin, timeout_s=timeout)
         return await self._finish(
             context, workspace, result, staged=[], output_files=[], save=True, omit_inline=False, prefix="",
@@ -540,9 +545,8 @@ class SkillToolset:
     ) -> list[dict[str, Any]]:
         if not globs:
             return []
-        root = workspace.files.resolve()
         limit = self.executor.config.limits.output_limit_bytes if self.executor else 16 * 1024
-        files: list[dict[str, Any]] = []
+        patterns: list[str] = []
         for pattern in globs:
             pattern = pattern.removeprefix(SANDBOX_ROOT + "/").replace("$OUTPUT_DIR", "out").replace("${OUTPUT_DIR}", "out")
             pattern = pattern.replace("$WORK_DIR", "work").replace("${WORK_DIR}", "work")
@@ -551,22 +555,23 @@ class SkillToolset:
             except WorkspaceError as exc:
                 warnings.append(str(exc))
                 continue
-            for path in sorted(root.rglob("*")):
-                relative = path.relative_to(root).as_posix()
-                if not fnmatch.fnmatch(relative, pattern) or path.is_symlink() or not path.is_file():
-                    continue
-                if len(files) >= _MAX_INLINE_FILES:
-                    warnings.append(f"more than {_MAX_INLINE_FILES} output files matched; the rest left out")
-                    return files
-                data = path.read_bytes()
-                entry: dict[str, Any] = {
-                    "name": relative,
-                    "mime_type": mimetypes.guess_type(relative, strict=False)[0] or "application/octet-stream",
-                    "size_bytes": len(data),
-                    "truncated": len(data) > limit,
-                }
-                if not omit:
-                    entry["content"] = data[:limit].decode("utf-8", errors="replace")
-                files.append(entry)
+            patterns.append(pattern)
+        # Read from folder fds, never by name: the sandbox may have linked anything anywhere.
+        found = workspace.read_files(
+            ".", max_files=_MAX_INLINE_FILES + 1, max_file_bytes=limit, cut=True, warnings=[],
+            accept=lambda path: any(fnmatch.fnmatch(path, p) for p in patterns),
+        ) if patterns else []
+        if len(found) > _MAX_INLINE_FILES:
+            warnings.append(f"more than {_MAX_INLINE_FILES} output files matched; the rest left out")
+        files: list[dict[str, Any]] = []
+        for output in found[:_MAX_INLINE_FILES]:
+            entry: dict[str, Any] = {
+                "name": output.path,
+                "mime_type": mimetypes.guess_type(output.path, strict=False)[0] or "application/octet-stream",
+                "size_bytes": output.size,
+                "truncated": output.size > limit,
+            }
+            if not omit:
+                entry["content"] = output.data[:limit].decode("utf-8", errors="replace")
+            files.append(entry)
         return files
-

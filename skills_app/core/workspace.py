@@ -26,12 +26,23 @@ first 16 KiB of each stream is kept.
 `probe_isolation` checks once per process that all this works (uid dropped, no network
 interface but loopback); when it does not, `WorkspaceExecutor.run` refuses to run
 anything and says why.
+
+What a command leaves in `ws/` is the untrusted side of a trust boundary (issue 17): it
+can make any name there a symlink, a hard link or a FIFO, at any time. The host reads and
+writes it only from folder fds with O_NOFOLLOW at every component (`workspace_fs`), so
+exports, staged inputs and skills never follow a link out. Each workspace has a quota of
+bytes and files: a size-limited tmpfs mounted on `ws/` where this process may mount one
+(the kernel refuses writes past it, and the sandbox's mountinfo then shows no host path),
+otherwise a checked quota (watched while a command runs, the workspace emptied when over).
+A workspace is removed when its run ends (`SkillToolset.release`), and any unused for
+`ttl_s` (this process's too) by the sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -44,19 +55,24 @@ import stat as stat_module
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from skills_app.core import workspace_fs as fs
+from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
 logger = logging.getLogger(__name__)
 
 KIB = 1024
 MIB = 1024 * 1024
-SANDBOX_ROOT = "/workspace"
 LAYOUT = ("skills", "work", "out", "runs")
 TRUNCATION_MARKER = "...[output truncated]..."
 _READ_CHUNK = 64 * KIB
+_WATCH_EVERY_S = 0.25
+_SWEEP_EVERY_S = 60.0
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _RESERVED_ENV = ("LD_", "BASH_FUNC_")
 _WORKSPACE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -69,10 +85,6 @@ SHELL_WRAPPERS = frozenset({
 })
 _FORBIDDEN_IN_POLICY = re.compile(r"[`$<>(){}\\\n]")
 _OPERATORS = frozenset({"|", "&&", "||", ";"})
-
-
-class WorkspaceError(ValueError):
-    """A request the workspace refuses: a path outside it, a command the policy denies, ..."""
 
 
 class IsolationUnavailableError(RuntimeError):
@@ -103,6 +115,13 @@ class WorkspaceConfig:
     denied_commands: tuple[str, ...] = ()
     max_artifacts: int = 20
     max_output_file_bytes: int = 4 * MIB
+    # The quota of one workspace: bytes on disk, and files and folders in it.
+    max_bytes: int = 256 * MIB
+    max_files: int = 10_000
+    # A size-limited tmpfs per workspace (the kernel enforces the quota) where this process
+    # may mount one; otherwise, or when False, a checked quota (see `WorkspaceExecutor.run`).
+    tmpfs: bool = True
+    # Workspaces unused for longer are removed, also those of this process.
     ttl_s: int = 24 * 3600
     bwrap: str = "/usr/bin/bwrap"
     prlimit: str = "/usr/bin/prlimit"
@@ -149,10 +168,11 @@ class CommandResult:
 
 @dataclass(frozen=True, kw_only=True)
 class OutputFile:
-    """A regular file found under `out/` (relative slash path under `out/`)."""
+    """A regular file read from the workspace (slash path relative to the folder read)."""
 
     path: str
     data: bytes
+    size: int = 0  # of the file, when `data` was cut
 
 
 # -- command policy (SPEC 8.2 / 8.3) ---------------------------------------------------------
@@ -249,8 +269,11 @@ def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Map
         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
         "--bind", str(workspace), SANDBOX_ROOT,
     ]
-    if (workspace / "skills").is_dir():
-        line += ["--ro-bind", str(workspace / "skills"), f"{SANDBOX_ROOT}/skills"]
+    # bwrap follows a symlinked source: bind `skills` only when it is a real folder (inside
+    # every sandbox it is a mount point, so a command cannot swap it afterwards).
+    with contextlib.suppress(OSError):
+        if stat_module.S_ISDIR(os.lstat(workspace / "skills").st_mode):
+            line += ["--ro-bind", str(workspace / "skills"), f"{SANDBOX_ROOT}/skills"]
     # `python` is what models type; the sandbox has the system's python3 under that name too.
     line += ["--dir", "/opt/sandbox/bin", "--symlink", config.python, "/opt/sandbox/bin/python"]
     line += ["--chdir", cwd, "--clearenv"]
@@ -282,6 +305,10 @@ def _probe(config: WorkspaceConfig) -> Isolation:
             available=False, mechanism=mechanism,
             reason=f"the sandbox starts as root to drop to uid {config.uid}; this process runs as uid {os.geteuid()}",
         )
+    try:
+        prepare_root(config.root)
+    except WorkspaceError as exc:
+        return Isolation(available=False, mechanism=mechanism, reason=str(exc))
     probe_dir = config.root / f".probe-{os.getpid()}-{threading.get_ident()}"
     try:
         workspace = probe_dir / "ws"
@@ -332,122 +359,269 @@ def probe_isolation(config: WorkspaceConfig) -> Isolation:
 # -- workspaces ------------------------------------------------------------------------------
 
 
+def prepare_root(root: Path) -> None:
+    """Make the folder of all workspaces (0700), and refuse one that another user could
+    have planted or could swap: a symlink, not ours, writable by group or others, or
+    below a folder such a user could rename things in (this process works in it as root)."""
+    try:
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        found = os.lstat(root)
+    except OSError as exc:
+        raise WorkspaceError(f"the workspace root {str(root)!r} cannot be made: {exc.strerror}") from None
+    if not stat_module.S_ISDIR(found.st_mode):
+        raise WorkspaceError(f"the workspace root {str(root)!r} is not a folder (a symlink?)")
+    if found.st_uid != os.geteuid() or found.st_mode & 0o022:
+        raise WorkspaceError(
+            f"the workspace root {str(root)!r} must belong to uid {os.geteuid()} and not be writable by others"
+        )
+    for folder in Path(os.path.realpath(root)).parents:
+        held = os.stat(folder)
+        shared = held.st_mode & 0o022 and not held.st_mode & stat_module.S_ISVTX
+        if held.st_uid not in (0, os.geteuid()) or shared:
+            raise WorkspaceError(
+                f"the workspace root {str(root)!r} is inside {str(folder)!r}, which another user can change"
+            )
+
+
 class Workspace:
     """One run's folder. Paths given to it are relative to `/workspace` (or absolute
-    under it); anything that leads outside, through `..` or a symlink, is refused."""
+    under it); anything that leads outside, through `..` or a symlink, is refused.
+
+    Everything under `files` may have been made by a sandboxed command, so this process
+    (root) never opens a path there by name: every read and write walks from a folder fd
+    with O_NOFOLLOW (`skills_app.core.workspace_fs`).
+    """
 
     def __init__(self, *, id: str, path: Path, config: WorkspaceConfig) -> None:
         self.id = id
         self.path = path
         self.files = path / "ws"
         self.config = config
+        self.quota: str = "none"
         self._manifest = path / "exported.json"
 
-    def create(self) -> None:
-        self.files.mkdir(parents=True, exist_ok=True)
-        for sub in LAYOUT:
-            (self.files / sub).mkdir(exist_ok=True)
-        # The sandbox user owns what it may write; staged skills stay root's (read-only bind anyway).
-        for target in (self.files, *(self.files / s for s in LAYOUT if s != "skills")):
+    @property
+    def _owner(self) -> tuple[int, int]:
+        return (self.config.uid, self.config.gid)
+
+    def create(self, *, tmpfs: bool = True) -> None:
+        """Make the folder and its layout; with `tmpfs`, try a size-limited tmpfs (the
+        quota) and fall back to a checked quota where this process may not mount."""
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        os.makedirs(self.files, mode=0o755, exist_ok=True)
+        self.quota = "checked"
+        if tmpfs and os.path.ismount(self.files):
+            self.quota = "tmpfs"
+        elif tmpfs:
+            try:
+                fs.mount_tmpfs(
+                    self.files, max_bytes=self.config.max_bytes, max_inodes=self.config.max_files + len(LAYOUT) + 1,
+                    uid=self.config.uid, gid=self.config.gid,
+                )
+                self.quota = "tmpfs"
+            except OSError as exc:
+                logger.debug("workspace %s: no tmpfs (%s); the quota is checked after each command", self.id, exc)
+        root = fs.open_root(self.files)
+        try:
+            # The sandbox user owns what it may write; staged skills stay root's (read-only bind anyway).
             with contextlib.suppress(PermissionError):
-                os.chown(target, self.config.uid, self.config.gid)
+                os.fchown(root, *self._owner)
+            for sub in LAYOUT:
+                os.close(fs.open_dir(root, (sub,), relative=sub, create=True, owner=None if sub == "skills" else self._owner))
+        finally:
+            os.close(root)
 
     def resolve(self, relative: str, *, must_exist: bool = False) -> Path:
-        """The host path of a workspace path; raises `WorkspaceError` for one outside."""
-        text = (relative or ".").strip()
-        if "\x00" in text:
-            raise WorkspaceError("path contains a NUL character")
-        if text == SANDBOX_ROOT or text.startswith(SANDBOX_ROOT + "/"):
-            text = text[len(SANDBOX_ROOT):].lstrip("/") or "."
-        if os.path.isabs(text):
-            raise WorkspaceError(f"path {relative!r} is outside the workspace (use a path under {SANDBOX_ROOT})")
-        candidate = self.files / text
-        root = self.files.resolve()
-        resolved = candidate.resolve()
-        if not resolved.is_relative_to(root):
-            raise WorkspaceError(f"path {relative!r} leads outside the workspace")
-        if must_exist and not resolved.exists():
-            raise WorkspaceError(f"path {relative!r} does not exist in the workspace")
-        return resolved
+        """The host path of a workspace path, checked: no `..` out of it, no symlink on the
+        way (raises `WorkspaceError`). For messages only: never open it by name, the
+        sandbox can change what it names at any time."""
+        parts = fs.split(relative)
+        root = fs.open_root(self.files)
+        try:
+            try:
+                folder = fs.open_dir(root, parts[:-1], relative=relative)
+            except fs.MissingPathError:
+                if must_exist:
+                    raise
+                return self.files.joinpath(*parts)
+            try:
+                if parts:
+                    found = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
+                    if stat_module.S_ISLNK(found.st_mode):
+                        raise WorkspaceError(f"path {relative!r} leads outside the workspace (through a symlink)")
+            except FileNotFoundError:
+                if must_exist:
+                    raise fs.MissingPathError(f"path {relative!r} does not exist in the workspace") from None
+            finally:
+                os.close(folder)
+        finally:
+            os.close(root)
+        return self.files.joinpath(*parts)
 
-    def sandbox_path(self, host_path: Path) -> str:
-        relative = host_path.resolve().relative_to(self.files.resolve()).as_posix()
-        return SANDBOX_ROOT if relative == "." else f"{SANDBOX_ROOT}/{relative}"
+    def directory(self, relative: str) -> str:
+        """The sandbox path of an existing folder of the workspace (a working directory)."""
+        parts = fs.split(relative)
+        root = fs.open_root(self.files)
+        try:
+            os.close(fs.open_dir(root, parts, relative=relative))
+        except fs.MissingPathError:
+            raise WorkspaceError(f"working directory {relative!r} does not exist in the workspace") from None
+        finally:
+            os.close(root)
+        return "/".join((SANDBOX_ROOT, *parts))
 
     def write_file(self, relative: str, data: bytes, *, readonly: bool = False) -> Path:
-        """Put a file in the workspace (parents created), owned by the sandbox user
-        unless `readonly`."""
-        target = self.resolve(relative)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_symlink():
-            target.unlink()
-        target.write_bytes(data)
-        if not readonly:
-            with contextlib.suppress(PermissionError):
-                for part in (target, *self._owned_parents(target)):
-                    os.chown(part, self.config.uid, self.config.gid)
-        return target
-
-    def _owned_parents(self, target: Path) -> list[Path]:
-        parents = []
-        root = self.files.resolve()
-        for parent in target.parents:
-            if parent == root or not parent.is_relative_to(root):
-                break
-            parents.append(parent)
-        return parents
+        """Put a file in the workspace (folders made as needed), owned by the sandbox user
+        unless `readonly`; whatever the sandbox left at that name is replaced, never
+        written through."""
+        parts = fs.split(relative)
+        root = fs.open_root(self.files)
+        try:
+            fs.write_file(root, parts, data, relative=relative, owner=None if readonly else self._owner)
+        except OSError as exc:
+            raise WorkspaceError(f"path {relative!r} cannot be written: {exc.strerror}") from None
+        finally:
+            os.close(root)
+        return self.files.joinpath(*parts)
 
     def stage_skill(self, name: str, files: Mapping[str, str]) -> str:
         """Copy a skill's files to `skills/<name>/` (replacing an earlier copy); returns
         the skill's folder inside the sandbox."""
-        folder = self.resolve(f"skills/{name}")
-        if folder.exists():
-            shutil.rmtree(folder)
-        for relative, text in files.items():
-            self.write_file(f"skills/{name}/{relative}", text.encode("utf-8"), readonly=True)
-        folder.mkdir(parents=True, exist_ok=True)
-        return f"{SANDBOX_ROOT}/skills/{name}"
+        parts = fs.split(f"skills/{name}")
+        if len(parts) != 2 or parts[0] != "skills":
+            raise WorkspaceError(f"bad skill name {name!r}")
+        root = fs.open_root(self.files)
+        try:
+            skills = fs.open_dir(root, parts[:1], relative="skills", create=True)
+            try:
+                fs.remove_entry(skills, parts[1])
+            finally:
+                os.close(skills)
+            for relative, text in files.items():
+                self.write_file(f"skills/{name}/{relative}", text.encode("utf-8"), readonly=True)
+            os.close(fs.open_dir(root, parts, relative=f"skills/{name}", create=True))
+        finally:
+            os.close(root)
+        return "/".join((SANDBOX_ROOT, *parts))
+
+    def read_files(
+        self, folder: str, *, max_files: int, max_file_bytes: int, warnings: list[str],
+        accept: Callable[[str], bool] = lambda _path: True, cut: bool = False,
+    ) -> list[OutputFile]:
+        """The regular files under `folder` that `accept` takes (paths relative to it, in
+        walk order), read without following anything; what was left out is explained in
+        `warnings`. Symlinks, hard links and special files are refused. A file over
+        `max_file_bytes` is left out, or with `cut` read up to that size."""
+        parts = fs.split(folder)
+        prefix = "/".join(parts) + "/" if parts else ""
+        found: list[OutputFile] = []
+        root = fs.open_root(self.files)
+        try:
+            top = fs.open_dir(root, parts, relative=folder)
+        except fs.MissingPathError:
+            return found
+        except WorkspaceError:
+            warnings.append(f"{prefix or './'}: a symlink or not a folder, refused (links are never followed)")
+            return found
+        finally:
+            os.close(root)
+        try:
+            with contextlib.closing(fs.iter_files(top, prefix=prefix, warnings=warnings)) as walk:
+                for entry in walk:
+                    if not accept(entry.path):
+                        continue
+                    if entry.size > max_file_bytes and not cut:
+                        warnings.append(f"{prefix}{entry.path}: {entry.size} bytes, over the limit of {max_file_bytes}")
+                        continue
+                    if len(found) >= max_files:
+                        warnings.append(
+                            f"more than {max_files} output files: {prefix}{entry.path} and later ones not collected"
+                        )
+                        break
+                    found.append(OutputFile(path=entry.path, data=fs.read_fd(entry.fd, max_file_bytes), size=entry.size))
+        finally:
+            os.close(top)
+        return found
 
     def collect_outputs(self, *, max_files: int | None = None) -> tuple[list[OutputFile], list[str]]:
-        """Regular files under `out/` (sorted), and warnings for what was left out:
-        symlinks (never followed: one could point at any file of the host), special
-        files, files over the size limit, files past the count limit."""
-        limit = self.config.max_artifacts if max_files is None else max_files
-        out = (self.files / "out").resolve()
-        found: list[OutputFile] = []
+        """Regular files under `out/` (sorted, depth first), and warnings for what was left
+        out: symlinks (never followed, `out/` itself included: one could point at any
+        file of the host), hard links, special files, files over the size limit, files
+        past the count limit."""
         warnings: list[str] = []
-        if not out.is_dir():
-            return found, warnings
-        for current, dirs, names in os.walk(out, followlinks=False):
-            for directory in list(dirs):
-                if os.path.islink(os.path.join(current, directory)):
-                    warnings.append(f"out/{Path(current, directory).relative_to(out).as_posix()}: symlink refused")
-                    dirs.remove(directory)
-            dirs.sort()
-            for name in sorted(names):
-                path = Path(current) / name
-                relative = path.relative_to(out).as_posix()
-                try:
-                    # O_NOFOLLOW: a symlink swapped in after the walk is still refused.
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                except OSError:
-                    warnings.append(f"out/{relative}: symlink or unreadable file refused")
-                    continue
-                with os.fdopen(fd, "rb") as handle:
-                    stat = os.fstat(handle.fileno())
-                    if not _is_regular(stat.st_mode):
-                        warnings.append(f"out/{relative}: not a regular file, skipped")
-                        continue
-                    if stat.st_size > self.config.max_output_file_bytes:
-                        warnings.append(
-                            f"out/{relative}: {stat.st_size} bytes, over the limit of {self.config.max_output_file_bytes}"
-                        )
-                        continue
-                    if len(found) >= limit:
-                        warnings.append(f"more than {limit} output files: out/{relative} and later ones not collected")
-                        return found, warnings
-                    found.append(OutputFile(path=relative, data=handle.read(self.config.max_output_file_bytes + 1)))
+        found = self.read_files(
+            "out", max_files=self.config.max_artifacts if max_files is None else max_files,
+            max_file_bytes=self.config.max_output_file_bytes, warnings=warnings,
+        )
         return found, warnings
+
+    # -- quota
+
+    def usage(self) -> fs.Usage:
+        """What the workspace holds now (bytes on disk; files and folders, the layout's
+        folders not counted)."""
+        if self.quota == "tmpfs":
+            held = fs.tmpfs_usage(self.files)
+        else:
+            root = fs.open_root(self.files)
+            try:
+                held = fs.usage(root)
+            finally:
+                os.close(root)
+        return fs.Usage(bytes=held.bytes, files=max(0, held.files - len(LAYOUT)))
+
+    def over_quota(self) -> str | None:
+        """Why the workspace is over its quota, or None."""
+        held = self.usage()
+        if held.bytes > self.config.max_bytes:
+            return f"the workspace holds {held.bytes} bytes, over its quota of {self.config.max_bytes}"
+        if held.files > self.config.max_files:
+            return f"the workspace holds {held.files} files and folders, over its quota of {self.config.max_files}"
+        return None
+
+    def enforce_quota(self) -> list[str]:
+        """Warnings about the quota after a command. A tmpfs refused the writes past it
+        (ENOSPC); a checked workspace over its quota is emptied (`work/`, `out/`, `runs/`),
+        so that nothing of it is exported and the disk is given back."""
+        if self.quota == "tmpfs":
+            held = fs.tmpfs_usage(self.files)
+            free = os.statvfs(self.files)
+            if free.f_bavail * free.f_frsize < 64 * KIB or free.f_favail == 0:
+                return [
+                    f"the workspace is full ({held.bytes} of {self.config.max_bytes} bytes, {held.files} of "
+                    f"{self.config.max_files} files): writes past its quota failed with 'No space left on device'"
+                ]
+            return []
+        reason = self.over_quota()
+        if reason is None:
+            return []
+        self.clear()
+        return [f"{reason}: its work/, out/ and runs/ folders were emptied, nothing is exported, and the command counts as failed"]
+
+    def clear(self) -> None:
+        """Empty the folders the sandbox writes."""
+        root = fs.open_root(self.files)
+        try:
+            for sub in LAYOUT:
+                if sub == "skills":
+                    continue
+                fs.remove_entry(root, sub)
+                os.close(fs.open_dir(root, (sub,), relative=sub, create=True, owner=self._owner))
+        finally:
+            os.close(root)
+
+    def destroy(self) -> None:
+        """Unmount and remove the whole workspace."""
+        with contextlib.suppress(OSError):
+            fs.unmount(self.files)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def touch(self) -> None:
+        """Mark the workspace used now (its age for the sweep; the sandbox cannot reach it)."""
+        with contextlib.suppress(OSError):
+            os.utime(self.path)
+
+    # -- bookkeeping (beside ws/: out of the sandbox's reach)
 
     def exported(self) -> dict[str, str]:
         """Output path -> sha256 of what was last exported from it."""
@@ -461,10 +635,6 @@ class Workspace:
         self._manifest.write_text(json.dumps(merged, sort_keys=True))
 
 
-def _is_regular(mode: int) -> bool:
-    return stat_module.S_ISREG(mode)
-
-
 class WorkspaceExecutor:
     """Creates workspaces and runs commands in them, confined (see the module doc)."""
 
@@ -472,11 +642,14 @@ class WorkspaceExecutor:
         self.config = config
         self.policy = CommandPolicy(allowed=frozenset(config.allowed_commands), denied=frozenset(config.denied_commands))
         self._workspaces: dict[str, Workspace] = {}
+        self._busy: dict[str, int] = {}
+        self._swept_at = 0.0
         self._lock = threading.Lock()
+        # What this process made goes with it (a tmpfs holds memory until it is unmounted).
+        weakref.finalize(self, _destroy_all, self._workspaces)
 
     def isolation(self) -> Isolation:
         """The (cached) probe result; the first call runs the probe (about 50 ms)."""
-        self.config.root.mkdir(parents=True, exist_ok=True)
         return probe_isolation(self.config)
 
     async def isolation_async(self) -> Isolation:
@@ -484,31 +657,44 @@ class WorkspaceExecutor:
 
     def workspace(self, workspace_id: str) -> Workspace:
         """The workspace of a run (created on first use; old ones swept)."""
-        if not _WORKSPACE_ID.match(workspace_id):
+        if not _WORKSPACE_ID.match(workspace_id) or workspace_id.startswith("."):
             raise WorkspaceError(f"bad workspace id {workspace_id!r}")
         with self._lock:
+            prepare_root(self.config.root)
+            if time.monotonic() - self._swept_at > _SWEEP_EVERY_S or workspace_id not in self._workspaces:
+                self._sweep()
             found = self._workspaces.get(workspace_id)
             if found is None:
-                self.config.root.mkdir(parents=True, exist_ok=True)
-                self._sweep()
                 found = Workspace(id=workspace_id, path=self.config.root / workspace_id, config=self.config)
-                found.create()
+                found.create(tmpfs=self.config.tmpfs)
                 self._workspaces[workspace_id] = found
+            found.touch()
             return found
 
     def _sweep(self) -> None:
-        """Remove workspaces untouched for longer than the TTL (at most once per creation)."""
+        """Remove the workspaces unused for longer than the TTL: any process's, this one's
+        too, but none running a command. Called with the lock held."""
+        self._swept_at = time.monotonic()
         cutoff = time.time() - self.config.ttl_s
-        for entry in self.config.root.iterdir():
-            with contextlib.suppress(OSError):
-                if entry.is_dir() and entry.stat().st_mtime < cutoff and entry.name not in self._workspaces:
-                    shutil.rmtree(entry, ignore_errors=True)
+        with os.scandir(self.config.root) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if not entry.is_dir(follow_symlinks=False) or self._busy.get(entry.name):
+                        continue
+                    if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                        continue
+                    mine = self._workspaces.pop(entry.name, None)
+                    if mine is not None:
+                        mine.destroy()
+                    else:
+                        Workspace(id=entry.name, path=Path(entry.path), config=self.config).destroy()
 
     def remove(self, workspace_id: str) -> None:
+        """Remove a workspace of this process (when its run ends)."""
         with self._lock:
             workspace = self._workspaces.pop(workspace_id, None)
         if workspace is not None:
-            shutil.rmtree(workspace.path, ignore_errors=True)
+            workspace.destroy()
 
     def sandbox_env(self, env: Mapping[str, str] | None, *, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """A scrubbed environment: nothing of this process leaks in; the caller's
@@ -561,17 +747,37 @@ class WorkspaceExecutor:
             raise IsolationUnavailableError(
                 f"code execution is disabled: the sandbox is unavailable ({isolation.reason})"
             )
-        directory = workspace.resolve(cwd or ".")
-        if not directory.is_dir():
-            raise WorkspaceError(f"working directory {cwd!r} does not exist in the workspace")
+        directory = workspace.directory(cwd or ".")
         variables = self.sandbox_env(env, extra=extra_env)
         limits = self.config.limits
         timeout = min(float(timeout_s), limits.timeout_s) if timeout_s else limits.timeout_s
-        argv = sandbox_argv(
-            self.config, workspace.files, cwd=workspace.sandbox_path(directory), env=variables,
-            argv=["/bin/sh", "-c", command],
-        )
-        return await run_confined(argv, stdin=stdin, timeout_s=timeout, output_limit=limits.output_limit_bytes)
+        argv = sandbox_argv(self.config, workspace.files, cwd=directory, env=variables, argv=["/bin/sh", "-c", command])
+        with self._lock:
+            self._busy[workspace.id] = self._busy.get(workspace.id, 0) + 1
+        try:
+            result = await run_confined(
+                argv, stdin=stdin, timeout_s=timeout, output_limit=limits.output_limit_bytes,
+                # A tmpfs refuses writes past the quota; a checked quota is watched while the command runs.
+                watchdog=None if workspace.quota == "tmpfs" else workspace.over_quota,
+            )
+            quota = await asyncio.to_thread(workspace.enforce_quota)
+        finally:
+            with self._lock:
+                self._busy[workspace.id] -= 1
+                if not self._busy[workspace.id]:
+                    del self._busy[workspace.id]
+            workspace.touch()
+        if not quota:
+            return result
+        # A checked workspace over its quota was emptied: whatever the command said, it failed.
+        failed = result.exit_code if result.exit_code or result.timed_out or workspace.quota == "tmpfs" else 1
+        return dataclasses.replace(result, exit_code=failed, warnings=(*result.warnings, *quota))
+
+
+def _destroy_all(workspaces: dict[str, Workspace]) -> None:
+    for workspace in list(workspaces.values()):
+        workspace.destroy()
+    workspaces.clear()
 
 
 async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, int]:
@@ -614,9 +820,23 @@ def _decode(data: bytes, total: int, limit: int, stream: str) -> tuple[str, bool
     return text + note, True, f"{stream} truncated: {total} bytes, {limit} kept inline"
 
 
-async def run_confined(argv: Sequence[str], *, stdin: str | None, timeout_s: float, output_limit: int) -> CommandResult:
+async def _watch(process: asyncio.subprocess.Process, watchdog: Callable[[], str | None], stopped: list[str]) -> None:
+    while process.returncode is None:
+        await asyncio.sleep(_WATCH_EVERY_S)
+        reason = await asyncio.to_thread(watchdog)
+        if reason is not None:
+            stopped.append(reason)
+            _kill_group(process)
+            return
+
+
+async def run_confined(
+    argv: Sequence[str], *, stdin: str | None, timeout_s: float, output_limit: int,
+    watchdog: Callable[[], str | None] | None = None,
+) -> CommandResult:
     """Start `argv` in a new session, feed stdin, read both streams capped, and kill the
-    whole process group at the deadline (or when the caller is cancelled)."""
+    whole process group at the deadline (or when the caller is cancelled, or when
+    `watchdog`, asked every quarter second, gives a reason)."""
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -631,6 +851,8 @@ async def run_confined(argv: Sequence[str], *, stdin: str | None, timeout_s: flo
         _feed(process, (stdin or "").encode("utf-8")),
     )
     timed_out = False
+    stopped: list[str] = []
+    watcher = asyncio.ensure_future(_watch(process, watchdog, stopped)) if watchdog is not None else None
     try:
         try:
             await asyncio.wait_for(asyncio.shield(readers), timeout=timeout_s)
@@ -644,6 +866,11 @@ async def run_confined(argv: Sequence[str], *, stdin: str | None, timeout_s: flo
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(process.wait(), timeout=2)
         raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await watcher
     # After a kill the pipes close when the pid namespace is gone; never wait forever.
     try:
         (out, out_total), (err, err_total), _ = await asyncio.wait_for(readers, timeout=5)
@@ -657,7 +884,9 @@ async def run_confined(argv: Sequence[str], *, stdin: str | None, timeout_s: flo
     stderr, err_cut, err_warning = _decode(err, err_total, output_limit, "stderr")
     warnings = [w for w in (out_warning, err_warning) if w]
     exit_code = process.returncode
-    if timed_out:
+    if stopped:
+        warnings.append(f"stopped: {stopped[0]}")
+    elif timed_out:
         warnings.append(f"timed out after {timeout_s:g} s: the command and all its processes were killed")
     elif exit_code is not None and exit_code < 0:
         warnings.append(f"killed by signal {signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else -exit_code}")
