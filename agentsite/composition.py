@@ -253,6 +253,8 @@ def workspace_config() -> Any:
         allowed_commands=tuple(settings.AGENTSITE_WORKSPACE_ALLOWED_COMMANDS),
         denied_commands=tuple(settings.AGENTSITE_WORKSPACE_DENIED_COMMANDS),
         max_artifacts=settings.AGENTSITE_WORKSPACE_MAX_ARTIFACTS,
+        max_bytes=settings.AGENTSITE_WORKSPACE_MAX_BYTES,
+        max_files=settings.AGENTSITE_WORKSPACE_MAX_FILES,
         ttl_s=settings.AGENTSITE_WORKSPACE_TTL_S,
     )
 

@@ -8,6 +8,8 @@ real model endpoint. A bad value stops start-up with a message naming the variab
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -24,11 +26,15 @@ DEBUG = env.boolean("DJANGO_DEBUG", False)
 SECRET_KEY = env.string("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     # A stable key per checkout, so sessions survive restarts of `make run`.
+    # Readable by this user only, and never under the workspaces' parent (see AGENTSITE_WORKSPACE_ROOT).
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
         import secrets
 
-        key_file.write_text(secrets.token_urlsafe(50))
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as _key:
+            _key.write(secrets.token_urlsafe(50))
+    if key_file.stat().st_mode & 0o077:
+        key_file.chmod(0o600)
     SECRET_KEY = key_file.read_text().strip()
 ALLOWED_HOSTS = env.strings("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.strings("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -290,7 +296,11 @@ AGENTSITE_SKILLS_PROFILE = env.choice("AGENTSITE_SKILLS_PROFILE", "full", choice
 AGENTSITE_SKILLS_LOAD_MODE = env.choice("AGENTSITE_SKILLS_LOAD_MODE", "turn", choices=("turn", "once", "session"))
 AGENTSITE_SKILLS_MAX_LOADED = env.integer("AGENTSITE_SKILLS_MAX_LOADED", 0, minimum=0)  # 0: no cap
 AGENTSITE_SKILLS_REQUIRE_LOAD = env.boolean("AGENTSITE_SKILLS_REQUIRE_LOAD", False)
-AGENTSITE_WORKSPACE_ROOT = Path(env.string("AGENTSITE_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))
+# Workspaces live outside the project: a sandboxed command can learn its workspace's host path,
+# so the folder around the workspaces must hold nothing secret (checked below).
+AGENTSITE_WORKSPACE_ROOT = Path(
+    env.string("AGENTSITE_WORKSPACE_ROOT", str(Path(tempfile.gettempdir()) / "agentsite" / "workspaces"))
+).absolute()
 AGENTSITE_WORKSPACE_TIMEOUT_S = env.integer("AGENTSITE_WORKSPACE_TIMEOUT_S", 300)
 AGENTSITE_WORKSPACE_CPU_S = env.integer("AGENTSITE_WORKSPACE_CPU_S", 60)
 AGENTSITE_WORKSPACE_MEMORY_MB = env.integer("AGENTSITE_WORKSPACE_MEMORY_MB", 512, minimum=64)
@@ -302,6 +312,21 @@ AGENTSITE_WORKSPACE_ALLOWED_COMMANDS = env.strings("AGENTSITE_WORKSPACE_ALLOWED_
 AGENTSITE_WORKSPACE_DENIED_COMMANDS = env.strings("AGENTSITE_WORKSPACE_DENIED_COMMANDS", [])
 AGENTSITE_WORKSPACE_UID = env.integer("AGENTSITE_WORKSPACE_UID", 65534)
 AGENTSITE_WORKSPACE_TTL_S = env.integer("AGENTSITE_WORKSPACE_TTL_S", 24 * 3600)
+# The quota of one workspace: a size-limited tmpfs where the process may mount one, else checked.
+AGENTSITE_WORKSPACE_MAX_BYTES = env.integer("AGENTSITE_WORKSPACE_MAX_BYTES", 256 * 1024 * 1024, minimum=1024 * 1024)
+AGENTSITE_WORKSPACE_MAX_FILES = env.integer("AGENTSITE_WORKSPACE_MAX_FILES", 10_000, minimum=16)
+_workspaces_parent = AGENTSITE_WORKSPACE_ROOT.resolve().parent
+for _what, _path in (
+    ("the project's var/ (secret key, demo credentials, database)", VAR_DIR),
+    ("the artifact storage", Path(_storage_location)),
+    ("MEDIA_ROOT", MEDIA_ROOT),
+):
+    _path = _path.resolve()
+    if _path.is_relative_to(_workspaces_parent) or _workspaces_parent.is_relative_to(_path):
+        raise ImproperlyConfigured(
+            f"AGENTSITE_WORKSPACE_ROOT {str(AGENTSITE_WORKSPACE_ROOT)!r}: {_what} ({str(_path)!r}) must not be "
+            f"inside the workspaces' parent folder {str(_workspaces_parent)!r}, nor hold it"
+        )
 
 # -- evolution: learning skills after runs (SPEC 9; docs/evolution.md) -----------------------------
 # A review job after each run (Celery). On by default with the offline model (heuristic reviewer,
