@@ -349,17 +349,29 @@ def compact_resume_tail(
     items: Sequence[ProjectedItem], *, config: CompactionConfig, session_load: bool, tokenizer: Tokenizer
 ) -> tuple[list[ProjectedItem], CompactionStats]:
     """SPEC 4.5: the resume tail's results over `tool_result_max_tokens` become placeholders
-    (reason `current_invocation_summary`) and its oversized call arguments a note."""
+    (reason `current_invocation_summary`) and its oversized call arguments a note.
+
+    Unlike SPEC 4.5, results the model has not answered yet (no assistant message of the
+    run follows the tail: the summary was made right before this call) stay verbatim: a
+    placeholder would withhold exactly what the model is about to read, and make it call
+    `session_load` for it. If they do not fit, the pre-call fit cuts them.
+    """
     out = list(items)
     limit = config.tool_result_max_tokens
     if not config.enabled or limit <= 0:
         return out, CompactionStats()
+    tail = [i for i, item in enumerate(out) if item.resume_tail]
+    unread = bool(tail) and not any(
+        item.active and item.message.role == "assistant" for item in out[tail[-1] + 1:]
+    )
     count = saved_total = 0
-    for index, item in enumerate(out):
-        if not item.resume_tail:
-            continue
+    for index in tail:
+        item = out[index]
         message = item.message
-        if message.role == "tool" and not is_compacted(message.content) and tokenizer.count_text(message.content) > limit:
+        if (
+            message.role == "tool" and not unread and not is_compacted(message.content)
+            and tokenizer.count_text(message.content) > limit
+        ):
             text = placeholder(item, session_load=session_load, reason=CURRENT_INVOCATION_REASON)
             replaced, saved = _replace(item, text, "pass1", tokenizer)
         elif message.tool_calls and (shortened := shorten_arguments(item, limit, tokenizer)) is not None:
@@ -377,15 +389,21 @@ def fit_current_invocation(
     items: Sequence[ProjectedItem],
     *,
     over_by: int,
+    hard_over_by: int,
     session_load: bool,
     tokenizer: Tokenizer,
-    truncate_to: int,
+    min_tokens: int = 256,
 ) -> tuple[list[ProjectedItem], CompactionStats]:
-    """The last resort when a request is still over its budget by `over_by` tokens (no
-    summary, or one that failed): the running invocation's tool results, oldest first and
-    never the latest round's, become recoverable placeholders until the excess is gone;
-    then the largest remaining results are cut to `truncate_to` tokens (head and tail).
-    User messages are never touched."""
+    """The last resort for a request still over its budget (no summary, one that failed,
+    or a run whose own rounds outgrow the window). User messages are never touched.
+
+    1. Until `over_by` tokens are saved: the running invocation's tool results, oldest
+       first, never the latest round's (the model has not read it), become recoverable
+       placeholders.
+    2. Until `hard_over_by` is saved (the request would not fit the window at all): the
+       largest remaining results are cut, head and tail kept, each only as far as needed
+       and never below `min_tokens`.
+    """
     out = list(items)
     count = saved_total = 0
     results = [
@@ -393,34 +411,32 @@ def fit_current_invocation(
         if item.active and item.message.role == "tool" and item.message.tool_call_id is not None
         and not is_compacted(item.message.content)
     ]
-    latest_call = max(
-        (i for i, item in enumerate(out) if item.active and item.message.tool_calls), default=len(out)
-    )
+    latest_call = max((i for i, item in enumerate(out) if item.active and item.message.tool_calls), default=len(out))
     for index in results:
         if saved_total >= over_by:
             break
         if index > latest_call:
-            continue  # the latest round: the model has not read these results yet
+            continue
         item = out[index]
         replaced, saved = _replace(
             item, placeholder(item, session_load=session_load, reason=CURRENT_INVOCATION_REASON), "pass1", tokenizer
         )
         if saved > 0:
             out[index], count, saved_total = replaced, count + 1, saved_total + saved
-    if saved_total < over_by and truncate_to > 0:
-        largest = sorted(
-            (i for i in results if not is_compacted(out[i].message.content)),
-            key=lambda i: -tokenizer.count_text(out[i].message.content),
-        )
-        for index in largest:
-            if saved_total >= over_by:
-                break
-            item = out[index]
-            cut = _truncate(item, truncate_to, tokenizer, session_load=session_load)
-            if cut is None:
-                continue
-            replaced, saved = _replace(item, cut[0], "pass2", tokenizer)
-            if saved > 0:
-                out[index] = dataclasses.replace(replaced, truncation=(cut[1], cut[2], len(item.message.content)))
-                count, saved_total = count + 1, saved_total + saved
+    largest = sorted(
+        (i for i in results if not is_compacted(out[i].message.content)),
+        key=lambda i: -tokenizer.count_text(out[i].message.content),
+    )
+    for index in largest:
+        if saved_total >= hard_over_by:
+            break
+        item = out[index]
+        size = tokenizer.count_text(item.message.content)
+        cut = _truncate(item, max(min_tokens, size - (hard_over_by - saved_total)), tokenizer, session_load=session_load)
+        if cut is None:
+            continue
+        replaced, saved = _replace(item, cut[0], "pass2", tokenizer)
+        if saved > 0:
+            out[index] = dataclasses.replace(replaced, truncation=(cut[1], cut[2], len(item.message.content)))
+            count, saved_total = count + 1, saved_total + saved
     return out, CompactionStats(fallback=count, tokens_saved=saved_total)

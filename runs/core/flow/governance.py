@@ -82,6 +82,16 @@ SOFT_MIN_TOKENS = 1500
 DEFAULT_SOFT_WAIT_S = 30.0
 
 
+ANSWER_RESERVE_RATIO = 0.1
+ANSWER_RESERVE_MIN_TOKENS = 256
+
+
+def hard_limit(window: int) -> int:
+    """The most a request may weigh, tool schemas included: the window less room for the
+    answer (a tenth, at least 256 tokens). Past it the run's own tool results are cut."""
+    return window - max(ANSWER_RESERVE_MIN_TOKENS, int(window * ANSWER_RESERVE_RATIO))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PrecallConfig:
     """SPEC 4.8: compact when a request reaches max(window × `ratio`, `min_tokens`)

@@ -24,7 +24,7 @@ from runs.core.flow.compaction import (
     compact_tool_results,
     fit_current_invocation,
 )
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, tools_tokens
+from runs.core.flow.governance import TIKTOKEN, ContextGovernance, hard_limit, tools_tokens
 from runs.core.flow.manifest import (
     Manifest,
     build_manifest,
@@ -35,6 +35,7 @@ from runs.core.flow.manifest import (
 from runs.core.flow.projection import ProjectedItem, Projection, SummaryInjection, project
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelRequest, ToolSpec
+from runs.core.seeding import SEED_EXTENSION
 from sessions_app.core.events import Event, Message
 from sessions_app.core.pinned import PinnedBlock, PinnedState, fold_pins, pinned_block
 from sessions_app.core.session import Session
@@ -165,7 +166,7 @@ class BuiltRequest:
             "hidden_events": self.projection.hidden_events,
             "intra_run_summary": self.projection.intra_run,
             "resume_tail": sum(1 for i in self.items if i.resume_tail),
-            "seeded_events": sum(1 for i in self.items for e in i.events if e.extensions.get("seed")),
+            "seeded_events": sum(1 for i in self.items for e in i.events if e.extensions.get(SEED_EXTENSION)),
             "summary": None if summary is None else {
                 "version": summary.version,
                 "last_seq": summary.last_seq,
@@ -239,7 +240,7 @@ class BuiltRequest:
                 block["original_tokens"] = item.original_tokens
             if item.resume_tail:
                 block["resume_tail"] = True
-            if any(e.extensions.get("seed") for e in item.events):
+            if any(e.extensions.get(SEED_EXTENSION) for e in item.events):
                 block["seeded"] = True
             if item.merged:
                 block["merged_events"] = len(item.events)
@@ -269,7 +270,8 @@ def build_context(
     Without `governance`, the history is shown uncompacted (a stored summary still
     replaces what it covers: the events before it may not even be loaded). With `fit_to`
     (governed requests only), a request still over that many tokens has the running
-    invocation's older tool results replaced, then cut (`fit_current_invocation`).
+    invocation's older tool results replaced by placeholders and, past
+    `hard_limit(window)`, its results cut (`fit_current_invocation`).
     """
     tokenizer = governance.tokenizer if governance is not None else TIKTOKEN
     mode: SummaryInjection = governance.summary_injection if governance is not None else "system"
@@ -314,11 +316,11 @@ def build_context(
     gap_message = Message(role="system", content=notice) if notice is not None else None
     head = [*prefix, *(m for m in (pinned_message, summary_message, gap_message) if m is not None)]
     if governance is not None and fit_to is not None:
-        over = tokenizer.count_messages([*head, *(i.message for i in items)]) + tools_tokens(tools, tokenizer) - fit_to
-        if over > 0:
+        size = tokenizer.count_messages([*head, *(i.message for i in items)]) + tools_tokens(tools, tokenizer)
+        if size > fit_to:
             items, fitted = fit_current_invocation(
-                items, over_by=over, session_load=any(t.name == "session_load" for t in tools), tokenizer=tokenizer,
-                truncate_to=max(1, governance.compaction.tool_result_max_tokens // 2),
+                items, over_by=size - fit_to, hard_over_by=size - hard_limit(window),
+                session_load=any(t.name == "session_load" for t in tools), tokenizer=tokenizer,
             )
             stats = stats.plus(fitted)
     manifest = build_manifest(
