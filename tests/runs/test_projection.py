@@ -54,18 +54,129 @@ def test_user_injection_opens_the_first_user_message_with_the_block() -> None:
     assert sent[1].content.startswith(format_summary("s", "user")) and sent[1].content.endswith("\n\nsecond")
 
 
-def test_the_active_turn_is_shown_whole_even_when_the_boundary_passed_it() -> None:
+def test_an_intra_run_summary_keeps_the_user_message_and_only_the_latest_round_as_the_resume_tail() -> None:
     ledger = Ledger()
     ledger.simple_turn("old", "old answer")
     turn = ledger.turn()
     turn.user("now")
-    turn.tool_round("lookup", "result")
+    for n in range(3):
+        turn.tool_round("lookup", f"result {n}")
     summary = ledger.summary("everything so far", through=len(ledger.events))  # covers the active turn too
-    sent = messages(ledger.session(summaries=[summary]), active=turn.invocation_id)
+    built = build_context(
+        ledger.session(summaries=[summary]), filter_key=APP, instruction="Be brief.", tools=[], governance=None,
+        window=8192, active_invocation_id=turn.invocation_id,
+    )
+    sent = list(built.request.messages)
     assert roles(sent) == ["system", "system", "user", "assistant", "tool"]
-    assert sent[2].content == "now" and sent[4].content == "result"
-    # Without an active turn the same boundary hides it.
+    assert sent[2].content == "now" and sent[4].content == "result 2"  # SPEC 4.5 resume tail
+    assert [i.resume_tail for i in built.items] == [False, True, True]
+    assert built.projection.intra_run and built.stats()["intra_run_summary"] and built.stats()["resume_tail"] == 2
+    # Without an active turn the same boundary hides it all.
     assert roles(messages(ledger.session(summaries=[summary]))) == ["system", "system"]
+
+
+def test_resume_tail_results_the_model_already_answered_become_current_invocation_placeholders() -> None:
+    ledger = Ledger()
+    turn = ledger.turn()
+    turn.user("investigate")
+    turn.tool_round("lookup", "first " + "x " * 3000)
+    tail_call = turn.tool_round("lookup", "second " + "y " * 3000, args={"query": "z " * 3000})
+    summary = ledger.summary("rounds one and two", through=len(ledger.events))
+    turn.tool_round("lookup", "third " + "w " * 3000)  # after the boundary: the model read the tail
+    governance = ContextGovernance(manifest_check=True)
+    built = build_context(
+        ledger.session(summaries=[summary]), filter_key=APP, instruction="", tools=[], governance=governance,
+        window=100_000, active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}",
+    )
+    tail = [i for i in built.items if i.resume_tail]
+    result = next(i for i in tail if i.message.role == "tool")
+    assert result.message.tool_call_id == tail_call and "reason: current_invocation_summary" in result.message.content
+    assert result.event is not None and result.event.id in result.message.content
+    call = next(i for i in tail if i.message.tool_calls)
+    assert call.compaction == "args" and "_context_note" in call.message.tool_calls[0].arguments
+    assert built.items[-1].message.content.startswith("third")  # after the boundary: verbatim
+    assert built.compaction.resume_tail == 2
+    assert built.manifest is not None and not built.manifest.dropped
+
+
+def test_unread_resume_tail_results_stay_verbatim() -> None:
+    ledger = Ledger()
+    turn = ledger.turn()
+    turn.user("investigate")
+    turn.tool_round("lookup", "first " + "x " * 3000)
+    turn.tool_round("lookup", "second " + "y " * 3000)
+    summary = ledger.summary("both rounds", through=len(ledger.events))  # made right before this call
+    built = build_context(
+        ledger.session(summaries=[summary]), filter_key=APP, instruction="", tools=[],
+        governance=ContextGovernance(), window=100_000, active_invocation_id=turn.invocation_id,
+        current_unit=f"req:req-{turn.invocation_id}",
+    )
+    assert built.items[-1].message.content.startswith("second") and built.items[-1].compaction is None
+
+
+def test_a_run_over_its_budget_without_a_summary_is_fitted_oldest_results_first() -> None:
+    ledger = Ledger()
+    ledger.simple_turn("earlier", "earlier answer")
+    turn = ledger.turn()
+    turn.user("read everything")
+    for n in range(6):
+        turn.tool_round("read_log", f"chunk {n} " + "log line " * 400)
+    governance = ContextGovernance(manifest_check=True)
+    plain = build_context(
+        ledger.session(), filter_key=APP, instruction="Be brief.", tools=[], governance=governance, window=4096,
+        active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}",
+    )
+    assert plain.sent_tokens > 4096
+    fitted = build_context(
+        ledger.session(), filter_key=APP, instruction="Be brief.", tools=[], governance=governance, window=4096,
+        active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}", fit_to=2867,
+    )
+    assert fitted.sent_tokens <= 2867
+    results = [i for i in fitted.items if i.message.role == "tool"]
+    assert results[-1].compaction is None and results[-1].message.content.startswith("chunk 5")  # unread: kept
+    replaced = [r.compaction is not None for r in results]
+    assert replaced == sorted(replaced, reverse=True) and 0 < sum(replaced) < 6  # oldest first, only as needed
+    assert all("reason: current_invocation_summary" in r.message.content for r in results if r.compaction)
+    assert any(m.role == "user" and m.content == "read everything" for m in fitted.request.messages)
+    assert fitted.compaction.fallback == sum(replaced) == fitted.stats()["compaction"]["fallback"]
+
+
+def test_a_latest_round_too_large_for_the_window_is_cut_only_as_far_as_needed() -> None:
+    ledger = Ledger()
+    turn = ledger.turn()
+    turn.user("read it")
+    turn.tool_round("read_log", "head " + "log line " * 3000 + " tail")
+    fitted = build_context(
+        ledger.session(), filter_key=APP, instruction="", tools=[], governance=ContextGovernance(), window=4096,
+        active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}", fit_to=2867,
+    )
+    result = fitted.items[-1]
+    assert result.compaction == "pass2" and result.event is not None and result.event.id in result.message.content
+    # Cut to the window less the answer reserve, not further: the model keeps what fits.
+    assert 3000 < fitted.sent_tokens <= 4096 - 409
+
+
+def test_other_agents_events_are_one_merged_context_message_and_still_accounted_for() -> None:
+    ledger = Ledger(agent="research")
+    turn = ledger.turn()
+    turn.user("write a report")
+    turn.tool_round("lookup", "facts about tls")
+    turn.answer("TLS facts gathered.")
+    built = build_context(
+        ledger.session(), filter_key=APP, instruction="", tools=[], governance=ContextGovernance(manifest_check=True),
+        window=8192, active_invocation_id=turn.invocation_id, agent_name="write",
+    )
+    sent = list(built.request.messages)
+    assert roles(sent) == ["user", "user"]
+    assert sent[1].content.splitlines()[0].startswith("For context: [research] called tool `lookup`")
+    assert sent[1].content.splitlines()[-1] == "For context: [research] said: TLS facts gathered."
+    assert built.manifest is not None and built.manifest.counts().get("verbatim") == 4
+    # The same events are the agent's own turns for the agent that wrote them.
+    own = build_context(
+        ledger.session(), filter_key=APP, instruction="", tools=[], governance=None, window=8192,
+        active_invocation_id=turn.invocation_id, agent_name="research",
+    )
+    assert roles(own.request.messages) == ["user", "assistant", "tool", "assistant"]
 
 
 def test_a_hidden_tool_call_with_shown_results_comes_back_with_only_those_calls() -> None:
