@@ -87,8 +87,14 @@
         mark.append(svg("title", {}, `waited ${number(Math.round(precall.wait_ms))} ms for a summary`));
         root.append(mark);
       }
+      if (call.intra_run_summary) {
+        // Issue 18: a summary made inside this run hides its earlier rounds (resume tail shown).
+        const mark = svg("text", { x: x(i), y: y(call.sent_tokens) + 16, "text-anchor": "middle", class: "mark-summary" }, "◇");
+        mark.append(svg("title", {}, "intra-run summary: the run's earlier rounds are summarized"));
+        root.append(mark);
+      }
       const compaction = call.compaction || {};
-      if ((compaction.pass0 || 0) + (compaction.pass1 || 0) + (compaction.pass2 || 0) > 0) {
+      if ((compaction.pass0 || 0) + (compaction.pass1 || 0) + (compaction.pass2 || 0) + (compaction.resume_tail || 0) + (compaction.fallback || 0) > 0) {
         root.append(svg("text", { x: x(i), y: height - pad.bottom + 14, "text-anchor": "middle", class: "mark-compaction" }, "▲"));
       }
     });
@@ -112,6 +118,11 @@
       const item = el("li", { class: `context-block kind-${block.kind}` });
       const head = el("div", { class: "context-block-head" });
       head.append(el("span", { class: "badge" }, block.kind), el("span", { class: "muted" }, block.role || ""));
+      // Issue 18: where a shown event comes from, beyond its kind.
+      if (block.resume_tail) head.append(el("span", { class: "badge" }, "resume tail"));
+      if (block.seeded) head.append(el("span", { class: "badge" }, "seeded history"));
+      if (block.merged_events) head.append(el("span", { class: "badge" }, `${block.merged_events} events merged`));
+      if (block.kind === "summary" && block.intra_run) head.append(el("span", { class: "badge" }, "intra-run"));
       head.append(el("span", { class: "tokens" }, `${number(block.tokens)} tokens`));
       item.append(head);
       if (block.preview) item.append(el("p", { class: "context-preview" }, block.preview));
