@@ -52,7 +52,7 @@ from runs.auth import BearerTokenAuthentication, SessionAuthentication
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.manager import RunManager
-from runs.core.protocols.agui import AguiTranslator, text_of
+from runs.core.protocols.agui import AguiTranslator, history_messages, text_of
 from runs.core.records import RunRecord
 from runs.core.runner import RunHandle, Runner
 from runs.fanout import request_cancel
@@ -92,6 +92,8 @@ class AguiTurn:
     text: str | None = None
     tool_messages: tuple[ToolMessage, ...] = ()
     tool_indexes: tuple[int, ...] = ()  # their positions in `messages`, to name a bad field
+    history: tuple[Message, ...] = ()
+    """The messages before the input: seeded history for a new thread (SPEC 1.4)."""
 
 
 # -- authentication --------------------------------------------------------------------------
@@ -180,7 +182,10 @@ def parse_run_input(body: Any) -> AguiTurn:
         limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
         if len(text) > limit:
             raise _invalid(f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content")
-        return AguiTurn(thread_id=thread_id, client_run_id=run_input.run_id, text=text)
+        return AguiTurn(
+            thread_id=thread_id, client_run_id=run_input.run_id, text=text,
+            history=history_messages(messages[:last_index]),
+        )
     if isinstance(last, ToolMessage):
         start = last_index
         while start > 0 and isinstance(messages[start - 1], ToolMessage):
@@ -195,7 +200,7 @@ def parse_run_input(body: Any) -> AguiTurn:
             tools.append(tool)
         return AguiTurn(
             thread_id=thread_id, client_run_id=run_input.run_id, tool_messages=tuple(tools),
-            tool_indexes=tuple(range(start, last_index + 1)),
+            tool_indexes=tuple(range(start, last_index + 1)), history=history_messages(messages[:start]),
         )
     raise _invalid(
         f"the last message must have role 'user' or 'tool', got {last.role!r}", f"messages.{last_index}.role"
@@ -309,6 +314,7 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
                     tool_results=tool_results,
                     session_id=turn.thread_id,
                     agent=agent,
+                    seed=turn.history,  # stored only when the thread is new
                     options=RunOptions(metadata={"agui_run_id": turn.client_run_id}),
                     listeners=[listener],
                 )

@@ -412,3 +412,36 @@ async def test_runner_start_refuses_tool_results_that_answer_no_pending_call() -
     with pytest.raises(UsageError, match="tool_call_id"):
         await runner.start(user_id="u", tool_results=[Message(role="user", content="x")])
     assert len(await service.list_events(key, limit=100)) == len(session.events)  # nothing written
+
+
+async def test_a_new_threads_earlier_messages_are_stored_as_earlier_turns_before_the_run(
+    alice: Any, alice_token: str, use_model: Callable[[Model], None]
+) -> None:
+    model = ScriptedModel.of("Port 6432.")
+    use_model(model)
+    history = [
+        {"id": "s", "role": "system", "content": "client instructions are not history"},
+        {"id": "u0", "role": "user", "content": "The staging database listens on 6432."},
+        {"id": "a0", "role": "assistant", "content": "", "toolCalls": [
+            {"id": "call_x", "type": "function", "function": {"name": "note", "arguments": "{\"port\": 6432}"}},
+        ]},
+        {"id": "t0", "role": "tool", "content": "noted", "toolCallId": "call_x"},
+        {"id": "a1", "role": "assistant", "content": "Noted."},
+        {"id": "u1", "role": "user", "content": "Which port was it?"},
+    ]
+    response = await post("/agui/support", run_input("thread-seeded", *history), alice_token)
+    assert response.status_code == 200
+    await read_all(response)
+    model.assert_consumed()
+
+    stored = await ledger("thread-seeded")
+    seeded = [e for e in stored if e.extensions.get("seed")]
+    assert [(e.role, e.text) for e in seeded] == [
+        ("user", "The staging database listens on 6432."), ("assistant", ""), ("tool", "noted"), ("assistant", "Noted."),
+    ]
+    current = next(e for e in stored if e.text == "Which port was it?")
+    assert not current.extensions.get("seed") and current.invocation_id not in {e.invocation_id for e in seeded}
+    assert seeded[-1].done  # one completed earlier turn
+    # The model saw the history as its own earlier turn (same agent), then the question.
+    sent = model.requests[0].messages
+    assert [m.role for m in sent if m.role != "system"] == ["user", "assistant", "tool", "assistant", "user"]

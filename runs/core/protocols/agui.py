@@ -69,7 +69,8 @@ from runs.core.agents.graph.events import (
     graph_info,
 )
 from runs.core.agents.graph.executor import interrupt_text
-from sessions_app.core.events import Event
+from sessions_app.core.events import Event, Message
+from sessions_app.core.events import ToolCall as LedgerToolCall
 
 MODEL_STEP = "model"
 """The step name of a model call; a tool result's step is named after its tool."""
@@ -451,3 +452,25 @@ def text_of(content: str | Sequence[Any]) -> str:
     if isinstance(content, str):
         return content
     return "".join(getattr(part, "text", "") or "" for part in content if getattr(part, "type", None) == "text")
+
+
+def history_messages(messages: Sequence[Any]) -> tuple[Message, ...]:
+    """AG-UI messages a client sent before its input, as seeded history (SPEC 1.4): user,
+    assistant (with its tool calls) and tool messages; system and developer messages are
+    the client's instructions, not history, and are left out, as are empty ones."""
+    out: list[Message] = []
+    for message in messages:
+        role = getattr(message, "role", None)
+        content = text_of(getattr(message, "content", None) or "")
+        if role == "user" and content:
+            out.append(Message(role="user", content=content))
+        elif role == "assistant":
+            calls = tuple(
+                LedgerToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
+                for call in getattr(message, "tool_calls", None) or ()
+            )
+            if content or calls:
+                out.append(Message(role="assistant", content=content, tool_calls=calls))
+        elif role == "tool":
+            out.append(Message(role="tool", content=content, tool_call_id=message.tool_call_id))
+    return tuple(out)
