@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import QueryDict
+from drf_spectacular.authentication import SessionScheme
 from rest_framework import authentication
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.request import Request
@@ -35,3 +36,9 @@ class SessionAuthentication(authentication.SessionAuthentication):
         finally:
             if shielded:
                 del django_request._post
+
+
+class SessionAuthenticationScheme(SessionScheme):
+    """The OpenAPI schema's cookie scheme, for our subclass as for DRF's class."""
+
+    target_class = "runs.auth.SessionAuthentication"

@@ -116,7 +116,8 @@ def test_missing_artifacts_versions_and_bad_versions(alice_api: Any) -> None:
 @pytest.mark.parametrize("name", ["..", "bad\tname.txt", " lead.txt", "user:", "nul\x00.txt"])
 def test_bad_filenames_are_refused(alice_api: Any, name: str) -> None:
     session_id = new_session(alice_api)
-    assert_error(upload(alice_api, session_id, name, b"x"), 400, "invalid_filename")
+    # A NUL is refused in any path, before the view (agentsite/middleware.py).
+    assert_error(upload(alice_api, session_id, name, b"x"), 400, "invalid_text" if "\x00" in name else "invalid_filename")
     assert alice_api.get(f"/api/sessions/{session_id}/artifacts/").json()["results"] == []
 
 

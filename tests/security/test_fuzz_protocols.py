@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -39,7 +39,11 @@ SETTINGS = hypothesis_settings(
 )
 CALL_TIMEOUT_S = 10.0
 
-scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=20)
+# Text PostgreSQL cannot store and UTF-8 cannot encode (issue 17): every surface refuses it
+# with a 400 naming the field. `json.dumps` sends a lone surrogate as a `\u` escape.
+unstorable = st.sampled_from(["\x00", "a\x00b", "\ud800", "x\udfffy", "\udbff\x00"])
+texts = st.text(max_size=20) | unstorable
+scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | texts
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
                            max_leaves=8)
 
@@ -49,13 +53,39 @@ def shaped(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[
     return st.fixed_dictionaries({}, optional={name: strategy | json_values for name, strategy in fields.items()})
 
 
+def nested(depth: int, inner: str = "") -> str:
+    """JSON text nested `depth` levels, alternating arrays and objects."""
+    opening = "".join('[' if level % 2 else '{"a":' for level in range(depth))
+    closing = "".join(']' if level % 2 else '}' for level in reversed(range(depth)))
+    return opening + (inner or "1") + closing
+
+
+# Deeper than any surface accepts (64), up to the depth that used to end in a RecursionError.
+deep_json = st.integers(65, 1200).map(nested)
+
+
 def bodies(objects: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
-    """Mostly the shaped objects as JSON; sometimes any JSON, or bytes that are not JSON."""
+    """Mostly the shaped objects as JSON; sometimes any JSON, deep JSON, or bytes that are not JSON."""
     return st.one_of(
         objects.map(lambda v: json.dumps(v).encode()),
         json_values.map(lambda v: json.dumps(v).encode()),
+        deep_json.map(str.encode),
         st.binary(max_size=40),
     )
+
+
+def poisoned(body: dict[str, Any], *path: str | int) -> list[bytes]:
+    """`body` with the value at `path` made deep JSON, then a NUL, then a lone surrogate."""
+    bodies_ = []
+    for poison in ("__DEEP__", "a\x00b", "\ud800"):
+        copy = json.loads(json.dumps(body))
+        target = copy
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = poison
+        text = json.dumps(copy)
+        bodies_.append(text.replace('"__DEEP__"', nested(1000)).encode())
+    return bodies_
 
 
 # -- websocket frames --------------------------------------------------------------------------------
@@ -63,6 +93,7 @@ def bodies(objects: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
 frames = st.one_of(
     st.text(min_size=1, max_size=40),  # an empty text frame cannot be sent at all
     json_values.map(json.dumps),
+    deep_json,
     shaped({"type": st.sampled_from(["run", "cancel", "RUN", ""]), "message": st.text(max_size=5),
             "agent": st.text(max_size=5), "run_id": st.text(max_size=5)}).map(json.dumps),
 )
@@ -79,6 +110,11 @@ async def test_any_websocket_frame_gets_a_frame_back_and_the_socket_stays_open(
 
     @SETTINGS
     @given(frame=frames)
+    @example(frame=nested(1000))
+    @example(frame=json.dumps({"type": "run", "message": "a\x00b"}))
+    @example(frame=json.dumps({"type": "run", "message": "x\ud800"}))
+    @example(frame=json.dumps({"type": "cancel", "run_id": "\x00"}))
+    @example(frame=json.dumps({"type": "run", "message": "ok", "agent": nested(70)}))
     def collect(frame: str) -> None:
         sent.append(frame)
 
@@ -145,6 +181,23 @@ def _a2a_error(response: Any) -> None:
         assert isinstance(body["error"]["code"], int) and body["error"]["message"], body
 
 
+AGUI_VALID = {"threadId": "t-fuzz", "runId": "r1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+              "messages": [{"id": "u1", "role": "user", "content": "hi"}]}
+OPENAI_VALID = {"model": "support", "messages": [{"role": "user", "content": "hi"}]}
+A2A_VALID = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+             "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "contextId": "c-fuzz",
+                                    "parts": [{"text": "hi"}]}, "metadata": {"k": "v"}}}
+# Deep JSON, a NUL and a lone surrogate in the fields each surface stores (issue 17): always
+# sent, besides what hypothesis generates.
+ALWAYS = {
+    "agui": [nested(1000).encode(), *poisoned(AGUI_VALID, "messages", 0, "content"),
+             *poisoned(AGUI_VALID, "threadId"), *poisoned(AGUI_VALID, "state")],
+    "openai": [nested(1000).encode(), *poisoned(OPENAI_VALID, "messages", 0, "content"),
+               *poisoned(OPENAI_VALID, "model")],
+    "a2a": [nested(1000).encode(), *poisoned(A2A_VALID, "params", "message", "parts", 0, "text"),
+            *poisoned(A2A_VALID, "params", "message", "contextId"), *poisoned(A2A_VALID, "params", "metadata", "k")],
+}
+
 CASES = [
     ("agui", agui_inputs, lambda raw, token: post_json("/agui/support", raw, token), _agui_error),
     ("openai", openai_requests, lambda raw, token: post_json("/v1/chat/completions", raw, token), _openai_error),
@@ -165,9 +218,11 @@ async def test_generated_requests_get_the_protocols_error_format_never_a_500(
         generated.append(raw)
 
     collect()
-    for raw in generated:
+    for raw in [*ALWAYS[name], *generated]:
         response = await asyncio.wait_for(send(raw, alice_token), CALL_TIMEOUT_S)
         assert_clean(response)
+        if raw in ALWAYS[name]:  # refused before anything runs, not failed inside
+            assert response.status_code == 400, (raw[:80], response.status_code, response.text[:300])
         assert response.headers["Content-Type"].startswith(("application/json", "text/event-stream")), response.headers
         if response.headers["Content-Type"].startswith("application/json"):
             check(response)
