@@ -198,3 +198,47 @@ async def test_a_chain_shows_the_writer_the_researchers_steps_as_one_for_context
     assert context[0] == 'For context: [research] called tool `lookup` with arguments {"topic": "tls"}.'
     assert context[1].startswith("For context: [research] tool `lookup`") and "2027-01-09" in context[1]
     assert context[2] == "For context: [research] said: TLS facts gathered."
+
+
+class FailingSummarizer:
+    """A summarizer whose model is down: every summary fails."""
+
+    name = "failing"
+
+    async def summarize(self, request: Any) -> Any:
+        raise RuntimeError("summary model unavailable")
+
+
+async def test_a_summary_that_fails_inside_a_run_does_not_fail_it_and_the_request_still_fits(
+    server: ScriptedOpenAIServer,
+) -> None:
+    window, rounds = 4096, 12
+
+    def read_log(chunk: int) -> str:
+        """Read one chunk of the incident log."""
+        return log_chunk(chunk)
+
+    server.script(*(ServerStep.calls(("read_log", {"chunk": i})) for i in range(rounds)), ServerStep.answer("Done."))
+    governance = ContextGovernance(summaries=SummaryEngine(summarizer=FailingSummarizer(), tokenizer=TIKTOKEN))
+    agent = LLMAgent(
+        name="support", model=model_for(server, window), tools=[FunctionTool(read_log)], governance=governance,
+        max_steps=rounds + 2,
+    )
+    service = InMemorySessionService()
+    runner = Runner(app=APP, agents=[agent], session_service=service)
+    handle = await runner.start(user_id="alice", message="Read the log.", stream=True)
+    events = [e async for e in handle.events()]
+    await runner.close()
+
+    server.assert_consumed()
+    assert events[-1].extensions.get("status") == "completed"
+    assert all(request_tokens(body) <= window for body in server.requests)
+    precall = [e.extensions["context"]["precall"] for e in events if (e.extensions.get("context") or {}).get("precall")]
+    failed = [p for p in precall if p["summary_reason"] == "error"]
+    assert failed and all(p["status"] == "not_advanced" for p in failed)
+    assert all(p["fallback"] in ("placeholders", "truncated") and p["tokens_after"] < p["threshold"] for p in failed)
+    # Nothing was lost: every round's result is in the ledger, whole.
+    stored = await service.list_events(SessionKey(app=APP, user_id="alice", session_id=handle.session_id), limit=1000)
+    assert [e.message.content for e in stored if e.message is not None and e.message.role == "tool"] == [
+        log_chunk(i) for i in range(rounds)
+    ]
