@@ -9,8 +9,8 @@ from typing import Any
 from django.conf import settings
 
 from runs.backends import DjangoRunStore, active_runs_admission
-from runs.core.flow.compaction import CompactionConfig
-from runs.core.flow.governance import (
+from runs.core.context.compaction import CompactionConfig
+from runs.core.context.governance import (
     TIKTOKEN,
     BackgroundCompactionConfig,
     ContextGovernance,

@@ -99,7 +99,7 @@ def exchanges(conversation: dict[str, Any]) -> list[Exchange]:
 
 async def play(conversation: dict[str, Any], *, governed: bool) -> dict[str, Any]:
     from runs.core.agents.llm import LLMAgent
-    from runs.core.flow.governance import TIKTOKEN, ContextGovernance, extractive_summarizer
+    from runs.core.context.governance import TIKTOKEN, ContextGovernance, extractive_summarizer
     from runs.core.llm.scripted import ScriptedModel, ScriptStep
     from runs.core.runner import Runner
     from runs.core.tokens import count_messages

@@ -1,6 +1,6 @@
 """Context governance beyond the anchors (issue 12): one measure per capability, offline.
 
-No model and no database: the real request builder (`runs.core.flow.request.build_context`:
+No model and no database: the real request builder (`runs.core.context.request.build_context`:
 projection, compaction, pinned block, manifest) over ledgers built from the shared data
 sets, a deterministic surrogate summariser (`runs.core.llm.offline.extractive_summary`)
 made lossy by dropping a seeded share of its sentences, the in-memory recall index for
@@ -96,10 +96,10 @@ if str(ROOT) not in sys.path:
 from bench.context import exchanges  # noqa: E402  (LoCoMo -> user/answer exchanges, shared)
 from bench.context_nonblocking import report_c5, run_c5  # noqa: E402
 from bench.context_provenance import report_c1, run_c1  # noqa: E402
-from runs.core.flow.compaction import OVERSIZED_RECOMMENDED, CompactionConfig  # noqa: E402
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, PinnedConfig, chunked_summarizer  # noqa: E402
-from runs.core.flow.manifest import HIDDEN, ManifestError  # noqa: E402
-from runs.core.flow.request import BuiltRequest, build_context  # noqa: E402
+from runs.core.context.compaction import OVERSIZED_RECOMMENDED, CompactionConfig  # noqa: E402
+from runs.core.context.governance import TIKTOKEN, ContextGovernance, PinnedConfig, chunked_summarizer  # noqa: E402
+from runs.core.context.manifest import HIDDEN, ManifestError  # noqa: E402
+from runs.core.context.request import BuiltRequest, build_context  # noqa: E402
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec  # noqa: E402
 from runs.core.llm.offline import extractive_summary  # noqa: E402
 from sessions_app.core.events import (  # noqa: E402

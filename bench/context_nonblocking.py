@@ -52,14 +52,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from runs.core.agents.llm import LLMAgent  # noqa: E402
-from runs.core.flow.compaction import OVERSIZED_RECOMMENDED, CompactionConfig  # noqa: E402
-from runs.core.flow.governance import (  # noqa: E402
+from runs.core.context.compaction import OVERSIZED_RECOMMENDED, CompactionConfig  # noqa: E402
+from runs.core.context.governance import (  # noqa: E402
     TIKTOKEN,
     BackgroundCompactionConfig,
     ContextGovernance,
     PrecallConfig,
 )
-from runs.core.flow.request import BuiltRequest, build_for_invocation  # noqa: E402
+from runs.core.context.request import BuiltRequest, build_for_invocation  # noqa: E402
 from runs.core.invocation import Invocation  # noqa: E402
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse  # noqa: E402
 from runs.core.llm.offline import extractive_summary  # noqa: E402

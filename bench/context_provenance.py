@@ -50,7 +50,7 @@ if str(ROOT) not in sys.path:
     # Run as `python bench/context_provenance.py`: the project packages live one level up.
     sys.path.insert(0, str(ROOT))
 
-from runs.core.flow.governance import TIKTOKEN  # noqa: E402
+from runs.core.context.governance import TIKTOKEN  # noqa: E402
 from runs.core.llm.offline import extractive_summary  # noqa: E402
 from sessions_app.core.events import Event, Message  # noqa: E402
 from sessions_app.core.inmemory import InMemorySessionService  # noqa: E402

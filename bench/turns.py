@@ -324,7 +324,7 @@ GOVERNANCE_ENV = "AGENTSITE_BENCH_GOVERNANCE"
 def _governed(agent: Any, backend: Backend) -> Any:
     """The production set-up of context governance (DESIGN 6 defaults, 8,192-token window):
     rolling summaries in the background, projection after the boundary, compaction."""
-    from runs.core.flow.governance import ContextGovernance, extractive_summarizer
+    from runs.core.context.governance import ContextGovernance, extractive_summarizer
     from runs.core.runner import Runner
     from sessions_app.core.summary import ContextThreshold, InProcessSummaryScheduler, SummaryEngine
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from agentsite.demo.tools import support_tools
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.governance import ContextGovernance
+from runs.core.context.governance import ContextGovernance
 from runs.core.llm.base import Model
 from runs.core.tools.base import Tool
 from skills_app.core.agent import SkillsLLMAgent

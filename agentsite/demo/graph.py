@@ -22,7 +22,7 @@ from typing import Any
 
 from agentsite.demo.tools import inspect_certificate, known_hosts, known_services, search_logs
 from runs.core.agents.graph import END, CheckpointStore, GraphAgent, NodeContext, StateGraph, StateSchema
-from runs.core.flow.governance import ContextGovernance
+from runs.core.context.governance import ContextGovernance
 from runs.core.tools.function import FunctionTool
 
 GRAPH_NAME = "troubleshoot"

@@ -1005,7 +1005,7 @@ class HitFilter:
         return not (self.tool_name and (message is None or (message.tool_name or "").lower() != self.tool_name.lower()))
 
 
-# Manifest dispositions (runs.core.flow.manifest, stored with each model call) as the
+# Manifest dispositions (runs.core.context.manifest, stored with each model call) as the
 # reason a hit is not in the model's view. Kept as strings: sessions_app.core never
 # imports runs.core.
 _HIDDEN_BY_DISPOSITION = {

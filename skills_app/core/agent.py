@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.request import BuiltRequest
+from runs.core.context.request import BuiltRequest
 from runs.core.invocation import Invocation
 from runs.core.tools.base import Tool
 from sessions_app.core.events import Event

@@ -97,7 +97,7 @@ async def test_the_demo_governance_summarizes_in_the_background_without_holding_
     """Issue 12, C5, as the demo runs it: the offline agent under the demo's thresholds
     starts its summary at the soft threshold and never waits for one in a long chat."""
     from agentsite.composition import build_governance
-    from runs.core.flow.governance import TIKTOKEN, extractive_summarizer
+    from runs.core.context.governance import TIKTOKEN, extractive_summarizer
     from sessions_app.core.summary import SummaryEngine
 
     settings.AGENTSITE_DEMO_GOVERNANCE = True

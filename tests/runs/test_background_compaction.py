@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.governance import TIKTOKEN, BackgroundCompactionConfig, ContextGovernance
-from runs.core.flow.precall import BackgroundCompactions, compact_before_call, summarize_now
-from runs.core.flow.request import BuiltRequest, build_for_invocation
+from runs.core.context.governance import TIKTOKEN, BackgroundCompactionConfig, ContextGovernance
+from runs.core.context.precall import BackgroundCompactions, compact_before_call, summarize_now
+from runs.core.context.request import BuiltRequest, build_for_invocation
 from runs.core.invocation import Invocation
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.core.flow.compaction import CompactionConfig
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance
-from runs.core.flow.request import BuiltRequest, build_context
+from runs.core.context.compaction import CompactionConfig
+from runs.core.context.governance import TIKTOKEN, ContextGovernance
+from runs.core.context.request import BuiltRequest, build_context
 from runs.core.llm.base import ToolSpec
 from sessions_app.core.events import Message
 from tests.sessions.ledger_builders import APP, Ledger

@@ -6,15 +6,15 @@ import copy
 
 import pytest
 
-from runs.core.flow.compaction import (
+from runs.core.context.compaction import (
     PLACEHOLDER_TAG,
     CompactionConfig,
     compact_tool_results,
     protected_units,
 )
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance
-from runs.core.flow.projection import ProjectedItem, project
-from runs.core.flow.request import BuiltRequest, build_context
+from runs.core.context.governance import TIKTOKEN, ContextGovernance
+from runs.core.context.projection import ProjectedItem, project
+from runs.core.context.request import BuiltRequest, build_context
 from runs.core.llm.base import ToolSpec
 from sessions_app.core.session import Session
 from tests.sessions.ledger_builders import APP, Ledger

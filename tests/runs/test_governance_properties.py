@@ -12,9 +12,9 @@ from typing import Literal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.core.flow.compaction import CompactionConfig
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance
-from runs.core.flow.request import build_context
+from runs.core.context.compaction import CompactionConfig
+from runs.core.context.governance import TIKTOKEN, ContextGovernance
+from runs.core.context.request import build_context
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.summary import SummaryRequest, SummaryResult, model_message, summarize_session
 from tests.sessions.ledger_builders import APP, Ledger, assert_tool_calls_paired

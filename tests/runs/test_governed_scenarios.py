@@ -19,7 +19,7 @@ import pytest
 
 from runs.core.agents.composite import ChainAgent
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, extractive_summarizer
+from runs.core.context.governance import TIKTOKEN, ContextGovernance, extractive_summarizer
 from runs.core.llm.openai_provider import OpenAIModel
 from runs.core.runner import Runner
 from runs.core.tokens import count_text

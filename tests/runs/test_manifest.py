@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.core.flow.compaction import CompactionConfig
-from runs.core.flow.governance import ContextGovernance
-from runs.core.flow.manifest import HIDDEN, ManifestError, build_manifest, check_manifest
-from runs.core.flow.request import BuiltRequest, build_context
+from runs.core.context.compaction import CompactionConfig
+from runs.core.context.governance import ContextGovernance
+from runs.core.context.manifest import HIDDEN, ManifestError, build_manifest, check_manifest
+from runs.core.context.request import BuiltRequest, build_context
 from runs.core.llm.base import ToolSpec
 from sessions_app.core.events import OBJECT_STATE_UPDATE, REPAIRED_ERROR_TEXT, Event, EventError, Message
 from sessions_app.core.inmemory import InMemorySessionService

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, PrecallConfig
-from runs.core.flow.precall import compact_before_call
-from runs.core.flow.request import BuiltRequest, build_for_invocation
+from runs.core.context.governance import TIKTOKEN, ContextGovernance, PrecallConfig
+from runs.core.context.precall import compact_before_call
+from runs.core.context.request import BuiltRequest, build_for_invocation
 from runs.core.invocation import Invocation, RunOptions
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.governance import ContextGovernance
-from runs.core.flow.projection import format_summary, project
-from runs.core.flow.request import build_context
+from runs.core.context.governance import ContextGovernance
+from runs.core.context.projection import format_summary, project
+from runs.core.context.request import build_context
 from runs.core.llm.scripted import ScriptedModel
 from runs.core.runner import Runner
 from sessions_app.core.inmemory import InMemorySessionService

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentsite.composition import build_summarizer, governance_knobs
-from runs.core.flow.governance import TIKTOKEN, ModelSummaryModel
+from runs.core.context.governance import TIKTOKEN, ModelSummaryModel
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse
 from runs.core.llm.offline import OfflineModel
 from sessions_app.core.events import Event, Message

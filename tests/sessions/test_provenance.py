@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.core.flow.governance import extractive_summarizer
+from runs.core.context.governance import extractive_summarizer
 from runs.core.tools.base import ToolContext
 from sessions_app.core.events import Event, Message, ToolCall
 from sessions_app.core.inmemory import InMemorySessionService

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runs.core.flow.governance import TIKTOKEN, extractive_summarizer
+from runs.core.context.governance import TIKTOKEN, extractive_summarizer
 from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import Session, SessionKey, Summary

@@ -114,7 +114,7 @@ async def test_the_runner_enqueues_after_persisting_answers_and_complete_tool_ro
 
 
 async def test_an_agent_that_summarizes_within_the_run_leaves_tool_results_to_itself() -> None:
-    from runs.core.flow.governance import ContextGovernance
+    from runs.core.context.governance import ContextGovernance
 
     model = ScriptedModel.of(ScriptStep.call("lookup", {"ticket_id": "A"}), "open")
     governance = ContextGovernance(summaries=SummaryEngine(summarizer=None), sync_summary_intra_run=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from runs.core.context.governance import ContextGovernance
+from runs.core.context.pinned import STATE_KEY as PINNED_STATE_KEY
+from runs.core.context.pinned import PinnedState
+from runs.core.context.precall import BackgroundCompactions, compact_before_call, summarize_now
+from runs.core.context.request import BuiltRequest, build_context, build_for_invocation, pinned_state
 from runs.core.errors import ModelError, TransientModelError
-from runs.core.flow.governance import ContextGovernance
-from runs.core.flow.precall import BackgroundCompactions, compact_before_call, summarize_now
-from runs.core.flow.request import BuiltRequest, build_context, build_for_invocation, pinned_state
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelResponse
@@ -24,8 +26,6 @@ from sessions_app.core.events import (
     new_id,
 )
 from sessions_app.core.memory_tools import MEMORY_SERVICE, memory_preload_block
-from sessions_app.core.pinned import STATE_KEY as PINNED_STATE_KEY
-from sessions_app.core.pinned import PinnedState
 from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, model_message
 

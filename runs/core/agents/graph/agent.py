@@ -22,9 +22,9 @@ from runs.core.agents.graph.builder import CompiledGraph, StateGraph
 from runs.core.agents.graph.checkpoint import Checkpoint, CheckpointStore, PendingInterrupt
 from runs.core.agents.graph.errors import GraphRunError, NotWaitingError
 from runs.core.agents.graph.executor import Executor
+from runs.core.context.governance import ContextGovernance
+from runs.core.context.request import build_for_invocation
 from runs.core.errors import UsageError
-from runs.core.flow.governance import ContextGovernance
-from runs.core.flow.request import build_for_invocation
 from runs.core.invocation import Invocation, RunOptions
 from runs.core.llm.base import Model
 from runs.core.runner import EventListener, RunHandle, Runner

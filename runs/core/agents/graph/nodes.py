@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from runs.core.agents.composite import child_invocation
 from runs.core.agents.graph.errors import GraphInterrupt, GraphRunError
 from runs.core.agents.graph.events import NODE_EXTENSION, NodeKind
+from runs.core.context.request import sanitize
 from runs.core.errors import ModelError
-from runs.core.flow.request import sanitize
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelRequest, ModelResponse

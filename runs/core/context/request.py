@@ -18,26 +18,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runs.core.flow.compaction import (
+from runs.core.context.compaction import (
     CompactionStats,
     compact_resume_tail,
     compact_tool_results,
     fit_current_invocation,
 )
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, hard_limit, tools_tokens
-from runs.core.flow.manifest import (
+from runs.core.context.governance import TIKTOKEN, ContextGovernance, hard_limit, tools_tokens
+from runs.core.context.manifest import (
     Manifest,
     build_manifest,
     check_manifest,
     gap_notice,
     missing_after_boundary,
 )
-from runs.core.flow.projection import ProjectedItem, Projection, SummaryInjection, project
+from runs.core.context.pinned import PinnedBlock, PinnedState, fold_pins, pinned_block
+from runs.core.context.projection import ProjectedItem, Projection, SummaryInjection, project
+from runs.core.context.seeding import SEED_EXTENSION
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelRequest, ToolSpec
-from runs.core.seeding import SEED_EXTENSION
 from sessions_app.core.events import Event, Message
-from sessions_app.core.pinned import PinnedBlock, PinnedState, fold_pins, pinned_block
 from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, Tokenizer, model_message
 

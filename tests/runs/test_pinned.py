@@ -6,12 +6,8 @@ from __future__ import annotations
 import pytest
 
 from runs.core.agents.llm import LLMAgent
-from runs.core.flow.governance import TIKTOKEN, ContextGovernance, PinnedConfig
-from runs.core.llm.scripted import ScriptedModel
-from runs.core.runner import Runner
-from sessions_app.core.events import Event, Message
-from sessions_app.core.inmemory import InMemorySessionService
-from sessions_app.core.pinned import (
+from runs.core.context.governance import TIKTOKEN, ContextGovernance, PinnedConfig
+from runs.core.context.pinned import (
     STATE_KEY,
     PinnedRecord,
     PinnedState,
@@ -20,6 +16,10 @@ from sessions_app.core.pinned import (
     fold_pins,
     pinned_block,
 )
+from runs.core.llm.scripted import ScriptedModel
+from runs.core.runner import Runner
+from sessions_app.core.events import Event, Message
+from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
 from sessions_app.core.summary import SummaryEngine, SummaryRequest, SummaryResult
 from tests.sessions.ledger_builders import APP, Ledger
@@ -164,7 +164,7 @@ async def test_pins_survive_every_summary_are_stored_in_state_and_the_stale_one_
 
 
 def test_the_inspector_blocks_and_stats_show_the_pins() -> None:
-    from runs.core.flow.request import build_context
+    from runs.core.context.request import build_context
 
     ledger = Ledger()
     ledger.simple_turn("Always quote the log line.", "ok")

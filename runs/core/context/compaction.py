@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from runs.core.flow.projection import ProjectedItem, compaction_unit
+from runs.core.context.projection import ProjectedItem, compaction_unit
 from sessions_app.core.summary import Tokenizer
 
 SESSION_LOAD_TOOL = "session_load"

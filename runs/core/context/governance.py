@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runs.core.flow.compaction import CompactionConfig
+from runs.core.context.compaction import CompactionConfig
+from runs.core.context.pinned import PINNED_BUDGET_RATIO
 from runs.core.llm.base import Model, ModelRequest, ToolSpec
 from runs.core.llm.offline import extractive_summary
 from runs.core.tokens import count_message, count_text
 from sessions_app.core.events import Message
-from sessions_app.core.pinned import PINNED_BUDGET_RATIO
 from sessions_app.core.summary import (
     ChunkedSummarizer,
     ExtractiveSummarizer,
@@ -134,7 +134,7 @@ class BackgroundCompactionConfig:
 @dataclass(frozen=True, kw_only=True)
 class PinnedConfig:
     """Issue 12, C2: carry the user's active directives verbatim in a pinned block of at
-    most `budget_ratio` of the window (`sessions_app.core.pinned`)."""
+    most `budget_ratio` of the window (`runs.core.context.pinned`)."""
 
     budget_ratio: float = PINNED_BUDGET_RATIO
 

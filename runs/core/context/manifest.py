@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runs.core.flow.projection import ProjectedItem, Projection
+from runs.core.context.projection import ProjectedItem, Projection
 from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.summary import model_message
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runs.core.flow.governance import ContextGovernance
-from runs.core.flow.request import BuiltRequest
+from runs.core.context.governance import ContextGovernance
+from runs.core.context.request import BuiltRequest
 from runs.core.invocation import SPAWN_SERVICE, Invocation
 from sessions_app.core.session import Summary
 from sessions_app.core.summary import ForkParent, SummaryOutcome, refresh_summaries
