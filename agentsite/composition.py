@@ -166,7 +166,7 @@ def build_summary_scheduler(engine: SummaryEngine) -> SummaryScheduler | None:
     if settings.AGENTSITE_SUMMARY_JOBS == "celery":
         from sessions_app.tasks import CelerySummaryScheduler
 
-        return CelerySummaryScheduler()
+        return CelerySummaryScheduler(engine=engine)
     return InProcessSummaryScheduler(engine, DjangoSessionService())
 
 

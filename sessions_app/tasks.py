@@ -6,7 +6,7 @@ from celery import Task, shared_task
 
 from sessions_app import summaries
 from sessions_app.backends import db_call
-from sessions_app.core.summary import SummaryJob
+from sessions_app.core.summary import SummaryEngine, SummaryGate, SummaryJob, engine_gate
 
 BUSY_RETRY_S = 1
 BUSY_MAX_RETRIES = 30
@@ -31,8 +31,14 @@ class CelerySummaryScheduler:
     the rest by id, so a cache-safe fork parent (a whole request) does not travel with it.
     """
 
-    def __init__(self, *, queue: str | None = None) -> None:
+    def __init__(self, *, queue: str | None = None, engine: SummaryEngine | None = None) -> None:
         self.queue = queue
+        # The engine the workers run (the same settings build it there): its checker
+        # decides which jobs are worth sending. None: every job is sent.
+        self.engine = engine
+
+    def summary_gate(self) -> SummaryGate | None:
+        return engine_gate(self.engine) if self.engine is not None else None
 
     async def enqueue(self, job: SummaryJob) -> None:
         await db_call(summaries.summary_job_enqueue)(

@@ -22,7 +22,7 @@ from runs.core.agents.base import Agent
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
-from runs.core.context.seeding import seeded_events
+from runs.core.seeding import seeded_events
 from sessions_app.core.events import (
     NO_MODEL_CALL,
     OBJECT_ERROR,
@@ -37,7 +37,14 @@ from sessions_app.core.events import (
     utcnow,
 )
 from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, SessionService
-from sessions_app.core.summary import SummaryJob, SummaryScheduler, should_enqueue_summary, tool_round_complete
+from sessions_app.core.summary import (
+    SummaryGate,
+    SummaryJob,
+    SummaryScheduler,
+    should_enqueue_summary,
+    summary_gate,
+    tool_round_complete,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +84,7 @@ class RunHandle:
     task: asyncio.Task[RunRecord] | None = None
     listeners: list[EventListener] = field(default_factory=list, repr=False)
     _queue: asyncio.Queue[Event | None] | None = field(default=None, repr=False)
+    _summary_gate: SummaryGate | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -236,7 +244,7 @@ class Runner:
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
             if seed and session.last_seq == 0:
-                # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
+                # as earlier turns of their own, not as part of this run (runs.core.seeding)
                 for earlier in seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key):
                     await self.session_service.append_event(session, earlier)
             for current in turn:
@@ -419,6 +427,15 @@ class Runner:
         complete = not event.is_tool_result or tool_round_complete(invocation.session.events, event)
         sync = bool(getattr(agent, "sync_summary_intra_run", False))
         if not should_enqueue_summary(event, sync_intra_run=sync, round_complete=complete):
+            return
+        if handle._summary_gate is None:
+            handle._summary_gate = summary_gate(self.summary_scheduler)
+        gate = handle._summary_gate
+        # Issue 18: most jobs would read the events after the boundary only to find their
+        # trigger short; the gate's counts, kept as events arrive, spare those.
+        if gate is not None and not gate.due(
+            invocation.session, event.filter_key, context_window=getattr(agent, "context_window", None)
+        ):
             return
         fork_parent = getattr(agent, "fork_parent", None)
         job = SummaryJob(

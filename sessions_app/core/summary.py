@@ -928,6 +928,9 @@ class EventThreshold:
     def __call__(self, check: TriggerInput) -> bool:
         return len(check.events) + (1 if check.previous is not None else 0) > self.events
 
+    def may_fire(self, backlog: SummaryBacklog, context_window: int | None) -> bool:
+        return backlog.events + (1 if backlog.has_previous else 0) > self.events
+
 
 @dataclass(frozen=True, kw_only=True)
 class TokenThreshold:
@@ -939,6 +942,10 @@ class TokenThreshold:
     def __call__(self, check: TriggerInput) -> bool:
         measured = check.request_tokens if check.request_tokens is not None else check.conversation_tokens
         return measured > self.tokens
+
+    def may_fire(self, backlog: SummaryBacklog, context_window: int | None) -> bool:
+        # A job passes no request tokens: its check measures the conversation.
+        return backlog.tokens_bound > self.tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -957,6 +964,9 @@ class ContextThreshold:
 
     def __call__(self, check: TriggerInput) -> bool:
         return TokenThreshold(tokens=self.threshold(check.context_window))(check)
+
+    def may_fire(self, backlog: SummaryBacklog, context_window: int | None) -> bool:
+        return TokenThreshold(tokens=self.threshold(context_window)).may_fire(backlog, context_window)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -980,6 +990,9 @@ class ChecksAll:
     def __call__(self, check: TriggerInput) -> bool:
         return all(c(check) for c in self.checks)
 
+    def may_fire(self, backlog: SummaryBacklog, context_window: int | None) -> bool:
+        return all(checker_may_fire(c, backlog, context_window) for c in self.checks)
+
 
 @dataclass(frozen=True)
 class ChecksAny:
@@ -989,6 +1002,19 @@ class ChecksAny:
 
     def __call__(self, check: TriggerInput) -> bool:
         return any(c(check) for c in self.checks)
+
+    def may_fire(self, backlog: SummaryBacklog, context_window: int | None) -> bool:
+        return any(checker_may_fire(c, backlog, context_window) for c in self.checks)
+
+
+def checker_may_fire(checker: Checker, backlog: SummaryBacklog, context_window: int | None) -> bool:
+    """Whether `checker` could fire on a job's input, judged from a backlog's counts.
+
+    Checkers that know how (`may_fire`) answer from the counts; any other callable, a
+    `TimeThreshold` included (a job runs later than it is asked for), may always fire.
+    """
+    may_fire = getattr(checker, "may_fire", None)
+    return True if may_fire is None else bool(may_fire(backlog, context_window))
 
 
 def checks_all(*checks: Checker) -> ChecksAll:
@@ -1389,6 +1415,131 @@ class SummaryEngine:
         )
 
 
+# -- is a job due? (issue 18: a cheap hot path) -----------------------------------------------------
+
+
+def _line_cost(line: str, tokenizer: Tokenizer) -> int:
+    # One more than the line: the line break that joins it to the next, and any merge
+    # across that break, never make the joined transcript cost more than this (a bound
+    # tests/sessions/test_summary_backlog.py checks against tiktoken).
+    return tokenizer.count_text(line) + 1
+
+
+@dataclass(kw_only=True)
+class SummaryBacklog:
+    """What a summary job for `filter_key` would read, counted as events are appended.
+
+    A job reads the events after its summary's boundary and asks its checker; most jobs
+    find nothing due. The backlog keeps, for one loaded session, the counts a checker
+    looks at (events after the boundary that match the key, an upper bound of the
+    transcript's tokens), so that the Runner enqueues a job only when its trigger could
+    fire. It is derived data: `rebuild` from the ledger equals `advance` event by event.
+    `complete` is False when the loaded events miss one after the boundary (a window cut,
+    another writer's append): the counts then prove nothing and the job is enqueued.
+    """
+
+    filter_key: str
+    boundary_seq: int = 0
+    has_previous: bool = False
+    previous_tokens: int = 0
+    last_seq: int = 0
+    events: int = 0
+    """Events after the boundary that match the key (what `EventThreshold` counts)."""
+    talking: int = 0
+    """Of those, events with transcript lines (none: the job has no delta)."""
+    tokens: int = 0
+    """Upper bound of their transcript's tokens."""
+    complete: bool = True
+
+    @classmethod
+    def rebuild(
+        cls, *, filter_key: str, previous: Summary | None, events: Sequence[Event], last_seq: int, tokenizer: Tokenizer
+    ) -> SummaryBacklog:
+        """The backlog of a session whose ledger ends at `last_seq`, from its loaded `events`."""
+        boundary = previous.last_seq if previous is not None else 0
+        backlog = cls(
+            filter_key=filter_key,
+            boundary_seq=boundary,
+            has_previous=previous is not None,
+            previous_tokens=_line_cost(previous_summary_line(previous.text), tokenizer) if previous is not None else 0,
+            last_seq=boundary,
+        )
+        backlog.advance(events, tokenizer)
+        if backlog.last_seq != last_seq:
+            backlog.complete = False
+        return backlog
+
+    def advance(self, events: Sequence[Event], tokenizer: Tokenizer) -> None:
+        """Count the events of `events` (oldest first) past `last_seq`; only the tail is read."""
+        start = len(events)
+        while start > 0 and (events[start - 1].seq or 0) > self.last_seq:
+            start -= 1
+        for event in events[start:]:
+            seq = event.seq or 0
+            if seq != self.last_seq + 1:
+                self.complete = False
+            self.last_seq = max(self.last_seq, seq)
+            if event.partial or not filter_matches(event.filter_key, self.filter_key):
+                continue
+            self.events += 1
+            lines = conversation_lines(event)
+            if lines:
+                self.talking += 1
+                self.tokens += sum(_line_cost(line, tokenizer) for line in lines)
+
+    @property
+    def tokens_bound(self) -> int:
+        """At least the tokens of the transcript a job's checker measures."""
+        return self.previous_tokens + self.tokens
+
+    def may_fire(self, checker: Checker | None, context_window: int | None) -> bool:
+        """Whether a job for this key could do anything now (False: it would stop at
+        `no_delta` or `not_triggered`)."""
+        if not self.complete:
+            return True
+        if self.talking == 0:
+            return False
+        return checker is None or checker_may_fire(checker, self, context_window)
+
+
+@dataclass(kw_only=True)
+class SummaryGate:
+    """Decides, for one run's loaded session, whether a summary job is worth enqueueing.
+
+    Keeps a `SummaryBacklog` per filter key, advanced over the events appended since the
+    last question and rebuilt when the session's summary moved. A job is due when its key's
+    backlog, or the full session's (the job's cascade), may fire. The job still makes its
+    own check: this only spares the ones that would find nothing to do.
+    """
+
+    checker: Checker | None
+    context_window: int | None = None
+    tokenizer: Tokenizer = APPROX_TOKENIZER
+    cascade: bool = True
+    backlogs: dict[str, SummaryBacklog] = field(default_factory=dict)
+
+    def due(self, session: Session, filter_key: str, *, context_window: int | None = None) -> bool:
+        window = context_window or self.context_window
+        keys = [filter_key] + ([FULL_SESSION] if self.cascade and filter_key != FULL_SESSION else [])
+        # Every backlog is brought up to date, even past the first that may fire.
+        backlogs = [self.backlog(session, key) for key in keys]
+        return any(b.may_fire(self.checker, window) for b in backlogs)
+
+    def backlog(self, session: Session, filter_key: str) -> SummaryBacklog:
+        previous = session.summaries.get(filter_key)
+        boundary = previous.last_seq if previous is not None else 0
+        known = self.backlogs.get(filter_key)
+        if known is None or known.boundary_seq != boundary or known.has_previous != (previous is not None):
+            known = SummaryBacklog.rebuild(
+                filter_key=filter_key, previous=previous, events=session.events, last_seq=session.last_seq,
+                tokenizer=self.tokenizer,
+            )
+            self.backlogs[filter_key] = known
+        else:
+            known.advance(session.events, self.tokenizer)
+        return known
+
+
 # -- jobs ------------------------------------------------------------------------------------------
 
 
@@ -1436,6 +1587,20 @@ class SummaryScheduler(Protocol):
         ...
 
 
+def summary_gate(scheduler: SummaryScheduler) -> SummaryGate | None:
+    """A fresh gate for one run, from a scheduler that knows its jobs' checker
+    (`summary_gate()`); None: every job the rule asks for is enqueued."""
+    factory = getattr(scheduler, "summary_gate", None)
+    return factory() if callable(factory) else None
+
+
+def engine_gate(engine: SummaryEngine) -> SummaryGate:
+    """The gate of the jobs `engine` runs: its checker, window, tokenizer and cascade."""
+    return SummaryGate(
+        checker=engine.checker, context_window=engine.context_window, tokenizer=engine.tokenizer, cascade=engine.cascade
+    )
+
+
 class InProcessSummaryScheduler:
     """Runs jobs as asyncio tasks of the loop that enqueues them, one session at a time in
     order (SPEC 3.2: same session, same worker). Pending jobs of one (session, filter key)
@@ -1453,6 +1618,9 @@ class InProcessSummaryScheduler:
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.outcomes: list[SummaryOutcome] = []
         """The last outcomes (a few), for tests and the inspector."""
+
+    def summary_gate(self) -> SummaryGate:
+        return engine_gate(self.engine)
 
     async def enqueue(self, job: SummaryJob) -> None:
         session = (job.key.app, job.key.session_id)
