@@ -22,7 +22,7 @@ from runs.core.agents.base import Agent
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
-from runs.core.seeding import seeded_events
+from runs.core.context.seeding import seeded_events
 from sessions_app.core.events import (
     NO_MODEL_CALL,
     OBJECT_ERROR,
@@ -244,7 +244,7 @@ class Runner:
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
             if seed and session.last_seq == 0:
-                # as earlier turns of their own, not as part of this run (runs.core.seeding)
+                # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
                 for earlier in seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key):
                     await self.session_service.append_event(session, earlier)
             for current in turn:
