@@ -20,7 +20,6 @@ django_asgi_app = get_asgi_application()
 # Imported after Django is set up: they touch models and settings.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agentsite.composition import run_manager  # noqa: E402
@@ -31,10 +30,9 @@ from runs.ws_auth import TokenAuthMiddleware  # noqa: E402
 router = ProtocolTypeRouter({
     # Daphne serves no static files; with DEBUG on (`make run`, browser tests) Django does.
     "http": ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app,
-    # Origin checked first; then the session cookie, then a handshake token (runs/ws_auth.py).
-    "websocket": AllowedHostsOriginValidator(
-        AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
-    ),
+    # The session cookie, then a handshake token; without a token the Origin must be this
+    # site's (runs/ws_auth.py).
+    "websocket": AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns))),
 })
 
 

@@ -36,7 +36,8 @@ if not SECRET_KEY:
     if key_file.stat().st_mode & 0o077:
         key_file.chmod(0o600)
     SECRET_KEY = key_file.read_text().strip()
-ALLOWED_HOSTS = env.strings("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver", "[::1]"])
+# `testserver` (Django's test client) is added by the test environment, never here.
+ALLOWED_HOSTS = env.strings("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.strings("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [

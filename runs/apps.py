@@ -5,3 +5,6 @@ class RunsConfig(AppConfig):
     name = "runs"
     verbose_name = "Runs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from runs import receivers  # noqa: F401  (connects the signal receivers)

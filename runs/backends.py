@@ -40,7 +40,7 @@ def _create(record: RunRecord) -> RunRecord:
         with transaction.atomic():
             orm.Run.objects.create(**data)
     except IntegrityError:
-        if orm.Run.objects.filter(request_id=record.request_id).exists():
+        if orm.Run.objects.filter(user_id=data["user_id"], request_id=record.request_id).exists():
             raise DuplicateRequestError(record.request_id) from None
         raise
     return record

@@ -3,13 +3,17 @@
 A socket follows one session: its ledger from `after_seq` on, then everything that happens
 on it live, whoever started it. Several sockets on one session see the same stream.
 
+The whole protocol (frames both ways, control frames, close codes) is in docs/websocket.md.
+
 Connecting
     `ws[s]://<host>/ws/sessions/<session_id>/?after_seq=<n>` (`after_seq` defaults to 0).
-    Authentication: the Django session cookie (browsers), or an API token as
-    `Authorization: Bearer <token>` or `?token=<token>`. The `Origin` header must name an
-    allowed host. After the handshake the socket is closed with
-    4401 (not authenticated), 4403 (someone else's session), 4404 (no such session) or
-    4400 (`after_seq` is not a non-negative integer).
+    Authentication: an API token as `Authorization: Bearer <token>` or `?token=<token>`
+    (no `Origin` needed), or the Django session cookie with an `Origin` of this site
+    (runs/ws_auth.py; else the handshake is refused with 403). After the handshake the
+    socket is closed with 4401 (not authenticated), 4404 (no such session, or someone
+    else's: the same answer, as in REST) or 4400 (`after_seq` is not a non-negative
+    integer). Later, 4401 when its token is revoked or its user deactivated, and 4404 when
+    its session is deleted.
 
 Client frames (JSON text)
     {"type": "run", "message": str, "agent"?: str}
@@ -21,7 +25,8 @@ Client frames (JSON text)
     wrong types, unknown agent or run) is answered with
     `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
     socket stays open. Codes: malformed_json, invalid_frame, unknown_type, live_unavailable,
-    message_too_large, unknown_agent, not_found, run_not_active, too_many_runs, invalid_request.
+    message_too_large, unknown_agent, not_found, run_not_active, too_many_runs, invalid_request,
+    internal_error (the server failed; the socket stays open).
 
 Server frames (JSON text)
     One AG-UI event per frame (`ag_ui.core` models, camelCase: `{"type": "RUN_STARTED",
@@ -74,7 +79,8 @@ from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.protocols.agui import AguiTranslator
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
-from runs.fanout import request_cancel, session_group
+from runs.fanout import request_cancel, session_group, token_digest, user_group
+from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import mapping
 from sessions_app import models as orm
 from sessions_app.backends import db_call
@@ -85,7 +91,6 @@ logger = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 REPLAY_PAGE = 500
 LEDGER_POLL_S = 2.0
@@ -155,6 +160,24 @@ def _error_frame(code: str, message: str, field: str | None = None) -> dict[str,
     return {"type": "error", "error": error}
 
 
+def _text_problem(value: str) -> str | None:
+    """Why a string cannot be stored (PostgreSQL keeps no NUL, UTF-8 no lone surrogate)."""
+    if (index := value.find("\x00")) >= 0:
+        return f"contains a NUL character (U+0000) at index {index}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains a lone surrogate (U+{ord(value[exc.start]):04X}) at index {exc.start}"
+    return None
+
+
+def _checked_text(frame: dict[str, Any], field: str) -> Any:
+    value = frame.get(field)
+    if isinstance(value, str) and (problem := _text_problem(value)) is not None:
+        raise FrameError("invalid_frame", f"{field} {problem}", field)
+    return value
+
+
 class FrameError(Exception):
     def __init__(self, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -166,13 +189,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     session_id: str
     group: str | None = None
+    user_group: str | None = None
     user: Any = None
+    token: str | None = None
 
     # -- connection --------------------------------------------------------------------------
 
     async def connect(self) -> None:
         self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
         self.user = self.scope.get("user")
+        self.token = self.scope.get(TOKEN_KEY)
         self.translator = AguiTranslator(thread_id=self.session_id, include_user_messages=True)
         self.last_seq = 0
         self.runs_by_request: dict[str, str] = {}
@@ -186,28 +212,37 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Accept first: a close code only reaches the client after the handshake.
         await self.accept()
         if self.user is None or not self.user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._end(CLOSE_UNAUTHENTICATED)
             return
         after_seq = self._after_seq()
         if after_seq is None:
-            await self.close(code=CLOSE_BAD_REQUEST)
+            await self._end(CLOSE_BAD_REQUEST)
             return
-        owner = await _session_owner(self.session_id)
-        if owner is None:
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
-        if owner != self.user.pk:
-            await self.close(code=CLOSE_FORBIDDEN)
+        if await _session_owner(self.session_id) != self.user.pk:
+            # Someone else's session answers as one that does not exist (REST does the same).
+            await self._end(CLOSE_NOT_FOUND)
             return
         # Join first, so nothing emitted from now on is missed; it waits in our queue
         # while the ledger is replayed (Channels hands us one message at a time).
         self.group = session_group(self.session_id)
         try:
             await self.channel_layer.group_add(self.group, self.channel_name)
+            # Told when the user's token is revoked or the user deactivated (runs/receivers.py).
+            self.user_group = user_group(self.user.pk)
+            await self.channel_layer.group_add(self.user_group, self.channel_name)
         except Exception as exc:  # the layer is down: follow the ledger instead, and say so
             logger.warning("session %s: channel layer unavailable (%s); following the ledger", self.session_id, exc)
             self.group = None
             self.live_down = True
+        # Checked again now that the groups would tell us: a delete or a revoke that came
+        # between the first check and the join went to groups we were not in yet.
+        if await _session_owner(self.session_id) != self.user.pk:
+            await self._end(CLOSE_NOT_FOUND)
+            return
+        if not await still_authorised(self.user.pk, self.token):
+            await self._end(CLOSE_UNAUTHENTICATED)
+            return
+        if self.live_down:
             await self.send(text_data=json.dumps(_error_frame(
                 "live_unavailable", "live updates are unavailable; this socket follows the saved events instead",
             )))
@@ -244,9 +279,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await self.ledger_watch
             self.ledger_watch = None
-        if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-            self.group = None
+        for group in (self.group, self.user_group):
+            if group is not None:
+                with contextlib.suppress(Exception):  # the layer may be down; its groups expire
+                    await self.channel_layer.group_discard(group, self.channel_name)
+        self.group = self.user_group = None
 
     def _after_seq(self) -> int | None:
         query = parse_qs((self.scope.get("query_string") or b"").decode("latin-1"))
@@ -314,6 +351,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A live event from the session's group (`runs.fanout`)."""
+        if getattr(self, "client_gone", False):
+            return
+        if str(message.get("user_id")) != str(self.user.pk):
+            # The session id now names another user's session (a client-chosen id reused
+            # after a delete): this socket's session is gone, and so is the socket.
+            await self._end(CLOSE_NOT_FOUND)
+            return
         self.last_live_at = time.monotonic()
         async with self.relay_lock:
             await self._relay(Event.from_dict(message["event"]), message)
@@ -340,9 +384,32 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._catch_up(until=event.created_at)
         await self._send_event(event, run_id)
 
+    async def session_deleted(self, message: dict[str, Any]) -> None:
+        """The session was deleted (`runs.receivers`)."""
+        await self._end(CLOSE_NOT_FOUND)
+
+    async def socket_revoked(self, message: dict[str, Any]) -> None:
+        """The user's token was revoked (`token` names which) or the user deactivated."""
+        revoked = message.get("token")
+        if revoked is None or (self.token is not None and revoked == token_digest(self.token)):
+            await self._end(CLOSE_UNAUTHENTICATED)
+
+    async def _end(self, code: int) -> None:
+        """Close the socket and relay nothing more to it."""
+        if getattr(self, "client_gone", False):
+            return
+        await self.close(code=code)
+        self.client_gone = True
+
     # -- client frames ----------------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if getattr(self, "client_gone", False):
+            return
+        if not await still_authorised(self.user.pk, self.token):
+            # Revoked since the handshake: no frame of this socket is acted on again.
+            await self._end(CLOSE_UNAUTHENTICATED)
+            return
         try:
             if text_data is None:
                 raise FrameError("invalid_frame", "frames must be JSON text, not binary")
@@ -363,15 +430,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 raise FrameError("unknown_type", f"unknown frame type {kind!r}; expected 'run' or 'cancel'", "type")
         except FrameError as exc:
             await self.send(text_data=json.dumps(exc.frame))
+        except Exception:
+            # A bug or an outage must not close the socket (1011): the client hears of it.
+            logger.exception("session %s: a client frame failed", self.session_id)
+            await self.send(text_data=json.dumps(_error_frame(
+                "internal_error", "the server could not handle this frame; the socket stays open",
+            )))
 
     async def _run(self, frame: dict[str, Any]) -> None:
-        message = frame.get("message")
+        message = _checked_text(frame, "message")
         if not isinstance(message, str) or not message.strip():
             raise FrameError("invalid_frame", "message must be a non-empty string", "message")
         limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
         if len(message) > limit:
             raise FrameError("message_too_large", f"message is {len(message)} characters; the limit is {limit}", "message")
-        agent = frame.get("agent")
+        agent = _checked_text(frame, "agent")
         if agent is not None and (not isinstance(agent, str) or not agent):
             raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
         user_id, session_id = str(self.user.pk), self.session_id
@@ -392,7 +465,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
 
     async def _cancel(self, frame: dict[str, Any]) -> None:
-        run_id = frame.get("run_id")
+        run_id = _checked_text(frame, "run_id")
         if not isinstance(run_id, str) or not run_id:
             raise FrameError("invalid_frame", "run_id must be a non-empty string", "run_id")
         record = await _run_of_session(self.session_id, self.user.pk, run_id)

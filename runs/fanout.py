@@ -1,8 +1,12 @@
 """Runs and the channel layer: event fan-out per session, and cancel across processes.
 
 Every emitted event of a run goes to the session's group, so each socket or stream
-watching that session (in any process) sees it. A cancel that reaches a process that does
-not own the run is broadcast on a control group; the owning process acts on it.
+watching that session (in any process) sees it; the message names the run's user, and a
+socket relays only its own user's (a session id a client chose can change hands when its
+session is deleted). A cancel that reaches a process that does not own the run is
+broadcast on a control group; the owning process acts on it. Deleting a session and
+revoking a user's credentials reach the sockets through the session's and the user's
+groups (`runs/receivers.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ logger = logging.getLogger(__name__)
 CONTROL_GROUP = "agentsite.runs.control"
 EVENT_MESSAGE = "run.event"
 CANCEL_MESSAGE = "run.cancel"
+SESSION_DELETED_MESSAGE = "session.deleted"
+REVOKED_MESSAGE = "socket.revoked"
 _GROUP_SAFE = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
 
 
@@ -35,6 +41,16 @@ def session_group(session_id: str) -> str:
     if _GROUP_SAFE.match(session_id):
         return f"session.{session_id}"
     return "session.h" + hashlib.sha256(session_id.encode()).hexdigest()[:40]
+
+
+def user_group(user_id: object) -> str:
+    """The channel-layer group of a user's sockets (told when their credentials are revoked)."""
+    return f"user.{user_id}"
+
+
+def token_digest(key: str) -> str:
+    """Names a token on the channel layer without putting the token itself there."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class ChannelLayerSink:
@@ -61,7 +77,10 @@ class ChannelLayerSink:
         now = time.monotonic()
         if layer is None or now < self._paused_until:
             return
-        message = {"type": EVENT_MESSAGE, "run_id": record.id, "session_id": record.session_id, "event": event.to_dict()}
+        message = {
+            "type": EVENT_MESSAGE, "run_id": record.id, "session_id": record.session_id, "user_id": record.user_id,
+            "event": event.to_dict(),
+        }
         try:
             # Bounded: a client retrying a dead server with backoff would hold the run.
             await asyncio.wait_for(layer.group_send(session_group(record.session_id), message), self.timeout_s)

@@ -20,7 +20,7 @@ class Run(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     session = models.ForeignKey("sessions_app.Session", on_delete=models.CASCADE, related_name="runs")
     agent = models.CharField(max_length=128)
-    request_id = models.CharField(max_length=64, unique=True)
+    request_id = models.CharField(max_length=64, help_text="the client's idempotency key: unique per user")
     owner = models.CharField(max_length=128, blank=True, default="", help_text="host:pid:boot of the process running it")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     created_at = models.DateTimeField()
@@ -38,6 +38,10 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            # Client-chosen: two users may pick the same one without meeting.
+            models.UniqueConstraint(fields=["user", "request_id"], name="runs_run_user_request_id_uniq"),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.id} ({self.status})"

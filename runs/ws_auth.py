@@ -1,22 +1,35 @@
-"""Bearer-token authentication for websockets.
+"""Who a websocket is, and whether its page may open it.
 
 Browsers authenticate a socket with their session cookie (Channels' `AuthMiddlewareStack`
 puts the user in the scope). Other clients present an API token in the handshake, as
 `Authorization: Bearer <token>` or, for clients that cannot set headers, `?token=<token>`.
 A token, when present, decides the user: a wrong one leaves the socket anonymous (the
 consumer closes it with 4401) rather than falling back to the cookie.
+
+The Origin check: a handshake that carries an `Origin` (browsers always send one) is
+refused (403) unless it is this site's own origin (the handshake's scheme, `Host` and port,
+the host one of `ALLOWED_HOSTS`) or listed in `CSRF_TRUSTED_ORIGINS`, the rule Django
+applies to unsafe requests. A handshake without `Origin` is not a browser's: it must bring
+a token (API clients, CLIs and servers send none), since the cookie is what a browser
+would attach by itself.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.http.request import is_same_domain, split_domain_port, validate_host
 
 from sessions_app.backends import db_call
 
 BEARER = "bearer"
+TOKEN_KEY = "api_token"
+"""The scope key under which the handshake's token travels to the consumer (it re-checks it)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def token_from_scope(scope: dict[str, Any]) -> str | None:
@@ -31,19 +44,93 @@ def token_from_scope(scope: dict[str, Any]) -> str | None:
     return tokens[-1] if tokens and tokens[-1] else None
 
 
-@db_call
-def user_for_token(key: str) -> Any:
+def _token_user(key: str) -> Any:
     from rest_framework.authtoken.models import Token
 
     token = Token.objects.select_related("user").filter(key=key).first()
     if token is None or not token.user.is_active:
-        return AnonymousUser()
+        return None
     return token.user
 
 
+@db_call
+def user_for_token(key: str) -> Any:
+    return _token_user(key) or AnonymousUser()
+
+
+@db_call
+def still_authorised(user_id: Any, token: str | None) -> bool:
+    """Whether the socket's credential still holds: its token exists and names the user, or
+    (cookie) the user is still active."""
+    if token is not None:
+        user = _token_user(token)
+        return user is not None and user.pk == user_id
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _origin_triple(parts: SplitResult) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin, the port filled in from the scheme."""
+    scheme = parts.scheme.lower()
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number
+        return None
+    if scheme not in _DEFAULT_PORTS or not host:
+        return None
+    return scheme, host.lower(), port or _DEFAULT_PORTS[scheme]
+
+
+def _own_origin(scope: dict[str, Any]) -> tuple[str, str, int] | None:
+    """This site's origin as the handshake names it: its scheme and `Host` (an allowed one)."""
+    host = _header(scope, b"host")
+    if not host:
+        return None
+    domain, _ = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return None
+    scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"
+    return _origin_triple(urlsplit(f"{scheme}://{host}"))
+
+
+def _trusted(origin: SplitResult, triple: tuple[str, str, int]) -> bool:
+    """Listed in `CSRF_TRUSTED_ORIGINS`: exactly, or as `scheme://*.domain[:port]` for the
+    domain's subdomains (Django's own reading of the setting)."""
+    for entry in settings.CSRF_TRUSTED_ORIGINS:
+        parts = urlsplit(entry)
+        if "*" in parts.netloc:
+            subdomains = parts.netloc.lower().replace("*", "", 1)
+            if parts.scheme.lower() == triple[0] and is_same_domain(origin.netloc.lower(), subdomains):
+                return True
+        elif _origin_triple(parts) == triple:
+            return True
+    return False
+
+
+def origin_allowed(scope: dict[str, Any]) -> bool:
+    """Whether the handshake's `Origin` is this site's or a trusted one (scheme, host, port)."""
+    origin = _header(scope, b"origin")
+    if not origin:
+        return False
+    parts = urlsplit(origin.strip())
+    triple = _origin_triple(parts)
+    if triple is None:
+        return False
+    own = _own_origin(scope)
+    return (own is not None and triple == own) or _trusted(parts, triple)
+
+
 class TokenAuthMiddleware:
-    """ASGI middleware: a handshake token sets `scope["user"]`; without one the scope keeps
-    the user the session middleware found."""
+    """ASGI middleware: the Origin check, then a handshake token sets `scope["user"]`; without
+    one the scope keeps the user the session middleware found."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -51,6 +138,9 @@ class TokenAuthMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         if scope.get("type") == "websocket":
             key = token_from_scope(scope)
+            has_origin = _header(scope, b"origin") is not None
+            if (has_origin and not origin_allowed(scope)) or (not has_origin and key is None):
+                return await WebsocketDenier()(scope, receive, send)
             if key is not None:
-                scope = {**scope, "user": await user_for_token(key)}
+                scope = {**scope, "user": await user_for_token(key), TOKEN_KEY: key}
         return await self.inner(scope, receive, send)

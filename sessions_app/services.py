@@ -10,6 +10,7 @@ from django.db import transaction
 from sessions_app import models as orm
 from sessions_app.artifact_files import artifacts_delete
 from sessions_app.core.events import new_id, utcnow
+from sessions_app.signals import session_deleted, session_deleting
 
 
 @transaction.atomic
@@ -21,8 +22,15 @@ def session_create(*, user: Any, agent: str, title: str = "") -> orm.Session:
     )
 
 
-@transaction.atomic
 def session_delete(*, session: orm.Session) -> None:
-    """Delete the session, its ledger and derived rows, and its artifacts' files."""
-    artifacts_delete(rows=orm.Artifact.objects.filter(session=session))
-    session.delete()
+    """Delete the session, its ledger and derived rows, and its artifacts' files.
+
+    Its runs are stopped first (`session_deleting`), so none writes to a session that is
+    going; the wait happens before the transaction, which it would otherwise hold open.
+    """
+    session_id, user_id = session.id, session.user_id
+    session_deleting.send(sender=orm.Session, session=session)
+    with transaction.atomic():
+        artifacts_delete(rows=orm.Artifact.objects.filter(session=session))
+        session.delete()
+    session_deleted.send(sender=orm.Session, session_id=session_id, user_id=user_id)

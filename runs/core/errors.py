@@ -19,7 +19,7 @@ class AgentNotFoundError(UsageError):
 
 class DuplicateRequestError(UsageError):
     def __init__(self, request_id: str) -> None:
-        super().__init__(f"request id {request_id!r} already running")
+        super().__init__(f"request id {request_id!r} was already used")
         self.request_id = request_id
 
 

@@ -2,7 +2,8 @@
 
 Each process beats for the runs it owns. The reaper marks `interrupted` every run whose
 owner is gone: a process on this host that no longer exists (or an earlier incarnation of
-this one), or any owner whose heartbeat is older than `stale_after_s`. The interrupted run's
+this one), or any owner whose heartbeat is older than `stale_after_s`; and every run of its
+own process that the runner neither runs nor is starting. The interrupted run's
 ledger gets a completion event saying so, and the claim is a conditional update, so two
 reapers never both act on one run.
 """
@@ -70,13 +71,21 @@ class Lifecycle:
         stale_before = now - timedelta(seconds=self.stale_after_s)
         reaped: list[RunRecord] = []
         for record in await self.runner.run_store.running():
-            if record.owner == self.runner.owner or record.id in self.runner.active_run_ids():
+            if record.id in self.runner.active_run_ids():
                 continue
             last_sign = record.heartbeat_at or record.started_at or record.created_at
-            dead = owner_is_dead(record.owner, me=self.runner.owner)
+            # A run of ours that this runner neither runs nor is starting has no one to end it
+            # (its record outlived a failure); the active list is read after the rows, so a
+            # run that ended meanwhile is finished in the store and the claim below skips it.
+            ours = record.owner == self.runner.owner
+            dead = ours or owner_is_dead(record.owner, me=self.runner.owner)
             if not dead and last_sign >= stale_before:
                 continue
-            reason = "its process ended" if dead else f"no heartbeat since {last_sign.isoformat()}"
+            reason = (
+                "this process no longer runs it" if ours
+                else "its process ended" if dead
+                else f"no heartbeat since {last_sign.isoformat()}"
+            )
             interrupted = await self.runner.run_store.interrupt(record.id, at=now, reason=f"run interrupted: {reason}")
             if interrupted is None:
                 continue  # another reaper (or the run itself) got there first

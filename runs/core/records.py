@@ -48,7 +48,8 @@ class RunRecord:
 @runtime_checkable
 class RunStore(Protocol):
     async def create(self, record: RunRecord) -> RunRecord:
-        """Store a new run; raises `DuplicateRequestError` when its request id was used."""
+        """Store a new run; raises `DuplicateRequestError` when its user already used its
+        request id (request ids are the client's: unique per user, not across users)."""
         ...
 
     async def save(self, record: RunRecord) -> None:
@@ -77,7 +78,7 @@ class InMemoryRunStore:
         self._runs: dict[str, RunRecord] = {}
 
     async def create(self, record: RunRecord) -> RunRecord:
-        if any(r.request_id == record.request_id for r in self._runs.values()):
+        if any(r.request_id == record.request_id and r.user_id == record.user_id for r in self._runs.values()):
             raise DuplicateRequestError(record.request_id)
         self._runs[record.id] = record
         return record

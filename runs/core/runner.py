@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
+from runs.core.context.seeding import seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
-from runs.core.context.seeding import seeded_events
 from sessions_app.core.events import (
     NO_MODEL_CALL,
     OBJECT_ERROR,
@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 # SPEC 1.9: the completion event is persisted and delivered within this budget after a cancel.
 COMPLETION_BUDGET_S = 1.0
 DEFAULT_HISTORY_EVENT_LIMIT = 400
+START_FAILURE_MAX_CHARS = 500
 
 
 class EventSink(Protocol):
@@ -165,7 +166,8 @@ class Runner:
         # Ledger events one run may write (0: no limit); a looping agent stops, failed.
         self.max_events_per_run = max_events_per_run
         self._active: dict[str, _Registered] = {}
-        self._active_requests: set[str] = set()
+        self._active_requests: set[tuple[str, str]] = set()  # (user id, request id)
+        self._starting: set[str] = set()  # run ids registered whose user message is not saved yet
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- public API -----------------------------------------------------------------------
@@ -211,36 +213,36 @@ class Runner:
             await self.admission(user_id)
 
         # 1. get or create the session
-        session = await self._open_session(user_id=user_id, session_id=session_id, agent=agent)
-        if tool_results:
-            turn = _answer_pending_calls(session, turn)
-        # 2. choose the agent: the request's, else the session's, else the default
-        chosen = self.agent(agent or session.agent or None)
-        invocation = Invocation(
-            invocation_id=new_id(),
-            run_id=new_id(),
-            request_id=request_id,
-            app=self.app,
-            agent_name=chosen.name,
-            branch=chosen.name,
-            filter_key=self.app,
-            session=session,
-            session_service=self.session_service,
-            message=msg,
-            options=options,
-            cancel_event=asyncio.Event(),
-            services=self.services,
-        )
-        # 3. register the run; a request id may run once
-        if request_id in self._active_requests:
-            raise DuplicateRequestError(request_id)
-        self._active_requests.add(request_id)
+        session, created = await self._open_session(user_id=user_id, session_id=session_id, agent=agent)
         try:
-            record = await self.run_store.create(RunRecord(
-                id=invocation.run_id, app=self.app, user_id=user_id, session_id=session.id,
-                agent=chosen.name, request_id=request_id, owner=self.owner, status="running",
-                started_at=utcnow(), heartbeat_at=utcnow(),
-            ))
+            if tool_results:
+                turn = _answer_pending_calls(session, turn)
+            # 2. choose the agent: the request's, else the session's, else the default
+            chosen = self.agent(agent or session.agent or None)
+            invocation = Invocation(
+                invocation_id=new_id(),
+                run_id=new_id(),
+                request_id=request_id,
+                app=self.app,
+                agent_name=chosen.name,
+                branch=chosen.name,
+                filter_key=self.app,
+                session=session,
+                session_service=self.session_service,
+                message=msg,
+                options=options,
+                cancel_event=asyncio.Event(),
+                services=self.services,
+            )
+            # 3. register the run; a request id may run once per user
+            record = await self._register(invocation, user_id=user_id, agent=chosen.name)
+        except BaseException:
+            if created:
+                # A refused start leaves no session behind (a duplicate request id, a bad agent).
+                await self._drop_session(session)
+            raise
+        handle = RunHandle(record=record, invocation=invocation, agent=chosen)
+        try:
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
             if seed and session.last_seq == 0:
@@ -254,10 +256,14 @@ class Runner:
                     if current.role == "tool" else Event(author="user", message=current)
                 )
                 await self.session_service.append_event(session, invocation.stamp(turn_event))
-        except BaseException:
-            self._active_requests.discard(request_id)
+        except BaseException as exc:
+            # The run row exists: end it here, or it stays `running` for good (this process
+            # owns it, so no reaper takes it; it holds the thread and a slot of the user's cap).
+            await self._end_unstarted(handle, exc)
             raise
-        handle = RunHandle(record=record, invocation=invocation, agent=chosen, listeners=list(listeners))
+        finally:
+            self._starting.discard(record.id)
+        handle.listeners.extend(listeners)
         if stream:
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             handle._queue = queue
@@ -307,7 +313,8 @@ class Runner:
             registered.handle.listeners.remove(listener)
 
     def active_run_ids(self) -> list[str]:
-        return list(self._active)
+        """The runs this process is executing, including those still being started."""
+        return [*self._active, *self._starting]
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
         """Keep a background task of this runner (heartbeat, listeners); `close` ends it."""
@@ -335,7 +342,10 @@ class Runner:
 
     # -- phases -----------------------------------------------------------------------------
 
-    async def _open_session(self, *, user_id: str, session_id: str | None, agent: str | None) -> Session:
+    async def _open_session(
+        self, *, user_id: str, session_id: str | None, agent: str | None
+    ) -> tuple[Session, bool]:
+        """The session to run in, and whether this call created it."""
         if session_id:
             key = SessionKey(app=self.app, user_id=user_id, session_id=session_id)
             if self.load_after_summary:
@@ -345,14 +355,57 @@ class Runner:
             else:
                 session = await self.session_service.get_session(key, event_limit=self.history_event_limit)
             if session is not None:
-                return session
+                return session, False
         try:
-            return await self.session_service.create_session(
+            created = await self.session_service.create_session(
                 app=self.app, user_id=user_id, session_id=session_id, agent=agent or self.default_agent
             )
         except ValueError:
             # The id exists but belongs to another user: indistinguishable from "not found".
             raise SessionNotFoundError(f"session {session_id!r} not found") from None
+        return created, True
+
+    async def _drop_session(self, session: Session) -> None:
+        try:
+            await self.session_service.delete_session(session.key)
+        except Exception:
+            logger.exception("could not delete session %s after a refused start", session.id)
+
+    async def _register(self, invocation: Invocation, *, user_id: str, agent: str) -> RunRecord:
+        """Create the run's record; `DuplicateRequestError` when the user used its request id."""
+        request = (user_id, invocation.request_id)
+        if request in self._active_requests:
+            raise DuplicateRequestError(invocation.request_id)
+        self._active_requests.add(request)
+        # Counted as this process's before the row exists: the reaper takes a row of ours
+        # that is neither running nor starting for a zombie.
+        self._starting.add(invocation.run_id)
+        try:
+            return await self.run_store.create(RunRecord(
+                id=invocation.run_id, app=self.app, user_id=user_id, session_id=invocation.session.id,
+                agent=agent, request_id=invocation.request_id, owner=self.owner, status="running",
+                started_at=utcnow(), heartbeat_at=utcnow(),
+            ))
+        except BaseException:
+            self._active_requests.discard(request)
+            self._starting.discard(invocation.run_id)
+            raise
+
+    async def _end_unstarted(self, handle: RunHandle, exc: BaseException) -> None:
+        """A run whose start failed after its record was created ends now, in the same call:
+        failed with the reason (cancelled if the start itself was cancelled), with a
+        completion event in its session's ledger."""
+        if isinstance(exc, asyncio.CancelledError):
+            status: RunStatusName = "cancelled"
+            error = None
+        else:
+            status = "failed"
+            reason = f"{type(exc).__name__}: {exc}"
+            if len(reason) > START_FAILURE_MAX_CHARS:
+                reason = reason[:START_FAILURE_MAX_CHARS] + "..."
+            error = EventError(type="start_failed", message=f"the run could not start: {reason}")
+            logger.warning("run %s could not start: %s", handle.run_id, reason)
+        await self._record_end(handle, status, error)
 
     async def _event_loop(self, handle: RunHandle, agent: Agent) -> RunRecord:
         invocation = handle.invocation
@@ -411,6 +464,11 @@ class Runner:
             saved = await self.session_service.append_event(handle.invocation.session, event)
         except asyncio.CancelledError:
             raise
+        except SessionNotFoundError:
+            # The session was deleted under the run: nothing of it can be kept, so it stops.
+            logger.info("run %s: its session is gone; the run stops", handle.run_id)
+            handle.invocation.cancel_event.set()
+            return event
         except Exception:
             # SPEC 1.7: an append failure is logged and the event still goes out.
             logger.exception("run %s: could not persist event %s", handle.run_id, event.id)
@@ -487,37 +545,7 @@ class Runner:
 
     async def _complete(self, handle: RunHandle, status: RunStatusName, error: EventError | None) -> RunRecord:
         """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
-        invocation = handle.invocation
-        completion = invocation.stamp(Event(
-            author=self.app,
-            object=OBJECT_RUNNER_COMPLETION,
-            done=True,
-            error=error,
-            extensions={"run_id": handle.run_id, "status": status},
-        ))
-        try:
-            # The completion marker has no content but is part of the ledger: it tells a
-            # reader (and a reaper) that the run ended, and how.
-            completion = await asyncio.wait_for(
-                self.session_service.append_event(invocation.session, completion), COMPLETION_BUDGET_S
-            )
-        except Exception:
-            logger.exception("run %s: could not persist its completion event", handle.run_id)
-        handle.record = handle.record.replace(
-            status=status,
-            ended_at=utcnow(),
-            error=error.to_dict() if error is not None else None,
-        )
-        try:
-            await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
-        except Exception:
-            logger.exception("run %s: could not emit its completion event", handle.run_id)
-        try:
-            await self.run_store.save(handle.record)
-        except Exception:
-            logger.exception("run %s: could not save its record", handle.run_id)
-        self._notify(handle, None)
-        self._active_requests.discard(handle.record.request_id)
+        await self._record_end(handle, status, error)
         # Post-run jobs (SPEC 1.9 step 6): after the completion is saved and delivered, so
         # they never delay a reader; a failing hook is logged and the run's outcome stands.
         # The run stays registered meanwhile, so that `close` waits for its hooks; a cancel
@@ -536,6 +564,42 @@ class Runner:
         finally:
             self._active.pop(handle.run_id, None)
         return handle.record
+
+    async def _record_end(self, handle: RunHandle, status: RunStatusName, error: EventError | None) -> None:
+        """Persist and emit the completion event, save the final record, release the request id."""
+        invocation = handle.invocation
+        completion = invocation.stamp(Event(
+            author=self.app,
+            object=OBJECT_RUNNER_COMPLETION,
+            done=True,
+            error=error,
+            extensions={"run_id": handle.run_id, "status": status},
+        ))
+        try:
+            # The completion marker has no content but is part of the ledger: it tells a
+            # reader (and a reaper) that the run ended, and how.
+            completion = await asyncio.wait_for(
+                self.session_service.append_event(invocation.session, completion), COMPLETION_BUDGET_S
+            )
+        except SessionNotFoundError:
+            logger.info("run %s: its session is gone; its completion is not kept", handle.run_id)
+        except Exception:
+            logger.exception("run %s: could not persist its completion event", handle.run_id)
+        handle.record = handle.record.replace(
+            status=status,
+            ended_at=utcnow(),
+            error=error.to_dict() if error is not None else None,
+        )
+        try:
+            await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
+        except Exception:
+            logger.exception("run %s: could not emit its completion event", handle.run_id)
+        try:
+            await self.run_store.save(handle.record)
+        except Exception:
+            logger.exception("run %s: could not save its record", handle.run_id)
+        self._notify(handle, None)
+        self._active_requests.discard((handle.record.user_id, handle.record.request_id))
 
 
 def _current_turn(message: str | Message | None, tool_results: Sequence[Message]) -> list[Message]:

@@ -200,7 +200,7 @@ async def test_refusals_over_a_real_socket(server: LiveServer, token: str, sessi
     async with socket(server, bobs.id, token) as foreign:
         with pytest.raises(ConnectionClosed) as closed:
             await foreign.recv()
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404  # not yours = not there
     with pytest.raises(InvalidStatus):  # a foreign origin never gets a socket
         async with connect(f"{server.ws_url}/ws/sessions/{session_id}/", origin="https://evil.example",  # type: ignore[arg-type]
                            additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=TIMEOUT):

@@ -115,7 +115,7 @@ async def _final_run(run_id: str) -> run_orm.Run:
 
 async def _frames_of_one_run(token: str, session_id: str) -> tuple[str, list[dict[str, Any]]]:
     socket = WebsocketCommunicator(
-        application, f"/ws/sessions/{session_id}/?token={token}", headers=[(b"origin", b"http://testserver")]
+        application, f"/ws/sessions/{session_id}/?token={token}", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")]
     )
     connected, _ = await socket.connect(timeout=TIMEOUT)
     assert connected

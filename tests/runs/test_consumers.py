@@ -24,6 +24,7 @@ from sessions_app import services as session_services
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")  # a cookie socket's Origin must be the Host's own origin
 AGUI_EVENT: TypeAdapter[Any] = TypeAdapter(AguiEvent)
 TIMEOUT = 5
 
@@ -75,7 +76,7 @@ def tool_then_answer(answer: str = "The certificate expired on 2024-01-01.", **a
 
 
 async def open_socket(path: str, *headers: tuple[bytes, bytes], origin: bool = True) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(application, path, headers=[*([ORIGIN] if origin else []), *headers])
+    communicator = WebsocketCommunicator(application, path, headers=[*([ORIGIN, HOST] if origin else []), *headers])
     connected, _ = await communicator.connect(timeout=TIMEOUT)
     assert connected, "the handshake was refused"
     return communicator
@@ -157,8 +158,8 @@ async def test_close_codes_say_why_a_socket_was_refused(
         (f"/ws/sessions/{alice_session}/", (), 4401),  # no credentials
         (f"/ws/sessions/{alice_session}/?token=wrong", (b"cookie", alice_cookie), 4401),  # a bad token decides
         ("/ws/sessions/no-such-session/", (b"cookie", alice_cookie), 4404),
-        (f"/ws/sessions/{bob_session}/", (b"cookie", alice_cookie), 4403),
-        (f"/ws/sessions/{bob_session}/?token={alice_token}", (), 4403),
+        (f"/ws/sessions/{bob_session}/", (b"cookie", alice_cookie), 4404),  # not yours = not there
+        (f"/ws/sessions/{bob_session}/?token={alice_token}", (), 4404),
         (f"/ws/sessions/{alice_session}/?after_seq=-1", (b"cookie", alice_cookie), 4400),
         (f"/ws/sessions/{alice_session}/?after_seq=x", (b"cookie", alice_cookie), 4400),
     ]
@@ -169,7 +170,7 @@ async def test_close_codes_say_why_a_socket_was_refused(
 
 async def test_a_foreign_origin_is_refused(alice_cookie: bytes, alice_session: str) -> None:
     communicator = WebsocketCommunicator(
-        application, f"/ws/sessions/{alice_session}/", headers=[(b"origin", b"https://evil.example"), (b"cookie", alice_cookie)]
+        application, f"/ws/sessions/{alice_session}/", headers=[(b"origin", b"https://evil.example"), HOST, (b"cookie", alice_cookie)]
     )
     connected, _ = await communicator.connect(timeout=TIMEOUT)
     assert not connected

@@ -14,6 +14,7 @@ from agentsite.asgi import application
 
 TIMEOUT_S = 10.0
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")  # an Origin must be the Host's own origin
 
 
 def client(token: str | None = None, **headers: str) -> httpx.AsyncClient:
@@ -47,7 +48,7 @@ async def a2a(agent: str, body: Any, token: str | None) -> httpx.Response:
 
 async def open_socket(path: str, token: str) -> WebsocketCommunicator:
     communicator = WebsocketCommunicator(
-        application, path, headers=[ORIGIN, (b"authorization", f"Bearer {token}".encode())]
+        application, path, headers=[ORIGIN, HOST, (b"authorization", f"Bearer {token}".encode())]
     )
     connected, _ = await communicator.connect(timeout=TIMEOUT_S)
     assert connected, "the handshake was refused"

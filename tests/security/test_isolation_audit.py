@@ -29,7 +29,7 @@ from sessions_app import models as orm
 from sessions_app.core.memory_tools import PRELOAD_BEGIN, PRELOAD_END
 from sessions_app.core.recall import HISTORY_NOTE
 from skills_app.services import skill_revision_create
-from tests.security.support import ORIGIN, a2a, a2a_message, client, post_json, rpc, sse_events
+from tests.security.support import HOST, ORIGIN, a2a, a2a_message, client, post_json, rpc, sse_events
 from tests.skills.conftest import skill_md
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,11 +134,11 @@ async def own_artifact_by_name(world: World, who: Who) -> bool:
     return response.status_code == 200 and SECRET in response.text
 
 
-async def websocket(world: World, who: Who) -> bool:
+async def _socket_sees_secret(world: World, who: Who, session_id: str) -> bool:
     socket = WebsocketCommunicator(
         __import__("agentsite.asgi", fromlist=["application"]).application,
-        f"/ws/sessions/{world.sessions['bob']}/",
-        headers=[ORIGIN, (b"authorization", f"Bearer {world.token(who)}".encode())],
+        f"/ws/sessions/{session_id}/",
+        headers=[ORIGIN, HOST, (b"authorization", f"Bearer {world.token(who)}".encode())],
     )
     connected, _ = await socket.connect(timeout=5)
     assert connected
@@ -147,13 +147,46 @@ async def websocket(world: World, who: Who) -> bool:
         while True:
             output = await socket.receive_output(timeout=2)
             if output["type"] == "websocket.close":
-                assert output["code"] in (4403, 4404), output
+                assert output["code"] == 4404, output  # someone else's answers as missing
                 return False
             seen += output.get("text", "")
             if SECRET in seen:
                 return True
     except TimeoutError:
         return SECRET in seen
+    finally:
+        await socket.disconnect()
+
+
+def websocket(*, guessed: bool = False) -> Callable[[World, Who], Awaitable[bool]]:
+    """Open a socket on bob's session (alice, with `guessed`: on guesses of its id);
+    reached = the secret comes in a frame."""
+
+    async def probe(world: World, who: Who) -> bool:
+        real = world.sessions["bob"]
+        for session_id in guesses(real) if guessed and who == "alice" else [real]:
+            if await _socket_sees_secret(world, who, session_id):
+                return True
+        return False
+
+    return probe
+
+
+async def websocket_cancel(world: World, who: Who) -> bool:
+    """A cancel frame naming bob's run, sent on the caller's own socket; reached = any answer
+    but `not_found` (bob's own run has ended: `run_not_active`)."""
+    socket = WebsocketCommunicator(
+        __import__("agentsite.asgi", fromlist=["application"]).application,
+        f"/ws/sessions/{world.sessions[who]}/",
+        headers=[ORIGIN, HOST, (b"authorization", f"Bearer {world.token(who)}".encode())],
+    )
+    connected, _ = await socket.connect(timeout=5)
+    assert connected
+    try:
+        await socket.send_to(text_data=json.dumps({"type": "cancel", "run_id": world.run_id}))
+        while (frame := await socket.receive_json_from(timeout=5)).get("type") != "error":
+            pass  # the replay of the caller's own session
+        return frame["error"]["code"] != "not_found"
     finally:
         await socket.disconnect()
 
@@ -256,7 +289,9 @@ ROWS = [
     Row("artifact download (user:)", "guessed id", own_artifact_by_name),
     Row("REST skill detail", "id", rest_get("/api/skills/bobs-skill/", needle=SECRET)),
     Row("REST skill list", "search", rest_get("/api/skills/", needle="bobs-skill")),
-    Row("websocket", "id", websocket),
+    Row("websocket", "id", websocket()),
+    Row("websocket", "guessed id", websocket(guessed=True)),
+    Row("websocket cancel frame", "id", websocket_cancel),
     Row("AG-UI threadId", "id", agui),
     Row("OpenAI-compatible X-Session-Id", "id", openai_session),
     Row("A2A contextId", "id", a2a_context),
