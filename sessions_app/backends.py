@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -128,25 +128,77 @@ def _delete(key: SessionKey) -> bool:
     return deleted > 0
 
 
-def _append(key: SessionKey, event: Event) -> tuple[Event, bool]:
+def _append(key: SessionKey, events: Sequence[Event]) -> list[tuple[Event, bool]]:
+    """Append `events` in one transaction: (stored event, whether this call wrote it) each."""
+    if not any(e.state_delta for e in events):
+        try:
+            return _append_fast(key, events)
+        except IntegrityError:
+            pass  # an id already in the ledger (a retried append): the careful path sorts it out
+    return _append_checked(key, events)
+
+
+def _append_fast(key: SessionKey, events: Sequence[Event]) -> list[tuple[Event, bool]]:
+    """Two statements in one transaction: take n seqs from the session row (its write lock
+    serialises appenders), insert the rows. A duplicate id fails the insert, and the whole
+    transaction with it (IntegrityError)."""
+    session_table = orm.Session._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{session_table}" SET "last_seq" = "last_seq" + %s, "updated_at" = %s '
+            'WHERE "id" = %s AND "app" = %s AND "user_id" = %s RETURNING "last_seq"',
+            [len(events), connection.ops.adapt_datetimefield_value(utcnow()), key.session_id, key.app, _user_pk(key.user_id)],
+        )
+        found = cursor.fetchone()
+        if found is None:
+            raise SessionNotFoundError(f"session {key.session_id!r} not found")
+        first = found[0] - len(events) + 1
+        saved = [e.replace(seq=first + i) for i, e in enumerate(events)]
+        orm.Event.objects.bulk_create([
+            mapping.event_to_row(e, session_id=key.session_id, seq=e.seq or 0, tokens=count_text(e.text)) for e in saved
+        ])
+    return [(e, True) for e in saved]
+
+
+def _append_checked(key: SessionKey, events: Sequence[Event]) -> list[tuple[Event, bool]]:
     with transaction.atomic():
         # The session row lock serialises appends: seq is the row's counter plus one.
         row = _owned(key).select_for_update().first()
         if row is None:
             raise SessionNotFoundError(f"session {key.session_id!r} not found")
-        existing = orm.Event.objects.filter(session=row, event_id=event.id).first()
-        if existing is not None:
-            return mapping.event_from_row(existing), False
-        seq = row.last_seq + 1
-        tokens = count_text(event.text)
-        orm.Event.objects.bulk_create([mapping.event_to_row(event, session_id=row.id, seq=seq, tokens=tokens)])
-        updates: dict[str, Any] = {"last_seq": seq, "updated_at": utcnow()}
-        if event.state_delta:
-            state = dict(row.state or {})
+        stored = {
+            r.event_id: r for r in orm.Event.objects.filter(session=row, event_id__in=[e.id for e in events])
+        }
+        out: list[tuple[Event, bool]] = []
+        rows: list[orm.Event] = []
+        seq = row.last_seq
+        state = dict(row.state or {})
+        written: dict[str, Event] = {}
+        for event in events:
+            if event.id in stored:
+                out.append((mapping.event_from_row(stored[event.id]), False))
+                continue
+            if event.id in written:  # the same id twice in one batch: stored once
+                out.append((written[event.id], False))
+                continue
+            seq += 1
+            saved = event.replace(seq=seq)
+            written[event.id] = saved
+            rows.append(mapping.event_to_row(saved, session_id=row.id, seq=seq, tokens=count_text(event.text)))
             state.update(copy.deepcopy(dict(event.state_delta)))
-            updates["state"] = state
-        orm.Session.objects.filter(pk=row.pk).update(**updates)
-    return event.replace(seq=seq), True
+            out.append((saved, True))
+        if rows:
+            orm.Event.objects.bulk_create(rows)
+            updates: dict[str, Any] = {"last_seq": seq, "updated_at": utcnow()}
+            if any(e.state_delta for e in written.values()):
+                updates["state"] = state
+            orm.Session.objects.filter(pk=row.pk).update(**updates)
+    return out
+
+
+def _user_pk(user_id: str) -> int | str:
+    # Session.user is an integer key; a malformed id matches no row rather than failing.
+    return int(user_id) if user_id.isdigit() else user_id
 
 
 def _list_events(key: SessionKey, after_seq: int, limit: int) -> list[Event]:
@@ -226,13 +278,20 @@ class DjangoSessionService:
         return await db_call(_delete)(key)
 
     async def append_event(self, session: Session, event: Event) -> Event:
-        saved, created = await db_call(_append)(session.key, event)
-        if created:
-            session.events.append(saved)
-            session.state.update(copy.deepcopy(dict(saved.state_delta)))
-            session.last_seq = max(session.last_seq, saved.seq or 0)
+        return (await self.append_events(session, [event]))[0]
+
+    async def append_events(self, session: Session, events: Sequence[Event]) -> list[Event]:
+        if not events:
+            return []
+        results = await db_call(_append)(session.key, list(events))
+        for saved, created in results:
+            if created:
+                session.events.append(saved)
+                session.state.update(copy.deepcopy(dict(saved.state_delta)))
+                session.last_seq = max(session.last_seq, saved.seq or 0)
+        if any(created for _, created in results):
             session.updated_at = utcnow()
-        return saved
+        return [saved for saved, _ in results]
 
     async def list_events(self, key: SessionKey, *, after_seq: int = 0, limit: int = 100) -> list[Event]:
         return await db_call(_list_events)(key, after_seq, limit)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,25 +91,32 @@ class InMemorySessionService:
         return True
 
     async def append_event(self, session: Session, event: Event) -> Event:
+        return (await self.append_events(session, [event]))[0]
+
+    async def append_events(self, session: Session, events: Sequence[Event]) -> list[Event]:
+        out: list[Event] = []
         async with self._lock:
             stored = self._find(session.key)
             if stored is None:
                 raise SessionNotFoundError(f"session {session.id!r} not found")
-            existing = stored.ids.get(event.id)
-            if existing is not None:
-                return existing
-            seq = stored.session.last_seq + 1
-            saved = event.replace(seq=seq)
-            stored.events.append(saved)
-            stored.ids[saved.id] = saved
-            stored.session.last_seq = seq
-            stored.session.state.update(copy.deepcopy(dict(event.state_delta)))
-            stored.session.updated_at = utcnow()
-        session.events.append(saved)
-        session.state.update(copy.deepcopy(dict(event.state_delta)))
-        session.last_seq = seq
-        session.updated_at = stored.session.updated_at
-        return saved
+            for event in events:
+                existing = stored.ids.get(event.id)
+                if existing is not None:
+                    out.append(existing)
+                    continue
+                seq = stored.session.last_seq + 1
+                saved = event.replace(seq=seq)
+                stored.events.append(saved)
+                stored.ids[saved.id] = saved
+                stored.session.last_seq = seq
+                stored.session.state.update(copy.deepcopy(dict(event.state_delta)))
+                stored.session.updated_at = utcnow()
+                session.events.append(saved)
+                session.state.update(copy.deepcopy(dict(event.state_delta)))
+                session.last_seq = seq
+                session.updated_at = stored.session.updated_at
+                out.append(saved)
+        return out
 
     async def list_events(self, key: SessionKey, *, after_seq: int = 0, limit: int = 100) -> list[Event]:
         stored = self._find(key)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -187,6 +187,16 @@ class SessionService(Protocol):
         the stored event, so a retried append can never duplicate a step. Updates
         `session` in place (events, state, last_seq). Raises `SessionNotFoundError` when
         the session was deleted.
+        """
+        ...
+
+    async def append_events(self, session: Session, events: Sequence[Event]) -> list[Event]:
+        """Append several events in order, in one transaction: all of them or none.
+
+        What `append_event` does for each, at the cost of one write: consecutive seqs, state
+        deltas merged in order, an id already in the ledger (or earlier in the batch) not
+        appended again but answered with the stored event. Returns the stored events, one
+        per event given. For the appends of one model step (issue 18).
         """
         ...
 

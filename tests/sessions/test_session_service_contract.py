@@ -95,6 +95,51 @@ async def test_appending_the_same_event_id_twice_stores_it_once(backend: Backend
     assert len(session.events) == 1
 
 
+async def test_a_batch_appends_in_order_with_consecutive_seqs(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    await backend.service.append_event(session, user_event("first"))
+    saved = await backend.service.append_events(session, [assistant_event("a"), assistant_event("b"), assistant_event("c")])
+    assert [e.seq for e in saved] == [2, 3, 4]
+    assert [e.text for e in await backend.service.list_events(session.key)] == ["first", "a", "b", "c"]
+    assert [e.seq for e in session.events] == [1, 2, 3, 4] and session.last_seq == 4
+    assert await backend.service.append_events(session, []) == []
+
+
+async def test_a_batch_stores_an_id_already_in_the_ledger_or_the_batch_once(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    known = await backend.service.append_event(session, user_event("known"))
+    fresh = assistant_event("fresh")
+    saved = await backend.service.append_events(session, [user_event("known", id=known.id), fresh, fresh])
+    assert [e.seq for e in saved] == [1, 2, 2]
+    assert [e.text for e in await backend.service.list_events(session.key)] == ["known", "fresh"]
+    assert len(session.events) == 2 and session.last_seq == 2
+
+
+async def test_a_batch_merges_state_deltas_in_order(backend: Backend) -> None:
+    alice = backend.user("alice")
+    session = await backend.service.create_session(app=APP, user_id=alice, state={"a": 1})
+    await backend.service.append_events(session, [
+        assistant_event("x", state_delta={"a": 2, "b": 1}), Event(author="agent", state_delta={"b": 3}),
+    ])
+    loaded = await backend.service.get_session(session.key)
+    assert loaded is not None and loaded.state == {"a": 2, "b": 3} == session.state
+
+
+async def test_a_batch_into_a_deleted_or_foreign_session_is_refused_whole(backend: Backend) -> None:
+    alice, bob = backend.user("alice"), backend.user("bob")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    foreign = await backend.service.get_session(session.key)
+    assert foreign is not None
+    foreign.user_id = bob
+    with pytest.raises(SessionNotFoundError):
+        await backend.service.append_events(foreign, [user_event("x"), user_event("y")])
+    await backend.service.delete_session(session.key)
+    with pytest.raises(SessionNotFoundError):
+        await backend.service.append_events(session, [user_event("x")])
+
+
 async def test_state_deltas_merge_into_session_state(backend: Backend) -> None:
     alice = backend.user("alice")
     session = await backend.service.create_session(app=APP, user_id=alice, state={"a": 1, "b": 1})
