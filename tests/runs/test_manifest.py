@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from runs.core.context.compaction import CompactionConfig
 from runs.core.context.governance import ContextGovernance
-from runs.core.context.manifest import HIDDEN, ManifestError, build_manifest, check_manifest
+from runs.core.context.manifest import HIDDEN, Manifest, ManifestError, build_manifest, check_manifest
 from runs.core.context.request import BuiltRequest, build_context
 from runs.core.llm.base import ToolSpec
 from sessions_app.core.events import OBJECT_STATE_UPDATE, REPAIRED_ERROR_TEXT, Event, EventError, Message
@@ -214,6 +215,22 @@ async def _recover(index: InMemoryRecallIndex, session: Session, event: Event, d
     return content[len(prefix):] if prefix and content.startswith(prefix) else content
 
 
+def assert_compact_form_matches_every_entry(manifest: Manifest) -> None:
+    """The summarized prefix kept as one number (issue 18) reads as one entry per seq."""
+    entries = manifest.entries
+    assert all(e.disposition == "summarized" for e in entries[: manifest.summarized_through])
+    counted = Counter(e.disposition for e in entries)
+    assert manifest.counts() == {d: n for d, n in counted.items() if n}
+    runs: list[list[object]] = []
+    for e in entries:
+        if runs and runs[-1][0] == e.disposition and runs[-1][2] == e.seq - 1:
+            runs[-1][2] = e.seq
+        else:
+            runs.append([e.disposition, e.seq, e.seq])
+    assert manifest.ranges() == runs
+    assert all(manifest.of(e.seq) == e for e in entries)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     shapes=st.lists(turns, min_size=1, max_size=5),
@@ -243,6 +260,7 @@ def test_coverage_is_total_drops_are_zero_and_every_hidden_item_loads_in_one_cal
     assert manifest is not None
     assert manifest.coverage == 1.0 and manifest.dropped == []
     assert [e.seq for e in manifest.entries] == list(range(1, len(events) + 1))
+    assert_compact_form_matches_every_entry(manifest)
     assert_tool_calls_paired(list(built.request.messages))
     sent = "\n".join(m.content + "".join(c.arguments for c in m.tool_calls) for m in built.request.messages)
     by_seq = {e.seq: e for e in events}

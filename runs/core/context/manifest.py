@@ -70,10 +70,18 @@ class Gap:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """Every ledger event's disposition in one request, oldest first (see the module)."""
+    """Every ledger event's disposition in one request, oldest first (see the module).
+
+    Seqs 1..`summarized_through` (not loaded, at or before the boundary: the summary
+    stands for them) are kept as that one number, so that building and checking a
+    manifest costs the loaded events, not the whole ledger (issue 18); `entries` spells
+    them out for readers that want every seq.
+    """
 
     last_seq: int
-    entries: tuple[ManifestEntry, ...]
+    loaded: tuple[ManifestEntry, ...]
+    """The entries of seqs after `summarized_through`, oldest first."""
+    summarized_through: int = 0
     summary_version: int | None = None
     summary_last_seq: int = 0
     gaps: tuple[Gap, ...] = ()
@@ -81,8 +89,17 @@ class Manifest:
     """Event id -> the text that stands for a hidden tool result in the request (checked
     for its pointer back); not stored."""
 
+    @property
+    def entries(self) -> tuple[ManifestEntry, ...]:
+        """One entry per seq 1..`last_seq`."""
+        prefix = tuple(
+            ManifestEntry(seq=seq, event_id="", disposition="summarized") for seq in range(1, self.summarized_through + 1)
+        )
+        return prefix + self.loaded
+
     def counts(self) -> dict[str, int]:
-        counted = Counter(e.disposition for e in self.entries)
+        counted = Counter(e.disposition for e in self.loaded)
+        counted["summarized"] += self.summarized_through
         return {d: counted[d] for d in (*DISPOSITIONS, "dropped") if counted[d]}
 
     @property
@@ -90,20 +107,22 @@ class Manifest:
         """Share of the ledger's seqs (1..last_seq) with a disposition other than dropped."""
         if self.last_seq == 0:
             return 1.0
-        seqs = {e.seq for e in self.entries if e.disposition != "dropped"}
-        return len(seqs & set(range(1, self.last_seq + 1))) / self.last_seq
+        seqs = {e.seq for e in self.loaded if e.disposition != "dropped" and 0 < e.seq <= self.last_seq}
+        return (len(seqs) + min(self.summarized_through, self.last_seq)) / self.last_seq
 
     @property
     def dropped(self) -> list[int]:
-        return [e.seq for e in self.entries if e.disposition == "dropped"]
+        return [e.seq for e in self.loaded if e.disposition == "dropped"]
 
     def of(self, seq: int) -> ManifestEntry | None:
-        return next((e for e in self.entries if e.seq == seq), None)
+        if 0 < seq <= self.summarized_through:
+            return ManifestEntry(seq=seq, event_id="", disposition="summarized")
+        return next((e for e in self.loaded if e.seq == seq), None)
 
     def ranges(self) -> list[list[Any]]:
         """`[disposition, first_seq, last_seq]` runs, oldest first."""
-        out: list[list[Any]] = []
-        for entry in self.entries:
+        out: list[list[Any]] = [["summarized", 1, self.summarized_through]] if self.summarized_through else []
+        for entry in self.loaded:
             if out and out[-1][0] == entry.disposition and out[-1][2] == entry.seq - 1:
                 out[-1][2] = entry.seq
             else:
@@ -117,7 +136,7 @@ class Manifest:
             "coverage": round(self.coverage, 6),
             "counts": self.counts(),
             "ranges": self.ranges(),
-            "truncated": [[e.seq, *e.truncation] for e in self.entries if e.truncation is not None],
+            "truncated": [[e.seq, *e.truncation] for e in self.loaded if e.truncation is not None],
             "summary": None if self.summary_version is None else {
                 "version": self.summary_version, "last_seq": self.summary_last_seq,
             },
@@ -176,8 +195,11 @@ def build_manifest(
             continue
         covered = summary is not None and summary.covers(event)
         entries[event.seq] = _classify(event, filter_key, shown.get(event.id, ()), covered, texts)
-    gap_seqs = {s for g in gaps for s in range(g.first_seq, g.last_seq + 1)}
-    for seq in range(1, last_seq + 1):
+    # Seqs before the first loaded one that the boundary covers: one number, not an entry
+    # each (a long session's manifest would otherwise cost its whole ledger on every call).
+    through = min(boundary, min(entries, default=last_seq + 1) - 1) if summary is not None else 0
+    gap_seqs = {s for g in gaps for s in range(max(g.first_seq, through + 1), g.last_seq + 1)}
+    for seq in range(through + 1, last_seq + 1):
         if seq in entries:
             continue
         if summary is not None and seq <= boundary:
@@ -187,10 +209,11 @@ def build_manifest(
         else:
             disposition = "dropped"
         entries[seq] = ManifestEntry(seq=seq, event_id="", disposition=disposition)
-    ordered = tuple(entries[s] for s in sorted(entries))
+    ordered = tuple(entries[s] for s in sorted(entries) if s > through)
     return Manifest(
         last_seq=last_seq,
-        entries=ordered,
+        loaded=ordered,
+        summarized_through=through,
         summary_version=summary.version if summary is not None else None,
         # A legacy summary without a boundary covers by time (SPEC 2.4): its reach is what it hid.
         summary_last_seq=max([boundary, *(e.seq for e in ordered if e.disposition == "summarized")]),
@@ -234,7 +257,7 @@ def check_manifest(manifest: Manifest, *, gap_notice_text: str | None = None) ->
     problems: list[str] = []
     if manifest.dropped:
         problems.append(f"events with seq {manifest.dropped!r} are neither shown, compacted nor summarized")
-    for entry in manifest.entries:
+    for entry in manifest.loaded:  # the summarized prefix is at or before the boundary by construction
         if entry.disposition in ("placeholder", "truncated"):
             text = manifest.texts.get(entry.event_id, "")
             if entry.event_id not in text:
