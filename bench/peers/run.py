@@ -53,6 +53,8 @@ DEFAULT_OUTPUT = ROOT / "bench" / "results" / "peers"
 WINDOW = 10
 TARGET_RATIO = 1.3
 TARGET_SPEED = 0.5
+TARGET_SPEED_POSTGRES = 1.0
+TARGET_STATEMENTS = 20
 DEFAULT_BUDGET_S = 60.0
 READY_TIMEOUT_S = 300
 CHUNK_TIMEOUT_S = 300
@@ -357,15 +359,35 @@ def verdicts(summaries: dict[str, dict[str, Any]], ratios: dict[str, dict[str, f
     durable = {k: s for k, s in summaries.items() if s["durable"] and k in next(iter(ratios.values()), {})}
     if durable:
         fastest = min(durable, key=lambda k: durable[k]["p50_ms"])
-        for name in ("agentsite-sqlite-off", "agentsite-sqlite-on"):
+        for name, storage, limit in (
+            ("agentsite-sqlite-off", "SQLite", TARGET_SPEED), ("agentsite-sqlite-on", "SQLite", TARGET_SPEED),
+            ("agentsite-pg-off", "PostgreSQL", TARGET_SPEED_POSTGRES), ("agentsite-pg-on", "PostgreSQL", TARGET_SPEED_POSTGRES),
+        ):
             if name in ratios:
                 ratio = ratios[name][fastest]
                 out.append({
-                    "target": f"median per-turn overhead at N={n} on SQLite <= {TARGET_SPEED} x fastest durable peer",
-                    "runtime": name, "against": fastest, "value": ratio, "met": ratio <= TARGET_SPEED,
+                    "target": f"median per-turn overhead at N={n} on {storage} <= {limit} x fastest durable peer",
+                    "runtime": name, "against": fastest, "value": ratio, "met": ratio <= limit,
                     "text": f"{name}: x{ratio:.2f} of {fastest} (p50 {summaries[name]['p50_ms']:.1f} vs "
                     f"{summaries[fastest]['p50_ms']:.1f} ms)",
                 })
+    for name, s in summaries.items():
+        if s["runtime"] != "Agentsite" or s["statements_per_turn"][0] is None:
+            continue
+        first, last = s["statements_per_turn"]
+        worst = max(first, last)
+        out.append({
+            "target": f"statements per turn <= {TARGET_STATEMENTS}",
+            "runtime": name, "value": worst, "met": worst <= TARGET_STATEMENTS,
+            "text": f"{name}: {first:.1f} (first ten) -> {last:.1f} (last ten)",
+        })
+        read_first, read_last = s["rows_read_per_turn"]
+        growth = read_last / read_first if read_first else None
+        out.append({
+            "target": f"rows read per turn flat (last ten / first ten <= {TARGET_RATIO})",
+            "runtime": name, "value": growth, "met": growth is not None and growth <= TARGET_RATIO,
+            "text": f"{name}: {read_first:.0f} -> {read_last:.0f} rows (x{_num(growth, 2)})",
+        })
     adk = summaries.get("adk-db")
     for name, s in summaries.items():
         if s["runtime"] == "Agentsite":
