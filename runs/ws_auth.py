@@ -8,7 +8,7 @@ consumer closes it with 4401) rather than falling back to the cookie.
 
 The Origin check: a handshake that carries an `Origin` (browsers always send one) is
 refused (403) unless it is this site's own origin (the handshake's scheme, `Host` and port,
-the host one of `ALLOWED_HOSTS`) or listed in `CSRF_TRUSTED_ORIGINS`, the rule Django
+the host one of `ALLOWED_HOSTS`; see `_own_origins` for the scheme) or listed in `CSRF_TRUSTED_ORIGINS`, the rule Django
 applies to unsafe requests. A handshake without `Origin` is not a browser's: it must bring
 a token (API clients, CLIs and servers send none), since the cookie is what a browser
 would attach by itself.
@@ -89,16 +89,24 @@ def _origin_triple(parts: SplitResult) -> tuple[str, str, int] | None:
     return scheme, host.lower(), port or _DEFAULT_PORTS[scheme]
 
 
-def _own_origin(scope: dict[str, Any]) -> tuple[str, str, int] | None:
-    """This site's origin as the handshake names it: its scheme and `Host` (an allowed one)."""
+def _own_origins(scope: dict[str, Any]) -> set[tuple[str, str, int]]:
+    """This site's origin as the handshake names it: `Host` (an allowed one) and the scheme.
+
+    The scheme is the proxy's `X-Forwarded-Proto`, else the scope's; Daphne's scope names
+    none, and then both `http` and `https` of that host and port are this site. (No page can
+    set either header on a socket it opens, so neither helps a foreign page.)
+    """
     host = _header(scope, b"host")
     if not host:
-        return None
+        return set()
     domain, _ = split_domain_port(host)
     if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
-        return None
-    scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"
-    return _origin_triple(urlsplit(f"{scheme}://{host}"))
+        return set()
+    forwarded = (_header(scope, b"x-forwarded-proto") or "").split(",")[0].strip().lower()
+    named = forwarded or str(scope.get("scheme") or "")
+    schemes = {"https"} if named in ("wss", "https") else {"http"} if named in ("ws", "http") else {"http", "https"}
+    own = {_origin_triple(urlsplit(f"{scheme}://{host}")) for scheme in schemes}
+    return {triple for triple in own if triple is not None}
 
 
 def _trusted(origin: SplitResult, triple: tuple[str, str, int]) -> bool:
@@ -124,8 +132,7 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
     triple = _origin_triple(parts)
     if triple is None:
         return False
-    own = _own_origin(scope)
-    return (own is not None and triple == own) or _trusted(parts, triple)
+    return triple in _own_origins(scope) or _trusted(parts, triple)
 
 
 class TokenAuthMiddleware:

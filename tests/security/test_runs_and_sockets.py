@@ -362,7 +362,20 @@ async def test_a_token_client_that_sends_a_foreign_origin_is_refused(alice_token
 async def test_a_cookie_socket_needs_this_sites_origin_by_scheme_host_and_port(
     origin: bytes | None, accepted: bool, alice_cookie: bytes, alice_session: str
 ) -> None:
-    headers = [HOST, (b"cookie", alice_cookie), *([(b"origin", origin)] if origin else [])]
+    headers = [HOST, (b"x-forwarded-proto", b"http"), (b"cookie", alice_cookie), *([(b"origin", origin)] if origin else [])]
+    assert await handshake(f"/ws/sessions/{alice_session}/", *headers) is accepted
+
+
+@pytest.mark.parametrize(("origin", "accepted"), [
+    (b"https://testserver", True),
+    (b"http://testserver", True),
+    (b"https://testserver:8443", False),
+])
+async def test_without_a_known_scheme_a_cookie_socket_still_needs_this_host_and_port(
+    origin: bytes, accepted: bool, alice_cookie: bytes, alice_session: str
+) -> None:
+    # Daphne's scope names no scheme: behind TLS the page is https, the handshake the same host.
+    headers = [HOST, (b"cookie", alice_cookie), (b"origin", origin)]
     assert await handshake(f"/ws/sessions/{alice_session}/", *headers) is accepted
 
 
