@@ -9,6 +9,7 @@ emitted. Events round-trip through JSON (`to_dict` / `from_dict`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,14 @@ REPAIRED_ERROR_TEXT = "An error occurred during execution. Please contact the se
 EVENT_VERSION = 1
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` with NUL and lone surrogates replaced by U+FFFD (the replacement character)."""
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def new_id() -> str:
     """A fresh random identifier (UUID4, hex with dashes)."""
     return str(uuid.uuid4())
@@ -52,6 +61,10 @@ class ToolCall:
     id: str
     name: str
     arguments: str = "{}"
+
+    def __post_init__(self) -> None:
+        if _UNSTORABLE.search(self.arguments):  # see Message.__post_init__
+            object.__setattr__(self, "arguments", storable(self.arguments))
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
@@ -70,6 +83,14 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     tool_name: str | None = None
+
+    def __post_init__(self) -> None:
+        # What a tool or model produced may hold characters no database text column takes
+        # (PostgreSQL refuses NUL; no UTF-8 encoder takes a lone surrogate). Clients are
+        # refused such input at every surface; output is kept, with those characters shown
+        # as U+FFFD, so the same message is stored, emitted and shown to the model.
+        if _UNSTORABLE.search(self.content):
+            object.__setattr__(self, "content", storable(self.content))
 
     @property
     def has_payload(self) -> bool:
