@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +59,28 @@ async def _fresh_channel_layer() -> AsyncIterator[None]:
 @pytest.fixture
 def broken_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     """The session backend fails to save any user message that says BROKEN (an outage, a
-    value the database refuses); every other append works."""
-    original = DjangoSessionService.append_event
+    value the database refuses), alone or in a batch; every other append works."""
+
+    def refuses(event: Event) -> bool:
+        return event.message is not None and event.message.role == "user" and BROKEN in event.message.content
+
+    original_one = DjangoSessionService.append_event
 
     async def append_event(self: DjangoSessionService, session: Any, event: Event) -> Event:
-        if event.message is not None and event.message.role == "user" and BROKEN in event.message.content:
+        if refuses(event):
             raise RuntimeError("the database refused the row")
-        return await original(self, session, event)
+        return await original_one(self, session, event)
 
     monkeypatch.setattr(DjangoSessionService, "append_event", append_event)
+    original_many = getattr(DjangoSessionService, "append_events", None)
+    if original_many is not None:
+
+        async def append_events(self: DjangoSessionService, session: Any, events: Sequence[Event]) -> list[Event]:
+            if any(refuses(event) for event in events):
+                raise RuntimeError("the database refused the row")
+            return await original_many(self, session, events)
+
+        monkeypatch.setattr(DjangoSessionService, "append_events", append_events)
 
 
 @pytest.fixture
