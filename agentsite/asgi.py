@@ -23,7 +23,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agentsite.composition import run_manager  # noqa: E402
-from runs.a2a.server import A2A_PREFIX, a2a_application  # noqa: E402
+from runs.a2a.server import a2a_application, serves  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 from runs.ws_auth import TokenAuthMiddleware  # noqa: E402
 
@@ -40,8 +40,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     manager = run_manager()
     manager.adopt(asyncio.get_running_loop())
     _ = manager.runner
-    if scope["type"] == "http" and scope["path"].startswith(A2A_PREFIX):
-        # A2A is served by the a2a-sdk's Starlette routes (runs/a2a/server.py), not by Django.
+    if scope["type"] == "http" and serves(scope["path"]):
+        # A2A (its agents, their directory and the root agent card) is served by the a2a-sdk's
+        # Starlette routes (runs/a2a/server.py), not by Django.
         await a2a_application(scope, receive, send)
         return
     await router(scope, receive, send)

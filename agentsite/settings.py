@@ -198,6 +198,12 @@ AGENTSITE_MODEL_MAX_RETRIES = env.integer("AGENTSITE_MODEL_MAX_RETRIES", 3, mini
 # -- runs ----------------------------------------------------------------------------------------
 AGENTSITE_APP = env.string("AGENTSITE_APP", "agentsite")
 AGENTSITE_DEFAULT_AGENT = env.string("AGENTSITE_DEFAULT_AGENT", "support")
+# The agent whose A2A card is served at the host root, /.well-known/agent-card.json ("": the default agent).
+AGENTSITE_A2A_ROOT_AGENT = env.string("AGENTSITE_A2A_ROOT_AGENT", "")
+# The A2A conformance test agent at /a2a/conformance (runs/a2a/conformance.py): for the A2A
+# compatibility kit only, never in production. Its held tasks stay working this long.
+AGENTSITE_A2A_CONFORMANCE_AGENT = env.boolean("AGENTSITE_A2A_CONFORMANCE_AGENT", False)
+AGENTSITE_A2A_CONFORMANCE_HOLD_S = env.integer("AGENTSITE_A2A_CONFORMANCE_HOLD_S", 30)
 AGENTSITE_MAX_MESSAGE_CHARS = env.integer("AGENTSITE_MAX_MESSAGE_CHARS", 32_000)
 AGENTSITE_MAX_STEPS = env.integer("AGENTSITE_MAX_STEPS", 10)
 AGENTSITE_HISTORY_EVENT_LIMIT = env.integer("AGENTSITE_HISTORY_EVENT_LIMIT", 400)

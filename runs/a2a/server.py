@@ -6,11 +6,18 @@ the agent card; missing or wrong: 401), and passes the request to that agent's S
 app, built once from the SDK's own routes:
 
 - `GET /a2a/<agent>/.well-known/agent-card.json`: the card (name, description, url, one
-  skill for the agent and one per tool, streaming, the bearer security scheme);
+  skill for the agent and one per tool, streaming, the bearer security scheme), in the
+  shape of the caller's `A2A-Version`: `1.0` a pure 1.0 card, `0.3` a 0.3 card, none both
+  merged (as the SDK serves it, for clients of either version);
+- `GET /.well-known/agent-card.json`: the card of `AGENTSITE_A2A_ROOT_AGENT` (default: the
+  default agent), where clients look for an agent first; `GET /a2a/` lists every agent
+  with its card URL (both public, like the cards);
 - `POST /a2a/<agent>`: JSON-RPC over `DefaultRequestHandler` (`SendMessage`,
   `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask`; the
-  A2A 0.3 names `message/send`, `message/stream`, `tasks/get`, `tasks/cancel` too). 1.0
-  callers send `A2A-Version: 1.0`, as the SDK's client does.
+  A2A 0.3 names `message/send`, `message/stream`, `tasks/get`, `tasks/cancel` without an
+  `A2A-Version` header or with `A2A-Version: 0.3`). 1.0 callers send `A2A-Version: 1.0`,
+  as the SDK's client does. Params are checked strictly before the SDK parses them
+  (`validation.py`).
 
 `AgentsiteAgentExecutor` turns a message into a run of our Runner: `contextId` is the
 session id (the caller's own, or a new one; someone else's is refused before a task
@@ -29,7 +36,9 @@ the ledger, and the run's events become the task's updates:
 | completion `cancelled` | status `canceled` |
 
 Tasks live in our database (`DjangoTaskStore`). `CancelTask` stops the run, in this process
-or, through the channel layer, in the one that runs it.
+or, through the channel layer, in the one that runs it. With
+`AGENTSITE_A2A_CONFORMANCE_AGENT` on, `/a2a/conformance` serves the conformance test agent
+(`conformance.py`).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -45,6 +55,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.helpers.proto_helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestContextBuilder
 from a2a.server.agent_execution.simple_request_context_builder import SimpleRequestContextBuilder
@@ -52,7 +63,8 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
 from a2a.server.request_handlers import DefaultRequestHandler, RequestHandler, build_error_response
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -72,7 +84,12 @@ from a2a.types.a2a_pb2 import (
     Task,
     TaskState,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+    VERSION_HEADER,
+)
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -85,13 +102,15 @@ from django.http.request import split_domain_port, validate_host
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from agentsite.api.auth import AuthenticationError
 from agentsite.api.json_input import InputError, parse_json
 from agentsite.composition import run_manager
 from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
+from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor
 from runs.a2a.task_store import DjangoTaskStore
+from runs.a2a.validation import check_request, protocol_major
 from runs.core.agents.base import Agent
 from runs.core.errors import UsageError
 from runs.core.invocation import RunOptions
@@ -112,6 +131,7 @@ from sessions_app.core.session import SessionKey, SessionNotFoundError
 logger = logging.getLogger(__name__)
 
 A2A_PREFIX = "/a2a/"
+A2A_DIRECTORY = "/a2a"
 BEARER_SCHEME = "bearer"
 CARD_VERSION = "1.0.0"
 TEXT_MODES = ["text/plain", "application/json"]
@@ -165,6 +185,28 @@ def build_agent_card(agent: Agent, *, url: str) -> AgentCard:
 
 def _agent_url(name: str) -> str:
     return f"{_base_url.get().rstrip('/')}{A2A_PREFIX}{name}"
+
+
+def card_json(card: AgentCard, version: str | None) -> dict[str, Any]:
+    """The card as a client of `version` (an `A2A-Version` header) reads it: 1.x a pure 1.0
+    card, 0.x a pure 0.3 card; no header both merged, as the SDK serves it (a 0.3 client
+    sends none), with 0.3's `url`, `preferredTransport`, `protocolVersion` and each scheme's
+    `type`/`scheme` beside the 1.0 fields."""
+    if not (version or "").strip():
+        return agent_card_to_dict(card)
+    if protocol_major(version) == 0:
+        return to_compat_agent_card(card).model_dump(mode="json", exclude_none=True)
+    return MessageToDict(card)
+
+
+def _card_response(card: AgentCard, request: Request) -> Response:
+    body = json.dumps(card_json(card, request.headers.get(VERSION_HEADER)), sort_keys=True)
+    etag = f'W/"{hashlib.sha256(body.encode()).hexdigest()}"'
+    headers = {"ETag": etag, "Vary": VERSION_HEADER}
+    if etag.removeprefix("W/") in [tag.strip().removeprefix("W/") for tag in
+                                   request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
 
 
 # -- messages in and out ---------------------------------------------------------------------
@@ -614,6 +656,22 @@ def _body_error(body: bytes) -> tuple[int, A2AError | JSONRPCError] | None:
     return None
 
 
+def _request_error(body: bytes, version: str | None) -> JSONResponse | None:
+    """A method of another protocol version, or params that do not parse strictly: the
+    JSON-RPC error, with the request's id and status 200, as the SDK answers errors."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None  # the SDK answers a parse error itself
+    error = check_request(parsed, version)
+    if error is None:
+        return None
+    request_id = parsed.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        request_id = None
+    return JSONResponse(build_error_response(request_id, error), status_code=200)
+
+
 def _error(status: int, error: A2AError | JSONRPCError, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(build_error_response(None, error), status_code=status, headers=dict(headers or {}))
 
@@ -641,27 +699,50 @@ class A2AApplication:
     def _build(self, agent: Agent) -> Starlette:
         path = f"{A2A_PREFIX}{agent.name}"
         card = build_agent_card(agent, url=f"http://localhost{path}")
+        handler: RequestHandler
+        if isinstance(agent, ConformanceAgent):
+            handler = DefaultRequestHandler(
+                agent_executor=ConformanceExecutor(), task_store=DjangoTaskStore(agent=agent.name), agent_card=card,
+                request_context_builder=AgentsiteRequestContextBuilder(),
+            )
+        else:
+            handler = AgentsiteRequestHandler(
+                executor=AgentsiteAgentExecutor(agent_name=agent.name, manager=self._manager),
+                task_store=DjangoTaskStore(agent=agent.name), agent_card=card,
+                request_context_builder=AgentsiteRequestContextBuilder(),
+            )
+        return Starlette(routes=create_jsonrpc_routes(
+            handler, rpc_url=path, context_builder=AgentsiteCallContextBuilder(), enable_v0_3_compat=True))
 
-        async def for_this_request(card: AgentCard) -> AgentCard:
-            served = AgentCard()
-            served.CopyFrom(card)
-            url = _agent_url(agent.name)
-            for interface in served.supported_interfaces:
-                interface.url = url
-            served.provider.url = url.split(A2A_PREFIX, 1)[0]
-            return served
+    def agents(self) -> dict[str, Agent]:
+        """The agents served: the runner's, and the conformance agent when it is on."""
+        served: dict[str, Agent] = dict(self._manager().runner.agents)
+        if settings.AGENTSITE_A2A_CONFORMANCE_AGENT:
+            served.setdefault(CONFORMANCE_AGENT, _CONFORMANCE)
+        return served
 
-        executor = AgentsiteAgentExecutor(agent_name=agent.name, manager=self._manager)
-        handler = AgentsiteRequestHandler(
-            executor=executor, task_store=DjangoTaskStore(agent=agent.name), agent_card=card,
-            request_context_builder=AgentsiteRequestContextBuilder(),
-        )
-        routes = [
-            *create_agent_card_routes(card, card_modifier=for_this_request, card_url=f"{path}{AGENT_CARD_WELL_KNOWN_PATH}"),
-            *create_jsonrpc_routes(handler, rpc_url=path, context_builder=AgentsiteCallContextBuilder(),
-                                   enable_v0_3_compat=True),
-        ]
-        return Starlette(routes=routes)
+    def root_agent(self) -> Agent | None:
+        name = settings.AGENTSITE_A2A_ROOT_AGENT or self._manager().runner.default_agent
+        return self.agents().get(name)
+
+    def _directory(self) -> JSONResponse:
+        agents = [{
+            "name": agent.name,
+            "description": agent.description or f"The Agentsite agent {agent.name!r}.",
+            "url": _agent_url(agent.name),
+            "agentCard": f"{_agent_url(agent.name)}{AGENT_CARD_WELL_KNOWN_PATH}",
+        } for agent in self.agents().values()]
+        root = self.root_agent()
+        return JSONResponse({
+            "agents": agents,
+            "rootAgent": root.name if root is not None else None,
+            "rootAgentCard": f"{_base_url.get().rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}",
+        })
+
+    @staticmethod
+    def _card(agent: Agent) -> AgentCard:
+        url = _agent_url(agent.name)
+        return build_agent_card(agent, url=url)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -677,24 +758,48 @@ class A2AApplication:
             await _error(413, InvalidRequestError(message=f"the body is larger than {limit} bytes"))(
                 scope, receive, send)
             return
-        name, _, rest = scope["path"][len(A2A_PREFIX):].partition("/")
-        agent = self._manager().runner.agents.get(name)
+        token = _base_url.set(str(request.base_url))
+        try:
+            await self._dispatch(scope, receive, send, request, limit)
+        finally:
+            _base_url.reset(token)
+
+    async def _dispatch(self, scope: dict[str, Any], receive: Any, send: Any, request: Request,
+                        limit: int | None) -> None:
+        path = scope["path"]
+        if path in (A2A_DIRECTORY, A2A_PREFIX) and scope["method"] in ("GET", "HEAD"):
+            await self._directory()(scope, receive, send)
+            return
+        reading = scope["method"] in ("GET", "HEAD")
+        if path == AGENT_CARD_WELL_KNOWN_PATH and reading:
+            root = self.root_agent()
+            if root is None:
+                name = settings.AGENTSITE_A2A_ROOT_AGENT
+                await _error(404, InvalidRequestError(message=f"root agent {name!r} not found",
+                                                      data={"agent": name}))(scope, receive, send)
+                return
+            await _card_response(self._card(root), request)(scope, receive, send)
+            return
+        name, _, rest = path[len(A2A_PREFIX):].partition("/")
+        agent = self.agents().get(name)
         if agent is None:
-            message = f"agent {name!r} not found; see /api/agents/ for the agents you may run"
+            message = f"agent {name!r} not found; see {A2A_PREFIX} for the agents served"
             await _error(404, InvalidRequestError(message=message, data={"agent": name}))(scope, receive, send)
             return
-        if f"/{rest}" != AGENT_CARD_WELL_KNOWN_PATH:
-            try:
-                user = await authenticate(request.headers.get("authorization"))
-            except AuthenticationError as exc:
-                user, problem = None, str(exc)
-            else:
-                problem = "authentication required: send 'Authorization: Bearer <token>'"
-            if user is None:
-                await _error(401, InvalidRequestError(message=problem), {"WWW-Authenticate": "Bearer"})(
-                    scope, receive, send)
-                return
-            scope = {**scope, SCOPE_USER: user}
+        if f"/{rest}" == AGENT_CARD_WELL_KNOWN_PATH and reading:
+            await _card_response(self._card(agent), request)(scope, receive, send)
+            return
+        try:
+            user = await authenticate(request.headers.get("authorization"))
+        except AuthenticationError as exc:
+            user, problem = None, str(exc)
+        else:
+            problem = "authentication required: send 'Authorization: Bearer <token>'"
+        if user is None:
+            await _error(401, InvalidRequestError(message=problem), {"WWW-Authenticate": "Bearer"})(
+                scope, receive, send)
+            return
+        scope = {**scope, SCOPE_USER: user}
         if scope["method"] == "POST":
             body = await _read_body(receive, limit)
             if body is None:
@@ -705,12 +810,18 @@ class A2AApplication:
             if refused is not None:
                 await _error(*refused)(scope, receive, send)
                 return
+            answer = _request_error(body, request.headers.get(VERSION_HEADER))
+            if answer is not None:
+                await answer(scope, receive, send)
+                return
             receive = _replay(body, receive)
-        token = _base_url.set(str(request.base_url))
-        try:
-            await self._app_for(agent)(scope, receive, send)
-        finally:
-            _base_url.reset(token)
+        await self._app_for(agent)(scope, receive, send)
 
 
+def serves(path: str) -> bool:
+    """Whether an HTTP path is A2A's: the agents, their directory, the root agent card."""
+    return path.startswith(A2A_PREFIX) or path in (A2A_DIRECTORY, AGENT_CARD_WELL_KNOWN_PATH)
+
+
+_CONFORMANCE = ConformanceAgent()
 a2a_application = A2AApplication()
