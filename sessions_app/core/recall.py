@@ -12,6 +12,12 @@ Three layers, all plain Python:
   bytes) only orders events of equal score. A share of the query, not raw BM25, is what
   the floor compares: BM25 falls with document length, so a long tool result that holds
   every word of the query would sink under any fixed floor.
+- Abstention (issue 24): a search answers `no_match` when no hit is good enough, so that the
+  agent says it does not know instead of reading an unrelated hit as evidence. "Good enough"
+  is `answer_confidence`, the share of the query's content words that the hit holds (a query
+  that names a participant counts only hits that participant wrote or that name them), in
+  [0, 1] and independent of the session's size, so one threshold (`NO_MATCH_BELOW`, fitted by
+  bench/recall_abstention.py on some LoCoMo conversations, reported on others) holds for all.
 - `RecallIndex`, what a backend provides (search the user's events, load a window around
   an anchor, resolve a tool call id, read summaries, scan one session), with
   `InMemoryRecallIndex` over an `InMemorySessionService`'s public API.
@@ -50,6 +56,14 @@ MAX_TOP_K = 10
 MIN_SCORE = 0.45
 FULL_QUERY_BONUS = 0.75
 KEYWORD_BONUS = 0.15
+NO_MATCH_BELOW = 0.25
+"""No hit's `answer_confidence` reaches this: the search answers no_match. Fitted on LoCoMo
+conv-26, conv-30 and conv-41 as the largest value that costs answerable questions at most
+2 points of recall@5 (bench/recall_abstention.py; held-out figures in docs/context.md)."""
+NO_MATCH_NOTE = (
+    "No match: nothing in the searched history is about this. Unless you find it elsewhere, tell "
+    "the user you do not know (or do not remember); do not guess from unrelated history."
+)
 SCAN_CAP = 10_000
 SNIPPET_CHARS = 280
 SNIPPET_LINE_CHARS = 96
@@ -354,6 +368,31 @@ def score_document(terms: Sequence[str], phrase: str, document: Document, stats:
     if matched >= min(2, len(terms)):
         score += KEYWORD_BONUS
     return Scored(document=document, score=score, relevance=bm25, matched=matched)
+
+
+def answer_confidence(query: str, text: str, *, author: str = "", participants: Iterable[str] = ()) -> float:
+    """How much of what `query` asks about `text` holds: the share of the query's distinct
+    content terms found among the text's, in [0, 1].
+
+    A query that names some of `participants` (authors of the searched events) asks about
+    them: a text neither written by one of them nor naming one scores 0, whatever else it
+    shares ("what did Ann say about the race?" is not answered by Bob's race). The named
+    participants' own names are not counted as content terms.
+    """
+    named = named_speakers(query, participants)
+    names = {w for n in named for w in analyze(n)}
+    terms = [t for t in dict.fromkeys(query_terms(query)) if t not in names]
+    if named and author not in named and not any(
+        re.search(rf"(?<!\w){re.escape(n.lower())}(?!\w)", text.lower()) for n in named
+    ):
+        return 0.0
+    if not terms:
+        return 1.0 if named else 0.0
+    held = set(analyze(text))
+    flat = normalize_space(text).lower()
+    # A longer term inside a word counts too ("config" in "configuration"), as the lexical
+    # scan finds it; short ones would match everywhere.
+    return sum(1 for t in terms if t in held or (len(t) >= 4 and t in flat)) / len(terms)
 
 
 def rank_documents(
@@ -1210,6 +1249,7 @@ async def session_search(
     role: str | None = None,
     tool_name: str | None = None,
     ranking: Ranking = "hybrid",
+    min_confidence: float | None = None,
 ) -> dict[str, Any]:
     """SPEC 5.2: search the user's history and answer what the model reads.
 
@@ -1221,6 +1261,10 @@ async def session_search(
     Beyond SPEC (issue 12, C7): `ranking="hybrid"` (default) re-ranks a pool of lexical
     hits with `hybrid_rank`; `speaker`, `role` and `tool_name` filter hits; every hit
     says why the model does not see it (`hidden`, see `why_hidden`).
+
+    Issue 24: every hit carries its `confidence` (`answer_confidence`); when the best is
+    under `min_confidence` (default `NO_MATCH_BELOW`; 0 turns abstention off) the answer
+    has no results, `no_match: true`, the best confidence seen and `NO_MATCH_NOTE`.
     """
     query = normalize_space(query or "")
     chosen = normalize_scope(scope)
@@ -1246,24 +1290,43 @@ async def session_search(
         hits = [h for h in hits if filters.accepts(h)]
     if ranking == "hybrid":
         hits = hybrid_rank(query, hits)
+    participants = {h.event.author for h in hits} | {e.author for e in session.events}
+    confidence = {
+        h.key: answer_confidence(query, h.text, author=h.event.author, participants=participants) for h in hits
+    }
     hits = hits[:k]
+    best = max((confidence[h.key] for h in hits), default=0.0)
+    threshold = NO_MATCH_BELOW if min_confidence is None else max(0.0, float(min_confidence))
+    if hits and best < threshold:
+        return {
+            "query": query, "scope": chosen, "results": [], "count": 0, "no_match": True,
+            "best_confidence": round(best, 4), "note": NO_MATCH_NOTE,
+        }
     boundary = hidden_boundary(await index.summaries(session.key), filter_key=filter_key, state=session.state)
     dispositions = last_manifest_dispositions(session)
     terms = keyword_tokens(query) or query_terms(query)
     results = [
-        await _hit_dict(
-            index, hit, position=i, scope=chosen, session=session, query=query, terms=terms,
-            hidden=why_hidden(hit, session=session, boundary=boundary, dispositions=dispositions),
-        )
+        {
+            **await _hit_dict(
+                index, hit, position=i, scope=chosen, session=session, query=query, terms=terms,
+                hidden=why_hidden(hit, session=session, boundary=boundary, dispositions=dispositions),
+            ),
+            "confidence": round(confidence[hit.key], 4),
+        }
         for i, hit in enumerate(h for h in hits if h.event.id)
     ]
     answer: dict[str, Any] = {"query": query, "scope": chosen, "results": results, "count": len(results)}
     if results:
         answer["note"] = HISTORY_NOTE
+        answer["best_confidence"] = round(best, 4)
+    elif hits:
+        answer.update(no_match=True, best_confidence=round(best, 4), note=NO_MATCH_NOTE)
     elif chosen in ("current_hidden", "all_sessions") and boundary is None:
         answer["hint"] = (
             "Nothing of this session is hidden behind a summary yet; use scope current_session or other_sessions."
         )
+    else:
+        answer.update(no_match=True, note=NO_MATCH_NOTE)
     return answer
 
 
