@@ -250,3 +250,48 @@ class AgentListApi(APIView):
                 for agent in runner.agents.values()
             ]
         })
+
+
+class SessionPinsApi(APIView):
+    """The user's pins (issue 24): list the pinned records, pin or unpin a message."""
+
+    class InputSerializer(serializers.Serializer):
+        event_id = serializers.CharField(help_text="a user message of this session")
+
+    @staticmethod
+    def _owned(request: Request, session_id: str) -> Any:
+        session = session_selectors.session_get(user=request.user, session_id=session_id)
+        if session is None:
+            raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404)
+        return session
+
+    @staticmethod
+    def _answer(state: Any, status_code: int = 200) -> Response:
+        return Response({"pins": [r.to_dict() for r in state.records]}, status=status_code)
+
+    @extend_schema(summary="The session's pinned records, active and superseded, each with its source")
+    def get(self, request: Request, session_id: str) -> Response:
+        from runs.core.context.pinned import PinnedState
+
+        return self._answer(PinnedState.of_session_state(self._owned(request, session_id).state or {}))
+
+    @extend_schema(summary="Pin a user message of the session", request=InputSerializer)
+    def post(self, request: Request, session_id: str) -> Response:
+        return self._change(request, session_id, pin=True)
+
+    @extend_schema(summary="Unpin every active pin from a user message of the session", request=InputSerializer)
+    def delete(self, request: Request, session_id: str) -> Response:
+        return self._change(request, session_id, pin=False)
+
+    def _change(self, request: Request, session_id: str, *, pin: bool) -> Response:
+        from runs.core.context.pinned import PinRefused
+        from runs.pins import session_pin, session_unpin
+
+        session = self._owned(request, session_id)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            state = (session_pin if pin else session_unpin)(session=session, event_id=data.validated_data["event_id"])
+        except PinRefused as exc:
+            raise ApplicationError("invalid", str(exc), status_code=400, field="event_id") from None
+        return self._answer(state, 201 if pin else 200)

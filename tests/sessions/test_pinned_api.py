@@ -34,12 +34,12 @@ def test_the_inspector_shows_the_pins_and_a_full_manifest_for_every_call(
     first = run(alice_api, "Always quote the log line you rely on. Why does checkout fail?")
     session_id = first["session_id"]
     run(alice_api, "Never restart payments without asking me.", session_id)
-    run(alice_api, "Actually, quote the log line and its timestamp you rely on.", session_id)
+    run(alice_api, "Actually, always quote the stack trace you rely on.", session_id)
 
     # The demo agent sent the pinned block to the model, verbatim, right after the instruction.
     pinned = model.requests[-1].messages[1].content
     assert "Never restart payments without asking me." in pinned
-    assert "Actually, quote the log line and its timestamp you rely on." in pinned
+    assert "Actually, always quote the stack trace you rely on." in pinned
     assert "Always quote the log line you rely on." not in pinned  # superseded
 
     context = alice_api.get(f"/api/sessions/{session_id}/context/").json()
