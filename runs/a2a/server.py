@@ -7,8 +7,8 @@ app, built once from the SDK's own routes:
 
 - `GET /a2a/<agent>/.well-known/agent-card.json`: the card (name, description, url, one
   skill for the agent and one per tool, streaming, the bearer security scheme), in the
-  shape of the caller's `A2A-Version`: `1.0` a pure 1.0 card, `0.3` a 0.3 card, none both
-  merged (as the SDK serves it, for clients of either version);
+  shape of the caller's `A2A-Version`: `0.3` a 0.3 card, anything else (no header too) a
+  pure 1.0 card;
 - `GET /.well-known/agent-card.json`: the card of `AGENTSITE_A2A_ROOT_AGENT` (default: the
   default agent), where clients look for an agent first; `GET /a2a/` lists every agent
   with its card URL (both public, like the cards);
@@ -63,7 +63,6 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.jsonrpc_models import JSONParseError, JSONRPCError
 from a2a.server.request_handlers import DefaultRequestHandler, RequestHandler, build_error_response
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import TaskUpdater
 from a2a.types.a2a_pb2 import (
@@ -188,13 +187,12 @@ def _agent_url(name: str) -> str:
 
 
 def card_json(card: AgentCard, version: str | None) -> dict[str, Any]:
-    """The card as a client of `version` (an `A2A-Version` header) reads it: 1.x a pure 1.0
-    card, 0.x a pure 0.3 card; no header both merged, as the SDK serves it (a 0.3 client
-    sends none), with 0.3's `url`, `preferredTransport`, `protocolVersion` and each scheme's
-    `type`/`scheme` beside the 1.0 fields."""
-    if not (version or "").strip():
-        return agent_card_to_dict(card)
-    if protocol_major(version) == 0:
+    """The card as a client of `version` (an `A2A-Version` header) reads it: 0.x a pure 0.3
+    card (top-level `url`, `preferredTransport`, `protocolVersion`, schemes as `type`/
+    `scheme`); anything else, no header included, a pure 1.0 card. A card is fetched before
+    a client knows which versions the agent speaks, so without a header it is the current
+    protocol's; its `supportedInterfaces` still list the 0.3 endpoint."""
+    if (version or "").strip() and protocol_major(version) == 0:
         return to_compat_agent_card(card).model_dump(mode="json", exclude_none=True)
     return MessageToDict(card)
 

@@ -152,7 +152,8 @@ def test_the_public_card_describes_the_agent_its_tools_streaming_and_bearer_auth
     assert card.capabilities.streaming
     assert card.security_schemes["bearer"].http_auth_security_scheme.scheme.lower() == "bearer"
     assert "bearer" in card.security_requirements[0].schemes
-    legacy = httpx.get(f"{agent_url(server)}/.well-known/agent-card.json").json()
+    # A 0.3 client asks for its own card shape (without the header it gets the 1.0 card).
+    legacy = httpx.get(f"{agent_url(server)}/.well-known/agent-card.json", headers={"A2A-Version": "0.3"}).json()
     assert legacy["url"] == agent_url(server) and legacy["protocolVersion"].startswith("0.3")
 
 

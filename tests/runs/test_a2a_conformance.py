@@ -181,11 +181,11 @@ async def test_the_0_3_card_is_a_0_3_card() -> None:
         "type": "http", "scheme": "Bearer", "description": card["securitySchemes"]["bearer"]["description"]}
 
 
-async def test_without_a_version_header_the_card_serves_both_and_says_it_varies() -> None:
+async def test_without_a_version_header_the_card_is_a_1_0_card_and_says_it_varies() -> None:
     response = await get("/a2a/support/.well-known/agent-card.json")
 
     card = response.json()
-    assert card["url"] == "http://testserver/a2a/support" and card["supportedInterfaces"]
+    assert card["supportedInterfaces"] and "url" not in card and "protocolVersion" not in card
     assert response.headers["Vary"] == "A2A-Version"
 
 
