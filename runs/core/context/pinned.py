@@ -16,7 +16,9 @@ Pins come from three sources (`PinSource`), each recorded with its source event:
   carries a standing-scope marker ("always", "never", "from now on", "every time ...,",
   以后, 始终, 永远, toujours, immer, siempre, ...) and reads as addressed to the assistant,
   not as a statement about someone (no subject before the verb: "I always ...", "She never
-  ...", 我总是 ...), not a question, not a suggestion (吧). The markers and subjects are
+  ...", 我总是 ...), not a question, not a suggestion (吧); in English the marker opens the
+  sentence ("Always ...", "From now on, ...") or "from now on" closes it, since an "always"
+  inside a sentence is the adverb of a statement. The markers and subjects are
   closed-class grammar of each language, not phrases from any conversation; its precision
   and recall are measured on bench/data/pinned_labels.jsonl (bench/pinned_extractor.py).
 
@@ -72,6 +74,19 @@ _SCOPE = re.compile(
     r"|siempre|nunca|jamás|a partir de ahora|de ahora en adelante)\b",
     re.IGNORECASE,
 )
+_TRAILING_SCOPE = re.compile(
+    r"\b(?:from now on|going forward|from here on|in (?:the )?future|for the rest of (?:this|the|our) \w+)"
+    r"(?:,?\s*please)?\s*[.!]*$",
+    re.IGNORECASE,
+)
+# Languages whose imperative puts the adverb after the verb ("Réponds toujours ...", "Antworte
+# immer ...", "Responde siempre ..."): there the subject check alone decides.
+_VERB_FIRST_SCOPE = re.compile(
+    r"\b(?:toujours|jamais|désormais|dorénavant|à partir de maintenant|à l'avenir"
+    r"|immer|niemals|nie|ab jetzt|von nun an|künftig|ab sofort"
+    r"|siempre|nunca|jamás|a partir de ahora|de ahora en adelante)\b",
+    re.IGNORECASE,
+)
 _CONDITIONAL_SCOPE = re.compile(r"^(?:every time|whenever)\b", re.IGNORECASE)
 _CJK_SCOPE = re.compile(r"以后|今后|此后|往后|从现在起|从现在开始|始终|总是|永远|一律|每次|不要再|别再|再也不要")
 _CJK_LEAD = re.compile(r"^(?:请|麻烦|那么|那|好的|好|另外|还有|以后|今后|从现在起|从现在开始|[，,、\s])*")
@@ -81,7 +96,7 @@ _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 # clause whose first word is a subject is a statement about someone ("I always ...").
 _LEADS = frozenset(
     "ok okay and also so but please pls hey now then actually correction no nope sorry wait "
-    "oh well alright right yes".split()
+    "oh well alright right yes yeah".split()
 )
 _ASKING_LEADS = ("make sure", "be sure", "remember to", "please make sure", "please remember to")
 _SUBJECTS = frozenset(
@@ -215,9 +230,10 @@ def _strip_leads(words: list[str]) -> tuple[list[str], bool]:
     return words, asking
 
 
-def _addressed(clause: str) -> bool:
+def _addressed(clause: str, *, scoped: bool = False) -> bool:
     """Whether an alphabetic clause reads as an imperative to the assistant, not a statement
-    about someone: after leads and a leading scope marker, no subject opens it."""
+    about someone: after leads and a leading scope marker, no subject opens it. `scoped`:
+    the clause is the main clause of "every time ..., " / "whenever ..., ", which scoped it."""
     words, asking = _strip_leads(_words(clause))
     marker = _SCOPE.match(" ".join(words))
     after_marker = bool(marker)
@@ -232,6 +248,11 @@ def _addressed(clause: str) -> bool:
         if asking and (second in _YOU_MODALS or _SCOPE.match(" ".join(words[1:]))):
             return True
         return second in _YOU_MODALS
+    if not (after_marker or scoped) and not _TRAILING_SCOPE.search(clause) and not _VERB_FIRST_SCOPE.search(clause):
+        # English puts a standing instruction's scope first ("Always ...", "From now on, ...")
+        # or last ("... from now on."); an "always" or "never" inside the sentence is the
+        # adverb of a statement ("The dog always sleeps there"), whatever its subject.
+        return False
     if first in _SUBJECTS or second in _MODAL_SECOND:
         return False
     if after_marker and (first in _NOT_A_VERB or (len(first) > 4 and first.endswith("ing"))
@@ -255,7 +276,7 @@ def _is_instruction(sentence: str) -> bool:
     body = _CORRECTION_LEAD.sub("", text, count=1)
     if _CONDITIONAL_SCOPE.match(body) and "," in body:
         # "Every time you write SQL, use ...": the instruction is the main clause.
-        return _addressed(body.split(",", 1)[1])
+        return _addressed(body.split(",", 1)[1], scoped=True)
     return _addressed(body)
 
 
