@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from runs import models as orm
 from runs.core.agents.graph.checkpoint import Checkpoint, PendingInterrupt
@@ -37,7 +38,9 @@ def _create(record: RunRecord) -> RunRecord:
     data = asdict(record)
     data["user_id"] = int(data["user_id"])
     try:
-        with transaction.atomic():
+        # One INSERT is atomic on its own; inside a caller's transaction a savepoint keeps
+        # that transaction usable after a refused duplicate.
+        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
             orm.Run.objects.create(**data)
     except IntegrityError:
         if orm.Run.objects.filter(user_id=data["user_id"], request_id=record.request_id).exists():

@@ -14,7 +14,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import F
+from django.db.models import Case, Expression, F, IntegerField, Subquery, Value, When
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import Exact, IsNull
 
 from agentsite.threads import DB_EXECUTOR
 from runs.core.tokens import count_text
@@ -76,7 +78,7 @@ def get_session_sync(
     events = orm.Event.objects.filter(session=row)
     if after_summary is not None:
         start = _turn_start(row, summaries, after_summary)
-        if start:
+        if start is not None:
             events = events.filter(seq__gt=start)
     # Only the columns an Event is rebuilt from: building full model rows (text, JSON
     # payload twice over) for a window of hundreds of events dominated a turn's start.
@@ -90,30 +92,33 @@ def get_session_sync(
     return session
 
 
-def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: str) -> int:
+def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: str) -> Expression | None:
     """The seq after which a turn's window starts: the boundary, or just before the user
-    message of the turn the boundary cuts (index scans on (session, seq), stopping at the
-    first match)."""
+    message of the turn the boundary cuts. An expression of two scalar subqueries (index
+    scans on (session, seq), stopping at the first match), so that the window is one
+    statement; None when there is no boundary."""
     chosen = select_summary(summaries, filter_key)
     if chosen is None or chosen.last_seq == 0:
-        return 0
-    boundary = chosen.last_seq
-    following = (
-        orm.Event.objects.filter(session=row, seq__gt=boundary)
+        return None
+    boundary = Value(chosen.last_seq)
+    following = Subquery(
+        orm.Event.objects.filter(session=row, seq__gt=chosen.last_seq)
         .exclude(role="system")
         .order_by("seq")
-        .values_list("role", flat=True)
-        .first()
+        .values("role")[:1]
     )
-    if following is None or following == "user":
-        return boundary  # the boundary ends a turn: nothing to anchor
-    head = (
-        orm.Event.objects.filter(session=row, seq__lte=boundary, role="user")
+    head = Subquery(
+        orm.Event.objects.filter(session=row, seq__lte=chosen.last_seq, role="user")
         .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
+        .values("seq")[:1]
     )
-    return head - 1 if head is not None else boundary
+    return Case(
+        # The boundary ends a turn (or nothing follows it): nothing to anchor.
+        When(IsNull(following, True), then=boundary),
+        When(Exact(following, "user"), then=boundary),
+        default=Coalesce(head - 1, boundary),
+        output_field=IntegerField(),
+    )
 
 
 def _list(app: str, user_id: str) -> list[Session]:

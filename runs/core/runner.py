@@ -23,6 +23,7 @@ from runs.core.context.seeding import seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
+from runs.core.steps import take_mark
 from sessions_app.core.events import (
     NO_MODEL_CALL,
     OBJECT_ERROR,
@@ -245,17 +246,19 @@ class Runner:
         try:
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
+            opening: list[Event] = []
             if seed and session.last_seq == 0:
                 # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
-                for earlier in seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key):
-                    await self.session_service.append_event(session, earlier)
+                opening.extend(seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key))
             for current in turn:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (
                     Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current)
                     if current.role == "tool" else Event(author="user", message=current)
                 )
-                await self.session_service.append_event(session, invocation.stamp(turn_event))
+                opening.append(invocation.stamp(turn_event))
+            # One transaction: a seeded history is in the ledger with its turn or not at all.
+            await self.session_service.append_events(session, opening)
         except BaseException as exc:
             # The run row exists: end it here, or it stays `running` for good (this process
             # owns it, so no reaper takes it; it holds the thread and a slot of the user's cap).
@@ -410,19 +413,26 @@ class Runner:
     async def _event_loop(self, handle: RunHandle, agent: Agent) -> RunRecord:
         invocation = handle.invocation
         persisted: set[str] = set()
+        # Events of the current model step, held until the step's last one arrives so that
+        # the step is one transaction (runs.core.steps); none of them is emitted before it.
+        held: list[Event] = []
         status: RunStatusName = "completed"
         final_error: EventError | None = None
         agen = agent.run(invocation)
         try:
             async for event in agen:
-                event = repair_error(invocation.stamp(event))
-                if self._over_event_limit(event, persisted):
+                event, continues, ends = take_mark(invocation.stamp(event))
+                event = repair_error(event)
+                # The run's own agent ends with this event: it goes with the completion.
+                continues = continues or (ends and event.branch == invocation.branch)
+                if self._over_event_limit(event, persisted, held):
                     raise EventLimitError(self.max_events_per_run)
                 if event.is_error:
                     status, final_error = "failed", event.error
-                event = await self._persist(handle, event, persisted)
-                self._account(handle, event)
-                await self._emit(handle, event)
+                held.append(event)
+                if continues:
+                    continue
+                await self._flush(handle, held, persisted)
                 if invocation.cancel_event.is_set():
                     # The task's cancellation can be swallowed on its way through a library
                     # (a Redis client turns it into a timeout); the flag cannot.
@@ -440,52 +450,77 @@ class Runner:
             else:
                 logger.exception("run %s failed", handle.run_id)
                 final_error = EventError(type="flow_error", message=f"{type(exc).__name__}: {exc}")
-            error_event = repair_error(invocation.stamp(Event(
+            held.append(repair_error(invocation.stamp(Event(
                 author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=final_error
-            )))
-            error_event = await self._persist(handle, error_event, persisted)
-            await self._emit(handle, error_event)
+            ))))
+            await self._flush(handle, held, persisted)
         finally:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(agen.aclose(), COMPLETION_BUDGET_S)
-        return await self._complete(handle, status, final_error)
+        # Events still held (the run's last step, or what a cancel cut short) are written
+        # with the completion event.
+        return await self._complete(handle, status, final_error, held=held, persisted=persisted)
 
-    def _over_event_limit(self, event: Event, persisted: set[str]) -> bool:
+    def _over_event_limit(self, event: Event, persisted: set[str], held: Sequence[Event]) -> bool:
         """Whether persisting this event would exceed `max_events_per_run` (checked before
         the write, so the ledger keeps at most the limit plus the error and completion)."""
         limit = self.max_events_per_run
-        return bool(limit) and should_persist(event) and event.id not in persisted and len(persisted) >= limit
+        if not limit or not should_persist(event) or event.id in persisted:
+            return False
+        pending = sum(1 for e in held if should_persist(e) and e.id not in persisted)
+        return len(persisted) + pending >= limit
 
-    async def _persist(self, handle: RunHandle, event: Event, persisted: set[str]) -> Event:
-        """SPEC 1.7 and 1.6 step 9: persist complete events once each, before emitting."""
-        if not should_persist(event) or event.id in persisted:
-            return event
+    async def _flush(self, handle: RunHandle, held: list[Event], persisted: set[str]) -> None:
+        """Persist the held events in one transaction, then emit them in order: nothing goes
+        out before the write that holds it has committed (SPEC 1.7)."""
+        events = await self._persist(handle, held, persisted)
+        held.clear()
+        for event in events:
+            self._account(handle, event)
+            await self._emit(handle, event)
+
+    async def _persist(self, handle: RunHandle, events: Sequence[Event], persisted: set[str]) -> list[Event]:
+        """SPEC 1.7 and 1.6 step 9: persist the complete events once each, in one
+        `append_events` call; returns `events` with the stored ones in their place."""
+        # The completion marker has no content but is part of the ledger (`_record_end`).
+        todo = [e for e in events if (should_persist(e) or e.is_runner_completion) and e.id not in persisted]
+        if not todo:
+            return list(events)
         try:
-            saved = await self.session_service.append_event(handle.invocation.session, event)
+            saved = await self.session_service.append_events(handle.invocation.session, todo)
         except asyncio.CancelledError:
             raise
         except SessionNotFoundError:
             # The session was deleted under the run: nothing of it can be kept, so it stops.
             logger.info("run %s: its session is gone; the run stops", handle.run_id)
             handle.invocation.cancel_event.set()
-            return event
+            return list(events)
         except Exception:
-            # SPEC 1.7: an append failure is logged and the event still goes out.
-            logger.exception("run %s: could not persist event %s", handle.run_id, event.id)
-            return event
-        persisted.add(event.id)
-        await self._enqueue_summary(handle, saved)
-        return saved
+            # SPEC 1.7: an append failure is logged and the events still go out.
+            logger.exception("run %s: could not persist events %s", handle.run_id, [e.id for e in todo])
+            return list(events)
+        stored = {id(given): kept for given, kept in zip(todo, saved, strict=True)}
+        persisted.update(e.id for e in saved)
+        # One job per filter key and write, for its newest event the rule takes: a job
+        # covers everything up to its seq, and an earlier result of a round written whole
+        # would otherwise count as completing it.
+        asked: set[str] = set()
+        for event in reversed(saved):
+            if not event.is_runner_completion and event.filter_key not in asked:
+                if await self._enqueue_summary(handle, event):
+                    asked.add(event.filter_key)
+        return [stored.get(id(e), e) for e in events]
 
-    async def _enqueue_summary(self, handle: RunHandle, event: Event) -> None:
-        """SPEC 1.8: after a successful append, ask for a summary job when the rule says so."""
+    async def _enqueue_summary(self, handle: RunHandle, event: Event) -> bool:
+        """SPEC 1.8: after a successful append, ask for a summary job when the rule says so;
+        whether the rule took `event` (a job was asked for, or the gate spared it)."""
         if self.summary_scheduler is None or event.seq is None:
-            return
+            return False
         invocation, agent = handle.invocation, handle.agent
         complete = not event.is_tool_result or tool_round_complete(invocation.session.events, event)
         sync = bool(getattr(agent, "sync_summary_intra_run", False))
         if not should_enqueue_summary(event, sync_intra_run=sync, round_complete=complete):
-            return
+            return False
         if handle._summary_gate is None:
             handle._summary_gate = summary_gate(self.summary_scheduler)
         gate = handle._summary_gate
@@ -494,7 +529,7 @@ class Runner:
         if gate is not None and not gate.due(
             invocation.session, event.filter_key, context_window=getattr(agent, "context_window", None)
         ):
-            return
+            return True
         fork_parent = getattr(agent, "fork_parent", None)
         job = SummaryJob(
             key=invocation.session.key,
@@ -509,6 +544,7 @@ class Runner:
             raise
         except Exception:  # a summary is maintenance: it never fails a run
             logger.debug("run %s: summary job not enqueued", handle.run_id, exc_info=True)
+        return True
 
     @staticmethod
     def _account(handle: RunHandle, event: Event) -> None:
@@ -543,9 +579,12 @@ class Runner:
             except Exception:
                 logger.exception("run %s: sink %r failed", handle.run_id, sink)
 
-    async def _complete(self, handle: RunHandle, status: RunStatusName, error: EventError | None) -> RunRecord:
+    async def _complete(
+        self, handle: RunHandle, status: RunStatusName, error: EventError | None,
+        *, held: Sequence[Event] = (), persisted: set[str] | None = None,
+    ) -> RunRecord:
         """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
-        await self._record_end(handle, status, error)
+        await self._record_end(handle, status, error, held=held, persisted=persisted)
         # Post-run jobs (SPEC 1.9 step 6): after the completion is saved and delivered, so
         # they never delay a reader; a failing hook is logged and the run's outcome stands.
         # The run stays registered meanwhile, so that `close` waits for its hooks; a cancel
@@ -565,8 +604,12 @@ class Runner:
             self._active.pop(handle.run_id, None)
         return handle.record
 
-    async def _record_end(self, handle: RunHandle, status: RunStatusName, error: EventError | None) -> None:
-        """Persist and emit the completion event, save the final record, release the request id."""
+    async def _record_end(
+        self, handle: RunHandle, status: RunStatusName, error: EventError | None,
+        *, held: Sequence[Event] = (), persisted: set[str] | None = None,
+    ) -> None:
+        """Persist the held events and the completion event in one write, emit them, save
+        the final record, release the request id."""
         invocation = handle.invocation
         completion = invocation.stamp(Event(
             author=self.app,
@@ -575,16 +618,20 @@ class Runner:
             error=error,
             extensions={"run_id": handle.run_id, "status": status},
         ))
+        # The completion marker is part of the ledger: it tells a reader (and a reaper)
+        # that the run ended, and how. After a cancel it must be out
+        # within the budget (SPEC 1.9); otherwise it waits for the write as any step does.
+        last = [*held, completion]
+        write = self._persist(handle, last, persisted if persisted is not None else set())
         try:
-            # The completion marker has no content but is part of the ledger: it tells a
-            # reader (and a reaper) that the run ended, and how.
-            completion = await asyncio.wait_for(
-                self.session_service.append_event(invocation.session, completion), COMPLETION_BUDGET_S
-            )
-        except SessionNotFoundError:
-            logger.info("run %s: its session is gone; its completion is not kept", handle.run_id)
+            last = await (asyncio.wait_for(write, COMPLETION_BUDGET_S) if status == "cancelled" else write)
         except Exception:
             logger.exception("run %s: could not persist its completion event", handle.run_id)
+        *steps, completion = last
+        for event in steps:
+            self._account(handle, event)
+            with contextlib.suppress(Exception):
+                await self._emit(handle, event)
         handle.record = handle.record.replace(
             status=status,
             ended_at=utcnow(),

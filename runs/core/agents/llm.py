@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ from runs.core.errors import ModelError, TransientModelError
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelResponse
+from runs.core.steps import continued, ending
 from runs.core.tools.base import Tool
 from sessions_app.core.events import (
     OBJECT_CHUNK,
@@ -30,13 +33,18 @@ from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, model_message
 
 DEFAULT_MAX_STEPS = 10
+# How long a step's tools may take for its call and results to be written as one (issue 18).
+STEP_GROUP_WAIT_S = 0.05
 
 
 class LLMAgent:
     """Ask the model; run the tools it calls; repeat until it answers or steps run out.
 
     Each step streams text deltas as partial events, then yields the complete assistant
-    event and, for tool calls, one tool-result event per call (in call order).
+    event and, for tool calls, one tool-result event per call (in call order). When the
+    tools finish within `STEP_GROUP_WAIT_S`, the assistant event is yielded after them and
+    the step is marked for one ledger write (runs.core.steps); the final answer is marked
+    as the agent's last event.
 
     With `governance`, each step's request is governed (DESIGN 6): tool results compacted,
     a summary started in the background at the soft threshold and swapped in at the next
@@ -234,7 +242,7 @@ class LLMAgent:
                 return
             message = final.message
             context = {**built.stats(), "precall": self._precall.get(invocation.invocation_id)}
-            yield invocation.stamp(Event(
+            completion = invocation.stamp(Event(
                 id=message_id,
                 author=self.name,
                 object=OBJECT_COMPLETION,
@@ -246,12 +254,30 @@ class LLMAgent:
                 extensions={"message_id": message_id, "context": context},
             ))
             if not message.tool_calls:
+                yield ending(completion)
                 return
-            results, stop = await execute_tool_calls(
-                invocation, message.tool_calls, self.tools, parallel=self.parallel_tools
+            # Issue 18: the step (the call and its results) is one ledger write when the tools
+            # finish within STEP_GROUP_WAIT_S; a slower tool's call is recorded and shown first,
+            # so that nobody waits for it to see what the model asked for.
+            tools = asyncio.ensure_future(
+                execute_tool_calls(invocation, message.tool_calls, self.tools, parallel=self.parallel_tools)
             )
-            for event in results:
-                yield event
+            try:
+                await asyncio.wait({tools}, timeout=STEP_GROUP_WAIT_S)
+                grouped = tools.done()
+                if not grouped:
+                    yield completion
+                results, stop = await tools
+            finally:
+                if not tools.done():
+                    tools.cancel()
+                    with contextlib.suppress(BaseException):
+                        await tools
+            step = [completion, *results] if grouped else list(results)
+            for event in step[:-1]:
+                yield continued(event)
+            if step:
+                yield step[-1]
             if stop is not None:
                 yield self._error(invocation, "stop_agent_error", str(stop))
                 return
