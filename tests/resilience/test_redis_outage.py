@@ -61,6 +61,9 @@ def test_a_run_outlives_a_redis_outage_and_the_next_turn_streams_again(tmp_path:
             "REDIS_URL": redis_server.url, "AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "sk-test", "AGENTSITE_MODEL_MAX_RETRIES": "0",
             "AGENTSITE_REDIS_SOCKET_TIMEOUT_S": "6",
+            # A post-run job every turn (a summary job is queued only when its trigger could
+            # fire, which two short turns never reach): it shows that jobs reach the broker again.
+            "AGENTSITE_MEMORY_AUTO": "1",
         }
         with live_daphne(tmp_path, env=env) as server:
             api = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT)
