@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup run test test-embedded test-services lint fuzz bench bench-peers clean
+.PHONY: setup js-client run test test-embedded test-services lint fuzz bench bench-peers clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,17 +15,27 @@ $(STAMP): requirements.txt
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# The official AG-UI JavaScript client, which an integration test drives (package.json);
+# The official AG-UI JavaScript client, which one integration test drives (package.json);
 # reinstalled only when package.json or its lock file is newer than the installed tree.
+# Only `make test` wants it, and only when Node.js and npm are there: without them that one
+# test is skipped and says why. `make run` never needs Node.
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
-setup: $(STAMP) node_modules/.package-lock.json
+js-client:
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory node_modules/.package-lock.json; \
+	else echo "Node.js/npm not found: tests/integration/test_agui_client.py (the official AG-UI JavaScript client) will be skipped; install Node.js 20+ and npm to run it"; fi
 
+setup: $(STAMP)
+
+# The port is checked first: the development server would log "Address already in use" and
+# keep running without serving.
 run: setup
+	@$(BIN)/python -m agentsite.portcheck $(HOST) $(PORT)
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py bootstrap_demo
+	$(BIN)/python manage.py bootstrap_demo --host $(HOST) --port $(PORT)
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-1} $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 lint: setup
@@ -39,10 +49,10 @@ test: lint
 	@if [ -n "$$DATABASE_URL" ] || [ -n "$$REDIS_URL" ]; then $(MAKE) --no-print-directory test-services; \
 	else echo "DATABASE_URL/REDIS_URL not set: skipped the PostgreSQL + Redis pass"; fi
 
-test-embedded: setup
+test-embedded: setup js-client
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q
 
-test-services: setup
+test-services: setup js-client
 	@test -n "$$DATABASE_URL" || (echo "DATABASE_URL must be set for test-services" && exit 2)
 	$(BIN)/python -m pytest -q
 

@@ -297,7 +297,12 @@ _PROBE_SCRIPT = (
 
 def _probe(config: WorkspaceConfig) -> Isolation:
     mechanism = "bwrap+setpriv+prlimit"
-    for tool in (config.bwrap, config.prlimit, config.setpriv, config.python):
+    if not os.access(config.bwrap, os.X_OK):
+        return Isolation(
+            available=False, mechanism=mechanism,
+            reason=f"bubblewrap is not installed ({config.bwrap} not found; on Debian or Ubuntu: apt install bubblewrap)",
+        )
+    for tool in (config.prlimit, config.setpriv, config.python):
         if not os.access(tool, os.X_OK):
             return Isolation(available=False, mechanism=mechanism, reason=f"{tool} is not installed")
     if os.geteuid() != 0:

@@ -3,7 +3,7 @@ run by Node) against a real Daphne server on the offline planner.
 
 The client validates every event against the protocol's schemas and its ordering rules,
 so a run it accepts is a run any AG-UI frontend accepts. Its package comes from
-`package.json` / `package-lock.json` (`npm ci`, part of `make setup`).
+`package.json` / `package-lock.json` (`npm ci`, which `make test` runs when npm is installed).
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ TLS_QUESTION = "Why does payments.internal.example.com fail TLS handshakes?"
 
 @pytest.fixture
 def node() -> str:
-    """Node and the installed client, or a failure that says how to get them (never a skip)."""
+    """Node and the installed client. Without Node.js the test is skipped with the reason
+    (`make test` says so too); with Node but without the client it fails and says how to
+    get it, since `make test` installs it wherever npm is."""
     node = shutil.which("node")
     if node is None:
-        pytest.fail("Node.js 20+ is needed for the AG-UI client test: install it, then run `npm ci`")
+        pytest.skip("Node.js 20+ and npm are needed for the official AG-UI JavaScript client: install them and rerun `make test`")
     if not (ROOT / "node_modules" / "@ag-ui" / "client" / "package.json").exists():
-        pytest.fail("node_modules is missing @ag-ui/client: run `npm ci` (or `make setup`) in the repository root")
+        pytest.fail("node_modules is missing @ag-ui/client: run `npm ci` (or `make test`, which runs it) in the repository root")
     return node
 
 

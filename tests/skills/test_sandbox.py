@@ -239,6 +239,6 @@ async def test_a_machine_without_the_sandbox_refuses_to_execute(tmp_path: Path) 
 
     isolation = executor.isolation()
 
-    assert not isolation.available and "no-bwrap is not installed" in isolation.reason
+    assert not isolation.available and "no-bwrap not found" in isolation.reason and "apt install bubblewrap" in isolation.reason
     with pytest.raises(IsolationUnavailableError, match="code execution is disabled"):
         await executor.run(executor.workspace("inv-none"), "echo hi")

@@ -217,3 +217,19 @@ async def test_execution_tools_refuse_to_run_where_the_sandbox_is_unavailable(tm
     assert "missing-setpriv is not installed" in refused.text
 
 
+
+
+async def test_the_offline_planner_says_plainly_that_a_refused_skill_run_did_not_happen(tmp_path: Path) -> None:
+    from runs.core.llm.offline import OfflineModel
+    from skills_app.core.workspace import WorkspaceConfig
+
+    no_sandbox = WorkspaceExecutor(WorkspaceConfig(root=tmp_path / "ws", bwrap=str(tmp_path / "no-bwrap")))
+    toolset = SkillToolset(SKILLS, config=SkillsConfig(profile="full"), executor=no_sandbox)
+
+    events = await _run(_runner(OfflineModel(), toolset), "run the skill alpha")
+
+    assert _result(events, "skill_run").extensions.get("tool_error")
+    answer = next(e for e in reversed(events) if e.is_final_response and not e.is_runner_completion).text
+    assert answer.startswith("Could not complete this request")
+    assert "apt install bubblewrap" in answer
+    assert "none of the results reports a problem" not in answer

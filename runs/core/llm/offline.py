@@ -535,22 +535,32 @@ def _findings(results: Sequence[_Result]) -> tuple[list[str], list[str], list[st
 
 
 def _compose_answer(results: Sequence[_Result]) -> str:
-    lines = [f"Findings from {len(results)} tool call(s):", ""]
+    problems, resolutions, failures = _findings(results)
+    lines: list[str] = []
+    if failures:
+        # A failed step comes first and in plain words: an answer that reads as "no problem
+        # found" when the work could not be done misleads more than no answer.
+        lines.append(f"Could not complete this request: {len(failures)} of {len(results)} tool call(s) failed.")
+        lines.extend(f"- {failure}" for failure in failures)
+        lines.append("")
+    lines.extend([f"Findings from {len(results)} tool call(s):", ""])
     for result in results:
         lines.append(f"- {result.header()}: {result.digest()}")
-    problems, resolutions, failures = _findings(results)
     lines.append("")
     if problems:
         numbered = " ".join(f"({i}) {p.rstrip('.')}." for i, p in enumerate(problems[:5], 1))
         lines.append(f"Conclusion: the results report {len(problems)} problem(s): {numbered}")
     elif failures and len(failures) == len(results):
         lines.append("Conclusion: no tool produced a result, so there is nothing to conclude yet.")
+    elif failures:
+        lines.append(
+            "Conclusion: the results that came back report no problem, but the failed call(s) above "
+            "mean the request was not done."
+        )
     else:
         lines.append("Conclusion: none of the results reports a problem.")
     if resolutions:
         lines.append("Past resolution(s) on record that may apply: " + " | ".join(resolutions[:2]))
-    if failures:
-        lines.append("Tool errors: " + " | ".join(failures))
     lines.extend(["", SIGNATURE])
     return "\n".join(lines)
 
