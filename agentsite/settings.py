@@ -51,6 +51,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI and Redoc as static files of our own, so /api/docs/ and /api/redoc/ work offline.
+    "drf_spectacular_sidecar",
     "channels",
     "sessions_app",
     "runs",
@@ -404,6 +406,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Run LLM agents as managed, durable, observable work.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LANGUAGE_CODE = "en-us"
