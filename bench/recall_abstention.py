@@ -1,20 +1,26 @@
 """Abstention benchmark (issue 24, item 2): does `session_search` say "no match" when the
 history does not hold the answer, without losing the answers it does hold?
 
-Data: LoCoMo (`locomo_dev7.json`), split by conversation. The threshold
-(`NO_MATCH_BELOW`) is fitted on FIT_CONVERSATIONS (the largest value on a 0.05 grid that
-costs answerable questions at most 2 points of recall@5) and every figure is reported on
-the other conversations, with a 95% bootstrap interval over questions (1,000 resamples).
+Data and splits (fit / held out):
+- LoCoMo (`locomo_dev7.json`) by conversation: fit on FIT_CONVERSATIONS, held out the rest;
+- QMSum (`qmsum/test`) by meeting: in name order, even positions fit, odd ones held out.
 
-- answerable: categories 1-4, the whole conversation behind a summary boundary; recall@5
-  of the evidence turns with abstention off and on (a no_match counts as nothing found).
-- adversarial: category 5 (the answer is in no turn: LoCoMo asks about the other speaker);
-  a false hit is any answer with results.
-- removed: each answerable question asked of its conversation without the sessions
-  (D<k>) that hold its evidence; a false hit is any answer with results.
+The threshold (`NO_MATCH_BELOW`) is the largest value on a 0.05 grid that costs the
+answerable questions of each data set's fit part at most 2 points of recall@5; every figure
+is reported per data set and split with a 95% bootstrap interval over questions (1,000
+resamples).
+
+- answerable: LoCoMo categories 1-4 and QMSum specific queries, the whole conversation
+  behind a summary boundary; recall@5 of the evidence turns (QMSum: a span counts when any
+  of its turns is found) with abstention off and on (a no_match finds nothing).
+- adversarial (LoCoMo category 5: the answer is in no turn; LoCoMo asks about the other
+  speaker): a false hit is any answer with results.
+- removed: each answerable question asked of its conversation without what holds its
+  evidence (LoCoMo: the sessions D<k> of its evidence; QMSum: the turns of its spans); a
+  false hit is any answer with results.
 
 Bars: false hits at most 20% on adversarial and on removed, recall@5 drop at most 2 points.
-Run: `.venv/bin/python bench/recall_abstention.py` (about 3 minutes on one core), or as
+Run: `.venv/bin/python bench/recall_abstention.py` (about 5 minutes on one core), or as
 part of `bench/recall.py`.
 """
 
@@ -36,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.recall import APP, DEFAULT_DATA, T0, Case, Turn, load_locomo, recall  # noqa: E402
+from bench.recall import APP, DEFAULT_DATA, T0, Case, Turn, load_locomo, load_qmsum, recall  # noqa: E402
 
 FIT_CONVERSATIONS = frozenset({"conv-26", "conv-30", "conv-41"})
 MAX_FALSE_HITS = 0.20
@@ -51,6 +57,8 @@ class Observation:
     """One question's search, abstention off: the best confidence and, for answerable
     questions, recall@5 of what came back."""
 
+    dataset: str  # locomo | qmsum
+    fit: bool  # in the split the threshold is fitted on
     conversation: str
     kind: str  # answerable | adversarial | removed
     confidence: float
@@ -78,47 +86,52 @@ async def _session(service: Any, turns: Sequence[Turn]) -> tuple[Any, dict[str, 
     return loaded, keys
 
 
-async def observe(cases: list[Case], adversarial: dict[str, list[str]]) -> list[Observation]:
+async def observe(
+    cases: list[Case], *, dataset: str, fit_names: frozenset[str], adversarial: dict[str, list[str]]
+) -> list[Observation]:
     from sessions_app.core.inmemory import InMemorySessionService
     from sessions_app.core.recall import InMemoryRecallIndex, session_search
 
     out: list[Observation] = []
 
-    async def ask(session: Any, query: str) -> dict[str, Any]:
-        return await session_search(index, session=session, query=query, top_k=5, min_confidence=0.0)
+    async def ask(session: Any, index: Any, query: str, kind: str, name: str, evidence: Any = None) -> None:
+        answer = await session_search(index, session=session, query=query, top_k=5, min_confidence=0.0)
+        found = [keys[r["event_id"]] for r in answer["results"]] if kind == "answerable" else []
+        out.append(Observation(
+            dataset=dataset, fit=name in fit_names, conversation=name, kind=kind,
+            confidence=answer.get("best_confidence", 0.0), any_hit=bool(answer["results"]),
+            recall=recall(evidence, found) if kind == "answerable" else 0.0,
+        ))
+
+    async def without(case: Case, drop: Any) -> tuple[Any, Any]:
+        service = InMemorySessionService()
+        partial, _ = await _session(service, [t for t in case.turns if not drop(t)])
+        return partial, InMemoryRecallIndex(service)
 
     for case in cases:
         service = InMemorySessionService()
         index = InMemoryRecallIndex(service)
         session, keys = await _session(service, case.turns)
         for question in case.questions:
-            answer = await ask(session, question.text)
-            found = [keys[r["event_id"]] for r in answer["results"]]
-            out.append(Observation(
-                conversation=case.name, kind="answerable", confidence=answer.get("best_confidence", 0.0),
-                any_hit=bool(found), recall=recall(question.evidence, found),
-            ))
+            await ask(session, index, question.text, "answerable", case.name, question.evidence)
         for text in adversarial.get(case.name, []):
-            answer = await ask(session, text)
-            out.append(Observation(
-                conversation=case.name, kind="adversarial", confidence=answer.get("best_confidence", 0.0),
-                any_hit=bool(answer["results"]),
-            ))
-        groups: dict[frozenset[str], list[str]] = {}
-        for question in case.questions:
-            sessions = frozenset(m.group(1) for group in question.evidence for k in group if (m := _SESSION.match(k)))
-            groups.setdefault(sessions, []).append(question.text)
-        for removed, texts in groups.items():
-            kept = [t for t in case.turns if (m := _SESSION.match(t.key)) is None or m.group(1) not in removed]
-            service = InMemorySessionService()
-            index = InMemoryRecallIndex(service)
-            partial, _ = await _session(service, kept)
-            for text in texts:
-                answer = await ask(partial, text)
-                out.append(Observation(
-                    conversation=case.name, kind="removed", confidence=answer.get("best_confidence", 0.0),
-                    any_hit=bool(answer["results"]),
-                ))
+            await ask(session, index, text, "adversarial", case.name)
+        if dataset == "locomo":
+            groups: dict[frozenset[str], list[str]] = {}
+            for question in case.questions:
+                held = frozenset(m.group(1) for group in question.evidence for k in group if (m := _SESSION.match(k)))
+                groups.setdefault(held, []).append(question.text)
+            for removed, texts in groups.items():
+                partial, partial_index = await without(
+                    case, lambda t, removed=removed: (m := _SESSION.match(t.key)) is not None and m.group(1) in removed
+                )
+                for text in texts:
+                    await ask(partial, partial_index, text, "removed", case.name)
+        else:
+            for question in case.questions:
+                spans = set().union(*question.evidence)
+                partial, partial_index = await without(case, lambda t, spans=spans: t.key in spans)
+                await ask(partial, partial_index, question.text, "removed", case.name)
     return out
 
 
@@ -139,9 +152,17 @@ def recall_drop(rows: Sequence[Observation], threshold: float) -> list[float]:
 
 
 def fit(rows: Sequence[Observation]) -> float:
-    answerable = [r for r in rows if r.kind == "answerable"]
-    ok = [t for t in GRID if sum(recall_drop(answerable, t)) / len(answerable) <= MAX_RECALL_DROP]
-    return max(ok)
+    """The largest grid value that costs each data set's fit questions at most 2 points."""
+    datasets = {r.dataset for r in rows}
+
+    def ok(t: float) -> bool:
+        for dataset in datasets:
+            answerable = [r for r in rows if r.fit and r.dataset == dataset and r.kind == "answerable"]
+            if sum(recall_drop(answerable, t)) / len(answerable) > MAX_RECALL_DROP:
+                return False
+        return True
+
+    return max(t for t in GRID if ok(t))
 
 
 def bootstrap(values: Sequence[float], *, seed: int = 24) -> tuple[float, float, float]:
@@ -151,63 +172,84 @@ def bootstrap(values: Sequence[float], *, seed: int = 24) -> tuple[float, float,
     return sum(values) / n, means[int(0.025 * RESAMPLES)], means[int(0.975 * RESAMPLES) - 1]
 
 
-def report(rows: list[Observation]) -> tuple[str, list[bool]]:
-    fit_rows = [r for r in rows if r.conversation in FIT_CONVERSATIONS]
-    held = [r for r in rows if r.conversation not in FIT_CONVERSATIONS]
-    threshold = fit(fit_rows)
+def _verdict(met: bool) -> str:
+    return "MET" if met else "MISSED"
+
+
+def report(rows: list[Observation], names: dict[str, tuple[list[str], list[str]]]) -> tuple[str, list[bool]]:
+    """The table; and the held-out verdicts, one per bar and data set."""
     from sessions_app.core.recall import NO_MATCH_BELOW
 
-    names = sorted({r.conversation for r in held})
-    lines = [
-        "## Abstention: session_search no_match (issue 24, item 2)",
+    threshold = fit(rows)
+    lines = ["## Abstention: session_search no_match (issue 24, item 2)", ""]
+    for dataset, (fitted, held) in names.items():
+        lines.append(f"- {dataset}: fit on {', '.join(fitted)}; held out {', '.join(held)}.")
+    lines += [
         "",
-        f"Fitted on {', '.join(sorted(FIT_CONVERSATIONS))}: threshold {threshold:.2f} "
-        f"(the code's NO_MATCH_BELOW is {NO_MATCH_BELOW:.2f}). Held out: {', '.join(names)}. "
+        f"Fitted threshold {threshold:.2f}; the code's NO_MATCH_BELOW is {NO_MATCH_BELOW:.2f} (figures below use it). "
         "95% bootstrap intervals over questions.",
         "",
-        "| split | measure | n | value | 95% CI | bar | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| data | split | measure | n | value | 95% CI | bar | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     verdicts: list[bool] = []
-    for split, part in (("fit", fit_rows), ("held-out", held)):
-        answerable = [r for r in part if r.kind == "answerable"]
-        base = sum(r.recall for r in answerable) / len(answerable)
-        drop, lo, hi = bootstrap(recall_drop(answerable, NO_MATCH_BELOW))
-        met = drop <= MAX_RECALL_DROP
-        lines.append(
-            f"| {split} | recall@5 drop (base {base:.3f}) | {len(answerable)} | {100 * drop:.1f} pts | "
-            f"{100 * lo:.1f}-{100 * hi:.1f} | <= 2 pts | {'MET' if met else 'MISSED'} |"
-        )
-        if split == "held-out":
-            verdicts.append(met)
-        for kind in ("adversarial", "removed"):
-            sub = [r for r in part if r.kind == kind]
-            value, lo, hi = bootstrap(false_hits(sub, NO_MATCH_BELOW))
-            met = value <= MAX_FALSE_HITS
+    for dataset in names:
+        for split, in_fit in (("fit", True), ("held-out", False)):
+            part = [r for r in rows if r.dataset == dataset and r.fit == in_fit]
+            answerable = [r for r in part if r.kind == "answerable"]
+            base = sum(r.recall for r in answerable) / len(answerable)
+            drop, lo, hi = bootstrap(recall_drop(answerable, NO_MATCH_BELOW))
+            met = drop <= MAX_RECALL_DROP
             lines.append(
-                f"| {split} | false hits, {kind} | {len(sub)} | {100 * value:.1f}% | {100 * lo:.1f}-{100 * hi:.1f}% "
-                f"| <= 20% | {'MET' if met else 'MISSED'} |"
+                f"| {dataset} | {split} | recall@5 drop (base {base:.3f}) | {len(answerable)} | {100 * drop:.1f} pts | "
+                f"{100 * lo:.1f}-{100 * hi:.1f} | <= 2 pts | {_verdict(met)} |"
             )
-            if split == "held-out":
+            if not in_fit:
                 verdicts.append(met)
-    lines += ["", "Trade-off on the held-out split (threshold: recall@5 drop, false hits adversarial / removed):", ""]
-    answerable = [r for r in held if r.kind == "answerable"]
-    for t in GRID[2:19:2]:
-        drop = sum(recall_drop(answerable, t)) / len(answerable)
-        adv = false_hits([r for r in held if r.kind == "adversarial"], t)
-        rem = false_hits([r for r in held if r.kind == "removed"], t)
-        lines.append(
-            f"- {t:.2f}: {100 * drop:.1f} pts, {100 * sum(adv) / len(adv):.0f}% / {100 * sum(rem) / len(rem):.0f}%"
-        )
+            for kind in ("adversarial", "removed"):
+                sub = [r for r in part if r.kind == kind]
+                if not sub:
+                    continue
+                value, lo, hi = bootstrap(false_hits(sub, NO_MATCH_BELOW))
+                met = value <= MAX_FALSE_HITS
+                lines.append(
+                    f"| {dataset} | {split} | false hits, {kind} | {len(sub)} | {100 * value:.1f}% | "
+                    f"{100 * lo:.1f}-{100 * hi:.1f}% | <= 20% | {_verdict(met)} |"
+                )
+                if not in_fit:
+                    verdicts.append(met)
+    lines += ["", "Trade-off, held out (threshold: recall@5 drop; false hits adversarial / removed):", ""]
+    for dataset in names:
+        held = [r for r in rows if r.dataset == dataset and not r.fit]
+        answerable = [r for r in held if r.kind == "answerable"]
+        points = []
+        for t in GRID[1:15:1]:
+            drop = sum(recall_drop(answerable, t)) / len(answerable)
+            rates = []
+            for kind in ("adversarial", "removed"):
+                sub = [r for r in held if r.kind == kind]
+                rates.append(f"{100 * sum(false_hits(sub, t)) / len(sub):.0f}%" if sub else "-")
+            points.append(f"{t:.2f}: {100 * drop:.1f} pts, {' / '.join(rates)}")
+        lines.append(f"- {dataset}: " + "; ".join(points))
     return "\n".join(lines), verdicts
 
 
 def run(data: Path = DEFAULT_DATA) -> str:
-    path = data / "locomo" / "locomo_dev7.json"
-    cases, _ = load_locomo(path)
-    rows = asyncio.run(observe(cases, load_adversarial(path)))
-    text, _ = report(rows)
-    return f"{text}\n\nData: {path.name}."
+    locomo_path = data / "locomo" / "locomo_dev7.json"
+    qmsum_path = data / "qmsum" / "test"
+    locomo, _ = load_locomo(locomo_path)
+    qmsum = load_qmsum(qmsum_path)
+    qmsum_fit = frozenset(c.name for i, c in enumerate(sorted(qmsum, key=lambda c: c.name)) if i % 2 == 0)
+    rows = asyncio.run(observe(
+        locomo, dataset="locomo", fit_names=FIT_CONVERSATIONS, adversarial=load_adversarial(locomo_path)
+    ))
+    rows += asyncio.run(observe(qmsum, dataset="qmsum", fit_names=qmsum_fit, adversarial={}))
+    names = {
+        "locomo": (sorted(FIT_CONVERSATIONS), sorted(c.name for c in locomo if c.name not in FIT_CONVERSATIONS)),
+        "qmsum": (sorted(qmsum_fit), sorted(c.name for c in qmsum if c.name not in qmsum_fit)),
+    }
+    text, _ = report(rows, names)
+    return f"{text}\n\nData: {locomo_path.name}, {qmsum_path.name}/ ({len(qmsum)} meetings)."
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,14 +29,14 @@ async def test_a_query_the_history_does_not_hold_answers_no_match_with_the_note(
     )
     # One shared word ("database") used to clear the keyword fallback's floor.
     answer = await session_search(
-        world.index, session=session, query="which password manager does the team use for the database admins"
+        world.index, session=session, query="which password manager and secrets vault does the security team use for the database admins"
     )
     assert answer["results"] == [] and answer["count"] == 0
     assert answer["no_match"] is True and answer["note"] == NO_MATCH_NOTE
     assert answer["best_confidence"] < NO_MATCH_BELOW
     # Abstention off: the weak hit comes back, with its confidence.
     weak = await session_search(
-        world.index, session=session, query="which password manager does the team use for the database admins",
+        world.index, session=session, query="which password manager and secrets vault does the security team use for the database admins",
         min_confidence=0,
     )
     assert weak["count"] == 1 and weak["results"][0]["confidence"] < NO_MATCH_BELOW and "no_match" not in weak
@@ -54,23 +54,25 @@ async def test_a_query_the_history_answers_returns_hits_with_their_confidence(wo
     assert answer["results"][0]["confidence"] == 1.0 == answer["best_confidence"]
 
 
-async def test_a_question_about_one_participant_is_not_answered_by_the_other(world: World) -> None:
+async def test_a_question_about_one_participant_counts_the_others_words_for_half(world: World) -> None:
     session = await world.session(
         "alice",
         [said("bob", "I ran a charity race last weekend and it felt great."), said("ann", "Wow, well done!")],
         hide_through=2,
     )
-    events = await world.events(session)
     about_bob = await session_search(world.index, session=session, query="What did bob run last weekend?")
-    assert event_ids(about_bob) == [events[0].id]
     about_ann = await session_search(world.index, session=session, query="What did ann run last weekend?")
-    assert about_ann["no_match"] is True and about_ann["results"] == []
+    assert about_ann["results"][0]["event_id"] == about_bob["results"][0]["event_id"]
+    assert about_ann["best_confidence"] == pytest.approx(about_bob["best_confidence"] / 2, abs=1e-3)
+    assert about_ann["best_confidence"] > 0
 
 
 def test_confidence_is_the_share_of_the_query_held_whatever_the_session() -> None:
     assert answer_confidence("invoices billing database", "the billing database holds invoices") == 1.0
     assert answer_confidence("invoices billing database", "a database") == pytest.approx(1 / 3)
     assert answer_confidence("invoices billing database", "nothing here") == 0.0
+    assert answer_confidence("config", "see the configuration file") == 1.0  # inside a word, as the scan finds it
+    assert answer_confidence("what did ann say about invoices", "invoices are late", author="bob", participants=["ann", "bob"]) == 0.5
     long_text = "the billing database holds invoices " + "filler words " * 500
     assert answer_confidence("invoices billing database", long_text) == 1.0  # length does not dilute it
 
