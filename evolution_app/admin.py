@@ -2,8 +2,9 @@
 
 A reviewer opens a candidate and reads its status, why it was proposed, the evidence
 (each item linked to its ledger event in the admin), a diff against the skill's current
-files, and every gate's result; then approves or rejects it with a reason (the actions
-ask for the reason on an intermediate page). Approval publishes a `SkillRevision`
+files (a new skill's files as documents), and every gate's result; then approves or rejects
+it with a reason, from the candidate's page itself or from the list's actions (which ask
+for the reason on an intermediate page). Approval publishes a `SkillRevision`
 (source `evolution`); rollback is the skills admin's "roll back" action. Nothing here
 edits a candidate: its decision and audit trail are written by `evolution_app.services`.
 """
@@ -16,9 +17,10 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -51,23 +53,56 @@ class CandidateAuditInline(admin.TabularInline):
 
 
 class DecisionForm(forms.Form):
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), required=False)
+    # Both decisions need a reason (the services refuse one without): it is the audit's why.
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        error_messages={"required": "Give a reason: it is kept with the decision in the audit trail."},
+    )
 
 
 def file_diff(before: dict[str, str], after: dict[str, str]) -> str:
-    """An HTML side-by-side diff of two sets of files (one table per changed file)."""
+    """An HTML side-by-side diff of two sets of files (one table per changed file); long
+    lines scroll rather than wrap mid-word."""
     parts: list[str] = []
-    differ = difflib.HtmlDiff(wrapcolumn=90)
-    for path in sorted(set(before) | set(after)):
-        old, new = before.get(path, ""), after.get(path, "")
+    differ = difflib.HtmlDiff()
+    for filename in sorted(set(before) | set(after)):
+        old, new = before.get(filename, ""), after.get(filename, "")
         if old == new:
             continue
         table = differ.make_table(
-            old.splitlines(), new.splitlines(), fromdesc=f"{path} (current)" if path in before else "(absent)",
-            todesc=f"{path} (candidate)" if path in after else "(removed)", context=False,
+            old.splitlines(), new.splitlines(), fromdesc=f"{filename} (current)" if filename in before else "(absent)",
+            todesc=f"{filename} (candidate)" if filename in after else "(removed)", context=False,
         )
         parts.append(table)
     return "".join(parts)
+
+
+def file_documents(files: dict[str, str]) -> str:
+    """A new skill's files as documents to read: SKILL.md first, each whole, wrapped at
+    spaces (a diff against nothing would show every line as added, in half the width)."""
+    ordered = sorted(files.items(), key=lambda item: (item[0] != "SKILL.md", item[0]))
+    return format_html(
+        '<div class="evolution-documents">{}</div>',
+        format_html_join(
+            "", '<h4><code>{}</code></h4><pre style="white-space: pre-wrap; overflow-wrap: normal; '
+            'word-break: normal; max-width: 100ch">{}</pre>', ordered,
+        ),
+    )
+
+
+def evidence_by_session(items: list[dict[str, Any]], *, default_session: str) -> dict[str, list[dict[str, Any]]]:
+    """Evidence items grouped by session in first-cited order, each event once (a step that
+    made several tool calls is cited once per call), its kinds merged."""
+    grouped: dict[str, dict[str, dict[str, Any]]] = {}
+    for item in items:
+        session_id = item.get("session_id") or default_session
+        events = grouped.setdefault(session_id, {})
+        seen = events.get(item["event_id"])
+        if seen is None:
+            events[item["event_id"]] = {**item, "kinds": [item.get("kind", "")]}
+        elif item.get("kind", "") not in seen["kinds"]:
+            seen["kinds"].append(item.get("kind", ""))
+    return {session_id: sorted(events.values(), key=lambda e: e.get("seq", 0)) for session_id, events in grouped.items()}
 
 
 @admin.register(orm.SkillCandidate)
@@ -82,6 +117,53 @@ class SkillCandidateAdmin(admin.ModelAdmin):
     readonly_fields = fields
     inlines = [GateResultInline, CandidateAuditInline]
     actions = ["approve", "reject"]
+    change_form_template = "admin/evolution_app/skillcandidate/change_form.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        decide = path(
+            "<int:candidate_id>/decide/", self.admin_site.admin_view(self.decide_view),
+            name="evolution_app_skillcandidate_decide",
+        )
+        return [decide, *super().get_urls()]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        candidate = self.get_object(request, object_id)
+        context = {**(extra_context or {})}
+        if candidate is not None and candidate.status == "pending_review" and self.has_change_permission(request, candidate):
+            context["decision_form"] = DecisionForm()
+            context["decide_url"] = reverse("admin:evolution_app_skillcandidate_decide", args=[candidate.pk])
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def decide_view(self, request: HttpRequest, candidate_id: int) -> HttpResponse:
+        """The Approve and Reject buttons of a candidate's page: one decision, with its reason."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        candidate = get_object_or_404(orm.SkillCandidate, pk=candidate_id)
+        page = reverse("admin:evolution_app_skillcandidate_change", args=[candidate.pk])
+        if not self.has_change_permission(request, candidate):
+            return HttpResponseRedirect(page)
+        verb = "approve" if "_approve" in request.POST else "reject" if "_reject" in request.POST else None
+        form = DecisionForm(request.POST)
+        if verb is None or not form.is_valid():
+            problem = "Choose Approve or Reject." if verb is None else form.errors["reason"][0]
+            self.message_user(request, f"Nothing decided: {problem}", level=messages.ERROR)
+            return HttpResponseRedirect(page)
+        self._apply(request, [candidate], verb, form.cleaned_data["reason"])
+        return HttpResponseRedirect(page)
+
+    def _apply(self, request: HttpRequest, candidates: Any, verb: str, reason: str) -> None:
+        for candidate in candidates:
+            try:
+                if verb == "approve":
+                    revision = candidate_approve(candidate=candidate, user=request.user, reason=reason)
+                    self.message_user(request, f"{candidate.name}: published as revision {revision.revision}")
+                else:
+                    candidate_reject(candidate=candidate, user=request.user, reason=reason)
+                    self.message_user(request, f"{candidate.name}: rejected")
+            except CandidateError as exc:
+                self.message_user(request, f"{candidate.name}: {exc}", level=messages.ERROR)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # candidates come from the review job
@@ -106,21 +188,42 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         if not items:
             return "-"
         # Evidence may come from several sessions (the same procedure learned again).
-        session_of = {i["event_id"]: i.get("session_id") or candidate.session_key for i in items}
+        grouped = evidence_by_session(items, default_session=candidate.session_key)
+        found = sessions.Session.objects.filter(pk__in=list(grouped)).select_related("user")
+        named = {s.pk: s for s in found}
         rows = {
             (e.session_id, e.event_id): e.pk
-            for e in sessions.Event.objects.filter(session_id__in=set(session_of.values()), event_id__in=list(session_of))
+            for e in sessions.Event.objects.filter(
+                session_id__in=list(grouped), event_id__in=[e["event_id"] for events in grouped.values() for e in events]
+            )
         }
-        cells = []
-        for item in items:
-            pk = rows.get((session_of[item["event_id"]], item["event_id"]))
-            link = (format_html('<a href="{}">#{}</a>', reverse("admin:sessions_app_event_change", args=[pk]), item["seq"])
-                    if pk is not None else f"#{item['seq']} (gone)")
-            cells.append((link, item.get("kind", ""), item.get("excerpt", "")))
-        return format_html("<ul>{}</ul>", format_html_join("", "<li>{} <em>{}</em> <code>{}</code></li>", cells))
+        blocks = []
+        for session_id, events in grouped.items():
+            session = named.get(session_id)
+            if session is None:
+                heading = format_html("Session <code>{}</code> (deleted)", session_id)
+            else:
+                heading = format_html(
+                    'Session <a href="{}">{}</a> <code>{}</code>, {}, {} event(s) cited',
+                    reverse("admin:sessions_app_session_change", args=[session.pk]),
+                    session.title or "(untitled)", session.pk, session.user.get_username(), len(events),
+                )
+            cells = []
+            for item in events:
+                pk = rows.get((session_id, item["event_id"]))
+                link = (format_html('<a href="{}">#{}</a>', reverse("admin:sessions_app_event_change", args=[pk]), item["seq"])
+                        if pk is not None else f"#{item['seq']} (gone)")
+                cells.append((link, ", ".join(k for k in item["kinds"] if k), item.get("excerpt", "")))
+            blocks.append(format_html(
+                "<h4>{}</h4><ul>{}</ul>", heading,
+                format_html_join("", "<li>{} <em>{}</em> <code>{}</code></li>", cells),
+            ))
+        return format_html_join("", "{}", ((b,) for b in blocks))
 
-    @admin.display(description="diff against the current revision")
+    @admin.display(description="proposed text")
     def diff_view(self, candidate: orm.SkillCandidate) -> str:
+        if not candidate.base_files:
+            return file_documents(dict(candidate.files or {}))  # a new skill: nothing to diff against
         diff = file_diff(dict(candidate.base_files or {}), dict(candidate.files or {}))
         if not diff:
             return "no change"
@@ -137,17 +240,7 @@ class SkillCandidateAdmin(admin.ModelAdmin):
     def _decide(self, request: HttpRequest, queryset: QuerySet[orm.SkillCandidate], verb: str) -> HttpResponse | None:
         form = DecisionForm(request.POST if "apply" in request.POST else None)
         if "apply" in request.POST and form.is_valid():
-            reason = form.cleaned_data["reason"]
-            for candidate in queryset:
-                try:
-                    if verb == "approve":
-                        revision = candidate_approve(candidate=candidate, user=request.user, reason=reason)
-                        self.message_user(request, f"{candidate.name}: published as revision {revision.revision}")
-                    else:
-                        candidate_reject(candidate=candidate, user=request.user, reason=reason)
-                        self.message_user(request, f"{candidate.name}: rejected")
-                except CandidateError as exc:
-                    self.message_user(request, f"{candidate.name}: {exc}", level=messages.ERROR)
+            self._apply(request, queryset, verb, form.cleaned_data["reason"])
             return None
         return TemplateResponse(request, "admin/evolution_app/decide.html", {
             **self.admin_site.each_context(request),

@@ -124,9 +124,12 @@ def _locked_pending(candidate: orm.SkillCandidate) -> orm.SkillCandidate:
     return locked
 
 
-def candidate_approve(*, candidate: orm.SkillCandidate, user: Any, reason: str = "") -> skills.SkillRevision:
-    """The human gate passes: publish the candidate as the skill's live revision."""
-    reason = reason.strip() or "approved"
+def candidate_approve(*, candidate: orm.SkillCandidate, user: Any, reason: str) -> skills.SkillRevision:
+    """The human gate passes: publish the candidate as the skill's live revision. Like a
+    rejection, an approval needs the reviewer's reason: it is the audit trail's why."""
+    reason = reason.strip()
+    if not reason:
+        raise CandidateError("an approval needs a reason")
     with transaction.atomic():
         locked = _locked_pending(candidate)
         orm.GateResult.objects.create(

@@ -81,15 +81,21 @@ def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_r
     assert page.status_code == 200
     html = page.content.decode()
     assert "/admin/sessions_app/event/" in html  # evidence linked to the ledger events
-    assert "diff_add" in html or "diff_chg" in html  # difflib's diff against the (absent) current revision
+    # A new skill reads as a document, not as a diff against an empty file.
+    assert "evolution-documents" in html and "diff_add" not in html and "(absent)" not in html
     assert "effectiveness" in html and "pending review" in html
+    assert 'name="_approve"' in html and 'name="_reject"' in html  # the decision is on the page itself
 
     ask = admin_client.post("/admin/evolution_app/skillcandidate/",
                             {"action": "approve", "_selected_action": [candidate.pk]})
-    assert ask.status_code == 200 and b"Reason" in ask.content  # the reason form comes first
-    admin_client.post("/admin/evolution_app/skillcandidate/", {
-        "action": "approve", "_selected_action": [candidate.pk], "apply": "1", "reason": "the method is sound",
-    })
+    assert ask.status_code == 200 and b"Reason" in ask.content  # the list's action asks for the reason first
+    decide = f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/"
+    refused = admin_client.post(decide, {"_approve": "Approve and publish", "reason": "  "}, follow=True)
+    assert "Nothing decided: Give a reason" in refused.content.decode()
+    candidate.refresh_from_db()
+    assert candidate.status == "pending_review"  # no reason, no approval
+    approved = admin_client.post(decide, {"_approve": "Approve and publish", "reason": "the method is sound"})
+    assert approved.status_code == 302 and approved["Location"].endswith(f"/skillcandidate/{candidate.pk}/change/")
     candidate.refresh_from_db()
     assert (candidate.status, candidate.decided_by, candidate.decision_reason) == (
         "published", admin_user, "the method is sound"
@@ -274,4 +280,28 @@ def test_the_same_procedure_learned_again_adds_evidence_to_the_waiting_candidate
     assert list(candidate.audit.values_list("action", flat=True)) == ["proposed", "held", "evidence"]
     html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/").content.decode()
     links = html.count("/admin/sessions_app/event/") - html.count('href="/admin/sessions_app/event/"')
-    assert "(gone) <em>" not in html and links == len(candidate.evidence), html[html.find("(gone)") - 300:][:400]
+    cited = {(e["session_id"], e["event_id"]) for e in candidate.evidence}
+    assert "(gone) <em>" not in html and links == len(cited), html[html.find("(gone)") - 300:][:400]
+    # Grouped by session, each session named with its owner, each event once.
+    for session_id, owner in ((first["session_id"], "alice"), (second["session_id"], "bob")):
+        assert f"<code>{session_id}</code>, {owner}," in html
+
+
+def test_the_admin_shows_evidence_grouped_by_session_each_event_once() -> None:
+    from evolution_app.admin import evidence_by_session
+
+    step = {"event_id": "e2", "seq": 2, "kind": "tool_call", "excerpt": "search_logs, inspect_certificate"}
+    items = [
+        step, {**step}, {**step},  # one step with three tool calls, cited once per call
+        {"event_id": "e3", "seq": 3, "kind": "tool_result", "excerpt": "expired"},
+        {"event_id": "e1", "seq": 1, "kind": "user", "excerpt": "fails TLS"},
+        {"event_id": "x9", "seq": 9, "kind": "tool_call", "excerpt": "again", "session_id": "other"},
+    ]
+
+    grouped = evidence_by_session(items, default_session="first")
+
+    assert list(grouped) == ["first", "other"]
+    assert [(e["event_id"], e["kinds"]) for e in grouped["first"]] == [
+        ("e1", ["user"]), ("e2", ["tool_call"]), ("e3", ["tool_result"])
+    ]
+    assert [e["event_id"] for e in grouped["other"]] == ["x9"]
