@@ -26,6 +26,8 @@ from runs.core.manager import RunManager
 from runs.core.runner import Runner
 from runs.fanout import ChannelLayerSink, listen_for_cancels
 from sessions_app.backends import DjangoSessionService
+from sessions_app.core.cache import CachedSessionService
+from sessions_app.core.session import SessionService
 from sessions_app.core.summary import (
     ContextThreshold,
     EventThreshold,
@@ -159,15 +161,16 @@ def build_governance(engine: SummaryEngine) -> ContextGovernance:
     )
 
 
-def build_summary_scheduler(engine: SummaryEngine) -> SummaryScheduler | None:
-    """AGENTSITE_SUMMARY_JOBS: Celery workers, or asyncio tasks of the run loop."""
+def build_summary_scheduler(engine: SummaryEngine, sessions: SessionService | None = None) -> SummaryScheduler | None:
+    """AGENTSITE_SUMMARY_JOBS: Celery workers, or asyncio tasks of the run loop (reading
+    through `sessions`, the runner's, so that a job finds its events in the runner's cache)."""
     if engine.summarizer is None:
         return None
     if settings.AGENTSITE_SUMMARY_JOBS == "celery":
         from sessions_app.tasks import CelerySummaryScheduler
 
         return CelerySummaryScheduler(engine=engine)
-    return InProcessSummaryScheduler(engine, DjangoSessionService())
+    return InProcessSummaryScheduler(engine, sessions or DjangoSessionService())
 
 
 def build_runner(model: Model | None = None, summary_model: Model | None = None) -> Runner:
@@ -177,7 +180,10 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
 
     model = model or build_model()
     engine = summary_engine(summary_model, window=settings.AGENTSITE_CONTEXT_WINDOW or model.info().context_window)
-    scheduler = build_summary_scheduler(engine)
+    # Issue 18: the sessions of this process's runs stay in memory between turns, each read
+    # checked against the stored last_seq (sessions_app.core.cache).
+    sessions = CachedSessionService(DjangoSessionService())
+    scheduler = build_summary_scheduler(engine, sessions)
     return Runner(
         app=settings.AGENTSITE_APP,
         agents=[*build_demo_agents(
@@ -187,7 +193,7 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
         summary_scheduler=scheduler,
         load_after_summary=scheduler is not None or engine.summarizer is not None,
         default_agent=settings.AGENTSITE_DEFAULT_AGENT,
-        session_service=DjangoSessionService(),
+        session_service=sessions,
         run_store=DjangoRunStore(),
         sinks=[ChannelLayerSink()],
         history_event_limit=settings.AGENTSITE_HISTORY_EVENT_LIMIT,

@@ -279,6 +279,7 @@ def _setup_django(name: str) -> Backend:
 
     from runs.backends import DjangoRunStore
     from sessions_app.backends import DjangoSessionService
+    from sessions_app.core.cache import CachedSessionService
 
     call_command("migrate", verbosity=0, interactive=False)
     user = get_user_model().objects.create_user(username=USERNAME, password="not-used")
@@ -297,7 +298,7 @@ def _setup_django(name: str) -> Backend:
         name=name,
         database=database,
         user_id=str(user.pk),
-        session_service=DjangoSessionService(),
+        session_service=CachedSessionService(DjangoSessionService()),  # as agentsite.composition
         run_store=DjangoRunStore(),
         counter=counter,
         connect=connect,

@@ -92,6 +92,32 @@ def get_session_sync(
     return session
 
 
+_HEAD_FIELDS = ("app", "user_id", "id", "agent", "title", "state", "last_seq", "created_at", "updated_at")
+_HEAD_SUMMARY_FIELDS = (
+    "filter_key", "text", "cutoff_at", "last_event_id", "last_seq", "updated_at", "version", "covered_events",
+    "covered_tokens",
+)
+
+
+def get_session_head_sync(key: SessionKey) -> Session | None:
+    """The session row and its summaries in one statement (a LEFT JOIN, a row per summary)."""
+    rows = list(_owned(key).values_list(*_HEAD_FIELDS, *(f"summaries__{f}" for f in _HEAD_SUMMARY_FIELDS)))
+    if not rows:
+        return None
+    fields = dict(zip(_HEAD_FIELDS, rows[0][: len(_HEAD_FIELDS)], strict=True))
+    session = Session(
+        app=fields["app"], user_id=str(fields["user_id"]), id=fields["id"], agent=fields["agent"],
+        title=fields["title"], state=dict(fields["state"] or {}), last_seq=fields["last_seq"],
+        created_at=fields["created_at"], updated_at=fields["updated_at"],
+    )
+    for row in rows:
+        summary = dict(zip(_HEAD_SUMMARY_FIELDS, row[len(_HEAD_FIELDS):], strict=True))
+        if summary["filter_key"] is None or not summary["text"]:
+            continue  # no summary, or only the database lock's lease holder (sessions_app.locks)
+        session.summaries[summary["filter_key"]] = mapping.summary_from_row(orm.Summary(**summary))
+    return session
+
+
 def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: str) -> Expression | None:
     """The seq after which a turn's window starts: the boundary, or just before the user
     message of the turn the boundary cuts. An expression of two scalar subqueries (index
@@ -275,6 +301,9 @@ class DjangoSessionService:
         self, key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
     ) -> Session | None:
         return await db_call(get_session_sync)(key, event_limit=event_limit, after_summary=after_summary)
+
+    async def get_session_head(self, key: SessionKey) -> Session | None:
+        return await db_call(get_session_head_sync)(key)
 
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
         return await db_call(_list)(app, user_id)

@@ -166,6 +166,7 @@ class AgentsiteDriver:
         from runs.core.runner import Runner
         from runs.core.tools.function import FunctionTool
         from sessions_app.backends import DjangoSessionService
+        from sessions_app.core.cache import CachedSessionService
 
         database = self.database
         recorder = self.recorder
@@ -190,7 +191,7 @@ class AgentsiteDriver:
             name=self.storage,
             database=database,
             user_id=self.user_id,
-            session_service=DjangoSessionService(),
+            session_service=CachedSessionService(DjangoSessionService()),  # as agentsite.composition
             run_store=DjangoRunStore(),
             counter=None,
             connect=connection.ensure_connection,

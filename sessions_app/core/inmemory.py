@@ -76,6 +76,10 @@ class InMemorySessionService:
         events = events if event_limit is None else events[-event_limit:] if event_limit > 0 else []
         return self._copy(stored.session, events)
 
+    async def get_session_head(self, key: SessionKey) -> Session | None:
+        stored = self._find(key)
+        return None if stored is None else self._copy(stored.session, [])
+
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
         found = [
             self._copy(s.session, [])

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sessions_app.core.cache import CachedSessionService
 from sessions_app.core.events import Event, EventError, Message, ToolCall
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey, SessionNotFoundError, SessionService, Summary, SummaryBoundary
@@ -25,7 +26,7 @@ class Backend:
         self.user = users
 
 
-@pytest.fixture(params=["memory", "django"])
+@pytest.fixture(params=["memory", "django", "cached-django"])
 def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "memory":
         return Backend(InMemorySessionService(), lambda name: name)
@@ -35,6 +36,9 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
     # Users are made here, in sync code: the tests themselves run inside an event loop.
     users = {name: str(get_user_model().objects.create_user(username=name).pk) for name in ("alice", "bob")}
+    if request.param == "cached-django":
+        # The process cache over the Django backend (issue 18) keeps the whole contract.
+        return Backend(CachedSessionService(DjangoSessionService()), users.__getitem__)
     return Backend(DjangoSessionService(), users.__getitem__)
 
 
