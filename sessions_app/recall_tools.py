@@ -165,5 +165,9 @@ def recall_tools() -> list[FunctionTool]:
     """`session_search` and `session_load`, ready for an agent's tool list."""
     return [
         FunctionTool(_session_search, name="session_search", description=SEARCH_DESCRIPTION),
-        FunctionTool(_session_load, name="session_load", description=LOAD_DESCRIPTION),
+        # Every parameter is optional, but a call without an anchor or a range loads nothing.
+        FunctionTool(
+            _session_load, name="session_load", description=LOAD_DESCRIPTION,
+            requires_one_of=(("event_id",), ("tool_call_id",), ("seq",), ("section",), ("first_seq",), ("last_seq",)),
+        ),
     ]

@@ -121,3 +121,27 @@ async def test_the_demo_governance_summarizes_in_the_background_without_holding_
     assert all(r["summary"] is not None for turn, r in reports if turn > started[0])
     assert all((r["precall"] or {}).get("wait_ms", 0) == 0 for _, r in reports)
     assert max(r["sent_tokens"] for _, r in reports) < agent.governance.precall.threshold(agent.context_window)
+
+
+async def test_the_offline_planner_never_calls_a_tool_without_its_required_arguments():
+    from sessions_app.recall_tools import recall_tools
+
+    agent = build_support_agent(OfflineModel(), extra_tools=recall_tools())
+    specs = {name: tool.spec() for name, tool in agent.tools.items()}
+    runner = Runner(app="test", agents=[agent], session_service=InMemorySessionService())
+
+    # The README's skill-learning prompt, which used to call session_load({}).
+    events = await run(
+        runner,
+        "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com "
+        "and search the logs and tickets",
+    )
+
+    calls = [(c.name, json.loads(c.arguments)) for e in events if e.is_tool_call for c in e.message.tool_calls]
+    assert {"search_logs", "inspect_certificate", "lookup_ticket"} <= {name for name, _ in calls}
+    for name, arguments in calls:
+        spec = specs[name]
+        assert set(spec.parameters.get("required", [])) <= set(arguments), (name, arguments)
+        if spec.requires_one_of:
+            assert any(set(group) <= set(arguments) for group in spec.requires_one_of), (name, arguments)
+    assert not [e for e in events if e.is_tool_result and "invalid arguments" in e.text]

@@ -357,3 +357,26 @@ def test_summary_cuts_a_single_overlong_sentence_to_the_budget():
 
     assert 0 < count_text(summary) <= 20
     assert summary.startswith("error error")
+
+
+def test_a_tool_whose_parameters_are_optional_but_not_all_at_once_is_not_called_without_them():
+    def load_window(event_id: str | None = None, seq: int | None = None, before: int = 1) -> dict:
+        """Load the conversation around one event of this session, to search its history.
+
+        Args:
+            event_id: the anchor event.
+            seq: the anchor's position instead.
+            before: events before the anchor.
+        """
+        raise AssertionError("not called")
+
+    anchored = FunctionTool(load_window, requires_one_of=(("event_id",), ("seq",)))
+    request = ModelRequest(
+        messages=(Message(role="user", content="load the conversation history of this session"),),
+        tools=(anchored.spec(),),
+    )
+
+    answer = OfflineModel().respond(request)
+
+    assert not answer.tool_calls
+    assert "load_window looks relevant but needs `event_id`" in answer.content

@@ -11,11 +11,18 @@ from sessions_app.core.events import Message, ToolCall, Usage
 
 @dataclass(frozen=True, kw_only=True)
 class ToolSpec:
-    """What the model is told about a tool: name, description and JSON schema."""
+    """What the model is told about a tool: name, description and JSON schema.
+
+    `requires_one_of` lists groups of parameters of which a call must give at least one
+    group whole, for a tool whose parameters are each optional but not all at once
+    (`session_load` needs an anchor). Providers do not send it (a top-level `anyOf` is
+    refused by some); the description says it in words, and planners and validation use it.
+    """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
+    requires_one_of: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

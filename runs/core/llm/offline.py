@@ -8,7 +8,8 @@ It is not a language model and never says it is one. It lets every path of the p
   schema (lowercased, lightly stemmed), fills each parameter from what the request
   contains (hostnames, ticket ids, enum or listed values, quoted strings, numbers, a
   keyword query) and calls, in one response, every tool that clears `MIN_TOOL_SCORE` and
-  whose required parameters it could all fill.
+  whose required parameters it could all fill (and one whole group of a tool's
+  `requires_one_of`): never a call with required arguments missing.
 - Answer: once the turn's tool results are in (or nothing fits), it writes a text answer:
   a digest of each result (status, problems, dates, counts, first items) and a short
   conclusion, streamed word by word, and says the offline planner composed it.
@@ -342,6 +343,10 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
     # Keep the schema's parameter order in the arguments, whatever order they were filled in.
     arguments = {p: arguments[p] for p in properties if p in arguments}
     missing = tuple(p for p in required if p not in arguments)
+    if spec.requires_one_of and not any(set(group) <= set(arguments) for group in spec.requires_one_of):
+        # A tool whose parameters are each optional but not all at once: without one whole
+        # group the call could only fail, so the planner names the first group as missing.
+        missing += tuple(p for p in spec.requires_one_of[0] if p not in arguments)
     return ToolPlan(tool=spec.name, score=score, arguments=arguments, missing=missing, order=order)
 
 

@@ -13,7 +13,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
 from runs.core.llm.base import ToolSpec
@@ -116,6 +116,7 @@ class FunctionTool:
         *,
         name: str | None = None,
         description: str | None = None,
+        requires_one_of: Sequence[Sequence[str]] = (),
     ) -> None:
         self._func = func
         self.name = name or func.__name__
@@ -145,6 +146,10 @@ class FunctionTool:
                 required.append(pname)
             properties[pname] = schema
         self._required = required
+        self._requires_one_of = tuple(tuple(group) for group in requires_one_of)
+        unknown = sorted({p for group in self._requires_one_of for p in group} - set(properties))
+        if unknown:
+            raise TypeError(f"FunctionTool {self.name!r}: requires_one_of names unknown parameter(s) {unknown!r}")
         self._parameters: dict[str, Any] = {
             "type": "object",
             "properties": properties,
@@ -153,7 +158,10 @@ class FunctionTool:
         }
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, parameters=self._parameters)
+        return ToolSpec(
+            name=self.name, description=self.description, parameters=self._parameters,
+            requires_one_of=self._requires_one_of,
+        )
 
     def validate(self, args: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(args) - set(self._params))
