@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -123,3 +124,38 @@ def _release_worker_connections(request: pytest.FixtureRequest) -> Iterator[None
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
 
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None, tmp_path_factory: Any) -> None:
+    """The SQLite test database, its WAL included, lives in a temporary folder, not in the
+    checkout's var/ (live Daphne servers find it through the connection's settings)."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"].endswith("sqlite3"):
+        database.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("database") / "test.sqlite3")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _files_in_temporary_folders(tmp_path_factory: Any) -> Iterator[None]:
+    """Users' artifacts and media files go to temporary folders, in this process and in
+    the servers and workers that tests start (they inherit the environment)."""
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    storages = {name: dict(config) for name, config in settings.STORAGES.items()}
+    artifacts = storages["artifacts"]
+    if not artifacts["BACKEND"].endswith("FileSystemStorage"):
+        yield
+        return
+    location = str(tmp_path_factory.mktemp("artifacts"))
+    artifacts["OPTIONS"] = {**artifacts.get("OPTIONS", {}), "location": location}
+    previous = os.environ.get("AGENTSITE_STORAGE_LOCATION")
+    os.environ["AGENTSITE_STORAGE_LOCATION"] = location
+    with override_settings(STORAGES=storages, MEDIA_ROOT=tmp_path_factory.mktemp("media")):
+        yield
+    if previous is None:
+        os.environ.pop("AGENTSITE_STORAGE_LOCATION", None)
+    else:
+        os.environ["AGENTSITE_STORAGE_LOCATION"] = previous
