@@ -155,36 +155,44 @@ def test_a_folder_swapped_for_a_symlink_after_the_listing_is_still_refused(
     assert not _leaked(outputs)
 
 
-def test_a_racing_swapper_never_gets_a_host_file_exported(workspace: Workspace, host_dir: Path) -> None:
-    sub = _out(workspace) / "sub"
-    sub.mkdir()
-    (sub / "secret.txt").write_text("mine")
-    parked = _out(workspace) / "parked"
+@contextlib.contextmanager
+def swapping(folder: Path, parked: Path, target: Path) -> Iterator[None]:
+    """While the body runs, a thread keeps swapping `folder` for a symlink to `target` and
+    back, with threads switched as finely as the interpreter allows: the race an untrusted
+    workspace can run against the host's reads and writes."""
     stop = threading.Event()
 
     def swap() -> None:
         while not stop.is_set():
-            with contextlib.suppress(OSError):  # the workspace's side may have made sub/ meanwhile
-                sub.rename(parked)
-                sub.symlink_to(host_dir)
-                sub.unlink()
-                parked.rename(sub)
+            with contextlib.suppress(OSError):  # the workspace's side may have made the folder meanwhile
+                folder.rename(parked)
+                folder.symlink_to(target)
+                folder.unlink()
+                parked.rename(folder)
 
     swapper = threading.Thread(target=swap)
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # interleave the two threads as finely as possible
+    sys.setswitchinterval(1e-6)
     swapper.start()
     try:
-        deadline = time.monotonic() + 0.5
-        rounds = 0
-        while time.monotonic() < deadline:
-            outputs, _ = workspace.collect_outputs()
-            assert not _leaked(outputs)
-            rounds += 1
+        yield
     finally:
         stop.set()
         swapper.join()
         sys.setswitchinterval(interval)
+
+
+def test_a_racing_swapper_never_gets_a_host_file_exported(workspace: Workspace, host_dir: Path) -> None:
+    sub = _out(workspace) / "sub"
+    sub.mkdir()
+    (sub / "secret.txt").write_text("mine")
+    rounds = 0
+    with swapping(sub, _out(workspace) / "parked", host_dir):
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            outputs, _ = workspace.collect_outputs()
+            assert not _leaked(outputs)
+            rounds += 1
     assert rounds > 5
 
 
@@ -230,30 +238,11 @@ def test_a_write_through_a_symlinked_folder_is_refused_and_the_host_file_untouch
 def test_a_racing_swapper_never_gets_a_host_file_written(workspace: Workspace, host_dir: Path) -> None:
     inputs = workspace.files / "work" / "inputs"
     inputs.mkdir()
-    parked = workspace.files / "work" / "parked"
-    stop = threading.Event()
-
-    def swap() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError):  # the workspace's side may have made inputs/ meanwhile
-                inputs.rename(parked)
-                inputs.symlink_to(host_dir)
-                inputs.unlink()
-                parked.rename(inputs)
-
-    swapper = threading.Thread(target=swap)
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # interleave the two threads as finely as possible
-    swapper.start()
-    try:
+    with swapping(inputs, workspace.files / "work" / "parked", host_dir):
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             with contextlib.suppress(WorkspaceError, OSError):  # refused, or lost the race: both fine
                 workspace.write_file("work/inputs/secret.txt", b"overwritten")
-    finally:
-        stop.set()
-        swapper.join()
-        sys.setswitchinterval(interval)
     assert (host_dir / "secret.txt").read_bytes() == SECRET
 
 
