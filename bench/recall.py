@@ -159,30 +159,40 @@ def recall(evidence: list[set[str]], found: Sequence[str]) -> float:
 # -- quality: ours (in-memory index) and the baselines -------------------------------------------
 
 
+
+async def hidden_session(service: Any, turns: Sequence[Turn]) -> tuple[Any, dict[str, str]]:
+    """A session of `turns`, 30 s apart, all behind a summary boundary (what
+    `session_search` scope current_hidden searches), loaded without events; and event id ->
+    the turn's key in the dataset."""
+    from sessions_app.core.events import Event, Message
+    from sessions_app.core.session import Summary, SummaryBoundary
+
+    session = await service.create_session(app=APP, user_id="bench")
+    keys: dict[str, str] = {}
+    clock = T0
+    for turn in turns:
+        clock += timedelta(seconds=30)
+        event = Event(author=turn.speaker, message=Message(role=turn.role, content=turn.text), created_at=clock)  # type: ignore[arg-type]  # roles are user/assistant
+        saved = await service.append_event(session, event)
+        keys[saved.id] = turn.key
+    last = session.events[-1]
+    boundary = SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.id, last_seq=last.seq or 0)
+    await service.put_summary(session.key, Summary(text="(summary)", boundary=boundary))
+    loaded = await service.get_session(session.key, event_limit=0)
+    assert loaded is not None
+    return loaded, keys
+
+
 async def ours_in_memory(cases: list[Case]) -> dict[tuple[str, int], list[float]]:
     """recall@k per question category, from session_search on the in-memory index."""
-    from sessions_app.core.events import Event, Message
     from sessions_app.core.inmemory import InMemorySessionService
     from sessions_app.core.recall import InMemoryRecallIndex, session_search
-    from sessions_app.core.session import Summary, SummaryBoundary
 
     service = InMemorySessionService()
     index = InMemoryRecallIndex(service)
     scores: dict[tuple[str, int], list[float]] = defaultdict(list)
     for case in cases:
-        session = await service.create_session(app=APP, user_id="bench")
-        keys: dict[str, str] = {}
-        clock = T0
-        for turn in case.turns:
-            clock += timedelta(seconds=30)
-            event = Event(author=turn.speaker, message=Message(role=turn.role, content=turn.text), created_at=clock)  # type: ignore[arg-type]  # roles are user/assistant
-            saved = await service.append_event(session, event)
-            keys[saved.id] = turn.key
-        last = session.events[-1]
-        boundary = SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.id, last_seq=last.seq or 0)
-        await service.put_summary(session.key, Summary(text="(summary)", boundary=boundary))
-        loaded = await service.get_session(session.key, event_limit=0)
-        assert loaded is not None
+        loaded, keys = await hidden_session(service, case.turns)
         for question in case.questions:
             for k in KS:
                 answer = await session_search(

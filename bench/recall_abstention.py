@@ -34,7 +34,6 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.recall import APP, DEFAULT_DATA, T0, Case, Turn, load_locomo, load_qmsum, recall  # noqa: E402
+from bench.recall import DEFAULT_DATA, Case, hidden_session, load_locomo, load_qmsum, recall  # noqa: E402
 
 FIT_CONVERSATIONS = frozenset({"conv-26", "conv-30", "conv-41"})
 MAX_FALSE_HITS = 0.20
@@ -66,26 +65,6 @@ class Observation:
     recall: float = 0.0
 
 
-async def _session(service: Any, turns: Sequence[Turn]) -> tuple[Any, dict[str, str]]:
-    from sessions_app.core.events import Event, Message
-    from sessions_app.core.session import Summary, SummaryBoundary
-
-    session = await service.create_session(app=APP, user_id="bench")
-    keys: dict[str, str] = {}
-    clock = T0
-    for turn in turns:
-        clock += timedelta(seconds=30)
-        event = Event(author=turn.speaker, message=Message(role=turn.role, content=turn.text), created_at=clock)  # type: ignore[arg-type]  # roles are user/assistant
-        saved = await service.append_event(session, event)
-        keys[saved.id] = turn.key
-    last = session.events[-1]
-    boundary = SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.id, last_seq=last.seq or 0)
-    await service.put_summary(session.key, Summary(text="(summary)", boundary=boundary))
-    loaded = await service.get_session(session.key, event_limit=0)
-    assert loaded is not None
-    return loaded, keys
-
-
 async def observe(
     cases: list[Case], *, dataset: str, fit_names: frozenset[str], adversarial: dict[str, list[str]]
 ) -> list[Observation]:
@@ -105,13 +84,13 @@ async def observe(
 
     async def without(case: Case, drop: Any) -> tuple[Any, Any]:
         service = InMemorySessionService()
-        partial, _ = await _session(service, [t for t in case.turns if not drop(t)])
+        partial, _ = await hidden_session(service, [t for t in case.turns if not drop(t)])
         return partial, InMemoryRecallIndex(service)
 
     for case in cases:
         service = InMemorySessionService()
         index = InMemoryRecallIndex(service)
-        session, keys = await _session(service, case.turns)
+        session, keys = await hidden_session(service, case.turns)
         for question in case.questions:
             await ask(session, index, question.text, "answerable", case.name, question.evidence)
         for text in adversarial.get(case.name, []):
