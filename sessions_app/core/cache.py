@@ -115,9 +115,14 @@ class CachedSessionService:
             self._entries.pop(key, None)
             return None, None
         entry = self._entries.get(key)
-        if entry is None or entry.created_at != head.created_at or entry.last_seq > head.last_seq:
+        if entry is None or entry.created_at != head.created_at:
             self._entries.pop(key, None)
             return head, None
+        if entry.last_seq > head.last_seq:
+            # The head was read before an append of this process committed (a summary job
+            # reading while its run writes): the entry is ahead, not wrong. Kept; the caller
+            # decides whether events past the head will do.
+            return head, entry
         if entry.last_seq < head.last_seq:
             # Another process (or a write this wrapper did not see) appended: read those only.
             missing = head.last_seq - entry.last_seq
@@ -148,7 +153,7 @@ class CachedSessionService:
         head, entry = await self._current(key)
         if head is None:
             return None
-        if entry is not None:
+        if entry is not None and entry.last_seq == head.last_seq:
             found = _window(entry, head.summaries, event_limit=event_limit, after_summary=after_summary)
             if found is not None:
                 start, window = found
@@ -161,7 +166,8 @@ class CachedSessionService:
         if session is None:
             self._entries.pop(key, None)
             return None
-        self._remember(key, session)
+        if entry is None or entry.last_seq <= session.last_seq:
+            self._remember(key, session)
         return session
 
     async def get_session_head(self, key: SessionKey) -> Session | None:
@@ -172,6 +178,8 @@ class CachedSessionService:
         if head is None:
             raise SessionNotFoundError(f"session {key.session_id!r} not found")
         if entry is not None and entry.covers(after_seq):
+            # Events past the head (an append that committed since it was read) are in the
+            # ledger too.
             return [e for e in entry.events if (e.seq or 0) > after_seq][:limit]
         return await self.inner.list_events(key, after_seq=after_seq, limit=limit)
 

@@ -116,3 +116,29 @@ def test_cached_django_session_equals_a_fresh_load_after_another_process_wrote()
     assert got is not None and got.events[0].seq == 5  # the turn the boundary cuts, from its user message
     again = async_to_sync(cached.get_session)(key, event_limit=400, after_summary=APP)  # served from memory
     assert _shape(again) == _shape(fresh)
+
+
+def test_a_head_read_before_this_process_appended_keeps_the_cache_and_misses_no_event() -> None:
+    class Ledger(InMemorySessionService):
+        stale: Session | None = None
+
+        async def get_session_head(self, key: SessionKey) -> Session | None:
+            # A summary job's head read that started before the run's append committed.
+            if self.stale is not None:
+                head, self.stale = self.stale, None
+                return head
+            return await super().get_session_head(key)
+
+    async def play() -> None:
+        ledger = Ledger()
+        cached = CachedSessionService(ledger)
+        session = await cached.create_session(app=APP, user_id="alice")
+        await cached.append_events(session, [_event("user", 1), _event("answer", 1)])
+        ledger.stale = await ledger.get_session_head(session.key)
+        await cached.append_events(session, [_event("user", 2), _event("answer", 2)])
+        assert [e.seq for e in await cached.list_events(session.key)] == [1, 2, 3, 4]
+        assert cached._entries[session.key].last_seq == 4
+        got = await cached.get_session(session.key, after_summary=APP)
+        assert _shape(got) == _shape(await ledger.get_session(session.key, after_summary=APP))
+
+    async_to_sync(play)()
