@@ -227,9 +227,15 @@ AGENTSITE_MAX_RUN_EVENTS = env.integer("AGENTSITE_MAX_RUN_EVENTS", 2000, minimum
 # -- long-term memory and artifacts (SPEC 6, 7) ----------------------------------------------------
 AGENTSITE_MEMORY_MAX_PER_USER = env.integer("AGENTSITE_MEMORY_MAX_PER_USER", 1000)
 # Auto memory: after each run, extract memories from the session's new messages (Celery job), with
-# AGENTSITE_SUMMARY_MODEL. On by default with the offline model (rules, free); with a model endpoint it
-# costs one model call per run, so it is opt-in there.
-AGENTSITE_MEMORY_AUTO = env.boolean("AGENTSITE_MEMORY_AUTO", AGENTSITE_SUMMARY_MODEL == "offline")
+# AGENTSITE_SUMMARY_MODEL: by rules with the offline model, with one model call per run (two with
+# assistant episodes) on an endpoint. On by default with either (SPEC 6.3).
+AGENTSITE_MEMORY_AUTO = env.boolean("AGENTSITE_MEMORY_AUTO", True)
+# How extracted operations treat existing memories (SPEC 6.3; sessions_app.core.memory_policy).
+AGENTSITE_MEMORY_UPDATE_POLICY = env.choice(
+    "AGENTSITE_MEMORY_UPDATE_POLICY", "merge_similar", choices=("merge_similar", "preserve_history", "append_only")
+)
+# The second extraction stage that records reusable assistant answers as episodes (SPEC 6.4; off as there).
+AGENTSITE_MEMORY_ASSISTANT_EPISODES = env.boolean("AGENTSITE_MEMORY_ASSISTANT_EPISODES", False)
 # Checkers: extract only when the delta has more than N messages / the last extraction is older than S seconds.
 AGENTSITE_MEMORY_EXTRACT_MIN_MESSAGES = env.integer("AGENTSITE_MEMORY_EXTRACT_MIN_MESSAGES", 0, minimum=0)
 AGENTSITE_MEMORY_EXTRACT_INTERVAL_S = env.integer("AGENTSITE_MEMORY_EXTRACT_INTERVAL_S", 0, minimum=0)

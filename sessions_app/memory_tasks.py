@@ -23,6 +23,13 @@ from runs.core.llm.base import Model, ModelRequest, ModelResponse, ToolSpec
 from runs.core.records import RunRecord
 from sessions_app.backends import DjangoSessionService
 from sessions_app.core.events import Message
+from sessions_app.core.memory_episodes import (
+    EPISODE_TOOL,
+    EPISODE_TOOL_DESCRIPTION,
+    EPISODE_TOOL_SCHEMA,
+    EpisodeRequest,
+    build_episode_prompt,
+)
 from sessions_app.core.memory_extract import (
     EXTRACT_INSTRUCTION,
     TOOL_DESCRIPTIONS,
@@ -45,7 +52,8 @@ logger = logging.getLogger(__name__)
 
 class ModelMemoryExtractor:
     """SPEC 6.4: one model call; the memory operations are its tool calls (parallel calls
-    allowed; calls with malformed JSON arguments are ignored)."""
+    allowed; calls with malformed JSON arguments are ignored). With assistant episodes on,
+    `AutoMemory` makes a second call through `extract_assistant_episodes`."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -62,8 +70,20 @@ class ModelMemoryExtractor:
         return ModelRequest(messages=tuple(messages), tools=tools, stream=False, temperature=0.0)
 
     async def extract(self, request: ExtractionRequest) -> list[ExtractedCall]:
+        return await self._calls(self.request(request))
+
+    def episode_request(self, request: EpisodeRequest) -> ModelRequest:
+        """Stage 2: the eligible exchanges, and only the private episode tool."""
+        messages = (Message(role="system", content=build_episode_prompt(request)), Message(role="user", content=EXTRACT_INSTRUCTION))
+        tool = ToolSpec(name=EPISODE_TOOL, description=EPISODE_TOOL_DESCRIPTION, parameters=EPISODE_TOOL_SCHEMA)
+        return ModelRequest(messages=messages, tools=(tool,), stream=False, temperature=0.0)
+
+    async def extract_assistant_episodes(self, request: EpisodeRequest) -> list[ExtractedCall]:
+        return await self._calls(self.episode_request(request))
+
+    async def _calls(self, model_request: ModelRequest) -> list[ExtractedCall]:
         final: ModelResponse | None = None
-        async for response in self.model.generate(self.request(request)):
+        async for response in self.model.generate(model_request):
             if not response.partial:
                 final = response
         if final is None or final.message is None:
@@ -105,6 +125,8 @@ def build_auto_memory(extractor: MemoryExtractor | None = None) -> AutoMemory:
         memory=DjangoMemoryService(max_per_user=settings.AGENTSITE_MEMORY_MAX_PER_USER),
         extractor=extractor or build_memory_extractor(),
         checkers=memory_checkers(),
+        policy=settings.AGENTSITE_MEMORY_UPDATE_POLICY,
+        assistant_episodes=settings.AGENTSITE_MEMORY_ASSISTANT_EPISODES,
     )
 
 
@@ -127,8 +149,6 @@ def memory_extract(*, session_id: str, extractor: MemoryExtractor | None = None)
 def memory_extract_task(session_id: str) -> dict[str, Any]:
     """Auto memory for one session (SPEC 6.3); idempotent, safe to retry."""
     return memory_extract(session_id=session_id)
-
-
 
 
 async def enqueue_memory_extraction(record: RunRecord) -> None:

@@ -204,6 +204,10 @@ class MemoryEntry:
 
 
 WriteAction = Literal["added", "updated", "skipped"]
+# How an add is compared with the memories already stored: "similar" is the SPEC 6.3 tiers
+# (merge_similar policy), "exact" drops only an exact duplicate (preserve_history and
+# append_only: a near duplicate there is history worth keeping), "none" stores it as is.
+Reconcile = Literal["similar", "exact", "none"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -530,11 +534,17 @@ class MemoryManager:
         return list(self.embedder.embed([text])[0]) if self.embedder is not None else None
 
     def add(self, key: UserKey, draft: MemoryDraft, *, dedupe: bool = True) -> MemoryWrite:
+        return self._add(key, draft, reconcile="similar" if dedupe else "none")
+
+    def _add(self, key: UserKey, draft: MemoryDraft, *, reconcile: Reconcile) -> MemoryWrite:
         draft = draft.normalized()
         tokens = analyze(draft.text)
         embedding = self._embed(draft.text)
         with self.store.atomic():
-            decision = self._reconcile(key, draft, tokens, embedding) if dedupe else _Decision(action="add")
+            if reconcile == "none":
+                decision = _Decision(action="add")
+            else:
+                decision = self._reconcile(key, draft, tokens, embedding, exact_only=reconcile == "exact")
             if decision.action == "add":
                 entry = self.store.insert(key, draft, tokens=tokens, embedding=embedding, limit=self.max_per_user)
                 return MemoryWrite(action="added", entry=entry)
@@ -542,7 +552,7 @@ class MemoryManager:
             assert target is not None
             if decision.action == "skip":
                 new_topics = [t for t in draft.topics if t not in target.topics]
-                if not new_topics:
+                if not new_topics or reconcile == "exact":
                     return MemoryWrite(action="skipped", entry=target, similarity=decision.similarity)
                 merged = replace(target.draft, topics=(*target.topics, *new_topics)[:MAX_TOPICS])
                 entry = self._replace(key, target.id, merged)
@@ -669,7 +679,8 @@ class MemoryManager:
     # -- dedupe tiers
 
     def _reconcile(
-        self, key: UserKey, draft: MemoryDraft, tokens: Sequence[str], embedding: Sequence[float] | None
+        self, key: UserKey, draft: MemoryDraft, tokens: Sequence[str], embedding: Sequence[float] | None,
+        *, exact_only: bool = False,
     ) -> _Decision:
         distinct = tuple(dict.fromkeys(tokens))[:MAX_QUERY_TOKENS]
         query = CandidateQuery(tokens=distinct, phrase=phrase_of(draft.text), kind=draft.kind, limit=50)
@@ -687,7 +698,11 @@ class MemoryManager:
             else:
                 similarity = token_cosine(tokens, candidate.tokens)
             if " ".join(normalize_text(candidate.entry.text).split()) == " ".join(normalize_text(draft.text).split()):
+                if exact_only:
+                    return _Decision(action="skip", target=candidate.entry, similarity=1.0)
                 similarity = 1.0
+            elif exact_only:
+                continue
             scored.append((similarity, jaccard(tokens, candidate.tokens), candidate.entry))
         scored.sort(key=lambda item: (-item[0], -item[1], item[2].id))
         for similarity, overlap, entry in scored[:RECONCILE_TOP_K]:
@@ -712,13 +727,16 @@ class MemoryManager:
         expected_seq: int = 0,
         new_seq: int = 0,
         at: datetime | None = None,
+        reconcile: Reconcile = "similar",
     ) -> ApplyResult:
         """Apply extracted operations and, with `session`, move its extraction cursor from
         `expected_seq` to `new_seq`, all in one atomic block. When the cursor is no longer
         at `expected_seq` nothing is applied (`stale`): the same delta has one effect.
 
-        Adds go through the dedupe tiers; an update of a missing memory becomes an add; a
-        delete of a missing memory is a success; adds past the per-user limit are skipped.
+        Adds go through `reconcile` (the dedupe tiers by default; "exact" drops only exact
+        duplicates, of stored memories or of earlier adds of the same batch); an update of a
+        missing memory becomes an add; a delete of a missing memory is a success; adds past
+        the per-user limit are skipped.
         """
         added: list[str] = []
         updated: list[str] = []
@@ -744,10 +762,13 @@ class MemoryManager:
                         if entry is not None:
                             updated.append(entry.id)
                         else:
-                            write = self.add(key, draft)
-                            (added if write.action == "added" else updated).append(write.entry.id)
+                            write = self._add(key, draft, reconcile=reconcile)
+                            if write.action == "skipped":
+                                skipped += 1
+                            else:
+                                (added if write.action == "added" else updated).append(write.entry.id)
                     elif operation.draft is not None:
-                        write = self.add(key, operation.draft)
+                        write = self._add(key, operation.draft, reconcile=reconcile)
                         if write.action == "added":
                             added.append(write.entry.id)
                         elif write.action == "updated":
@@ -813,7 +834,7 @@ class MemoryService(Protocol):
         ...
 
     async def apply(self, key: UserKey, operations: Sequence[MemoryOperation], *, session: SessionKey | None = None,
-                    expected_seq: int = 0, new_seq: int = 0) -> ApplyResult:
+                    expected_seq: int = 0, new_seq: int = 0, reconcile: Reconcile = "similar") -> ApplyResult:
         """See `MemoryManager.apply`."""
         ...
 
@@ -861,9 +882,9 @@ class ManagedMemoryService:
         return await self._run(lambda: self.manager.get_cursor(session))
 
     async def apply(self, key: UserKey, operations: Sequence[MemoryOperation], *, session: SessionKey | None = None,
-                    expected_seq: int = 0, new_seq: int = 0) -> ApplyResult:
+                    expected_seq: int = 0, new_seq: int = 0, reconcile: Reconcile = "similar") -> ApplyResult:
         return await self._run(lambda: self.manager.apply(
-            key, operations, session=session, expected_seq=expected_seq, new_seq=new_seq
+            key, operations, session=session, expected_seq=expected_seq, new_seq=new_seq, reconcile=reconcile
         ))
 
 

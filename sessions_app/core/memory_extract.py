@@ -9,9 +9,20 @@ offline `PatternMemoryExtractor`). The operations and the cursor move are applie
 atomic step (`MemoryService.apply`), conditional on the cursor not having moved: a
 restarted worker neither re-extracts nor skips, and the same delta twice has one effect.
 
-Pollution: a session whose state says `memory:mode = "polluted"` is never extracted; a
-delta whose user messages look like prompt injection or pasted tool output is skipped
-(the cursor moves past it; nothing is remembered from it).
+Pollution: a session whose state says `memory:mode = "polluted"` is never extracted. A
+user message that looks like prompt injection or pasted tool output (stack traces, log
+dumps, tool-result markup, JSON blobs) is skipped together with the assistant's answers to
+it; the rest of the delta is still extracted (SPEC 6.3: one pasted log does not cost the
+run its memories).
+
+The cursor only moves past what the extractor was given or chose to skip: the messages of
+one request are bounded (`MAX_REQUEST_CHARS`), and when a delta holds more, the cursor
+stops before the first message left out and the job goes on from there.
+
+Update policies (`memory_policy`) and the optional assistant-episode stage
+(`memory_episodes`) run here too: the policy post-processes the extractor's operations and
+chooses how adds are reconciled; the episode stage runs when enabled and the extractor
+can do it.
 
 `PatternMemoryExtractor` is what the offline model does instead of a language model: it
 recognises a few explicit statements in user messages ("my name is ...", "I prefer ...",
@@ -22,8 +33,10 @@ message was sent.
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +58,11 @@ from sessions_app.core.memory import (
     analyze,
     token_cosine,
 )
+from sessions_app.core.memory_episodes import AssistantEpisodeExtractor, episode_operations, episode_request
+from sessions_app.core.memory_policy import POLICY_PROMPTS, RECONCILE, UpdatePolicy, apply_update_policy
 from sessions_app.core.session import SessionKey, SessionService
+
+logger = logging.getLogger(__name__)
 
 POLLUTED_STATE_KEY = "memory:mode"
 POLLUTED = "polluted"
@@ -53,6 +70,9 @@ EXTRACTION_TOOLS = ("memory_add", "memory_update", "memory_delete")
 EXISTING_FOR_PROMPT = 20
 EVENT_PAGE = 500
 MAX_MESSAGE_CHARS = 4000
+# The conversation text of one extraction request (about 6k tokens): a long backlog is
+# extracted in several requests, the cursor moving only past what each one held.
+MAX_REQUEST_CHARS = 24_000
 EXTRACT_INSTRUCTION = "Extract and manage memories from the conversation above."
 
 
@@ -83,6 +103,7 @@ class ExtractionRequest:
     existing: tuple[MemoryEntry, ...]
     reference_time: datetime
     enabled_tools: tuple[str, ...] = EXTRACTION_TOOLS
+    policy: UpdatePolicy = "merge_similar"
 
 
 class MemoryExtractor(Protocol):
@@ -124,11 +145,14 @@ class ExtractionOutcome:
     status: Status
     last_seq: int
     messages: int = 0
+    skipped_messages: int = 0
     result: ApplyResult | None = None
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"status": self.status, "last_seq": self.last_seq, "messages": self.messages}
+        if self.skipped_messages:
+            data["skipped_messages"] = self.skipped_messages
         if self.result is not None:
             data.update(
                 added=len(self.result.added), updated=len(self.result.updated),
@@ -173,26 +197,64 @@ _TOOL_OUTPUT = re.compile(
 _LOG_LINE = re.compile(r"^\s*\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}", re.M)
 
 
-def pollution_reason(messages: Sequence[ConversationMessage]) -> str:
-    """Why a delta's user messages look polluted ("" when they do not): prompt injection,
-    or pasted tool output (stack traces, tool-result markup, JSON blobs, log dumps)."""
-    for message in messages:
-        if message.role != "user":
-            continue
-        text = message.text
-        if _INJECTION.search(text):
-            return f"prompt injection in message {message.seq}"
-        if _TOOL_OUTPUT.search(text) or len(_LOG_LINE.findall(text)) >= 3:
-            return f"tool output in message {message.seq}"
-        stripped = text.strip()
-        if len(stripped) > 200 and stripped[0] in "[{":
-            try:
-                json.loads(stripped)
-            except ValueError:
-                pass
-            else:
-                return f"tool output (JSON) in message {message.seq}"
+def message_pollution(message: ConversationMessage) -> str:
+    """Why a user message looks polluted ("" when it does not): prompt injection, or pasted
+    tool output (stack traces, tool-result markup, JSON blobs, log dumps)."""
+    if message.role != "user":
+        return ""
+    text = message.text
+    if _INJECTION.search(text):
+        return f"prompt injection in message {message.seq}"
+    if _TOOL_OUTPUT.search(text) or len(_LOG_LINE.findall(text)) >= 3:
+        return f"tool output in message {message.seq}"
+    stripped = text.strip()
+    if len(stripped) > 200 and stripped[0] in "[{":
+        try:
+            json.loads(stripped)
+        except ValueError:
+            pass
+        else:
+            return f"tool output (JSON) in message {message.seq}"
     return ""
+
+
+def pollution_reason(messages: Sequence[ConversationMessage]) -> str:
+    """The first polluted user message's reason ("" when none is)."""
+    return next((reason for reason in map(message_pollution, messages) if reason), "")
+
+
+def without_polluted(
+    messages: Sequence[ConversationMessage],
+) -> tuple[list[ConversationMessage], list[tuple[ConversationMessage, str]]]:
+    """The clean messages, and each skipped one with why. A polluted user message takes the
+    assistant's answers to it along: they are about (or obey) the pasted text."""
+    clean: list[ConversationMessage] = []
+    skipped: list[tuple[ConversationMessage, str]] = []
+    skipping = False
+    for message in messages:
+        if message.role == "user":
+            reason = message_pollution(message)
+            skipping = bool(reason)
+            if reason:
+                skipped.append((message, reason))
+                continue
+        elif skipping:
+            skipped.append((message, f"answer to a polluted message in message {message.seq}"))
+            continue
+        clean.append(message)
+    return clean, skipped
+
+
+def within_budget(messages: Sequence[ConversationMessage], budget: int) -> list[ConversationMessage]:
+    """The longest prefix of `messages` whose text fits `budget` (at least one message)."""
+    taken: list[ConversationMessage] = []
+    used = 0
+    for message in messages:
+        used += len(message.text)
+        if taken and used > budget:
+            break
+        taken.append(message)
+    return taken
 
 
 # -- the prompt (SPEC 6.4) ---------------------------------------------------------------------------
@@ -218,8 +280,7 @@ thanks, the current task's small talk) and nothing the assistant merely suggeste
 about what to remember.
 - If nothing is worth remembering, call no tool.
 
-Update policy (merge similar): prefer updating a memory about the same thing to adding a \
-second one."""
+{policy}"""
 
 TOOL_DESCRIPTIONS = {
     "memory_add": "Add one new memory (fact or episode).",
@@ -263,7 +324,10 @@ def format_existing(entry: MemoryEntry) -> str:
 
 def build_extraction_prompt(request: ExtractionRequest) -> str:
     """The extractor's system prompt: rules, `<available_actions>`, `<existing_memories>`."""
-    lines = [EXTRACTION_PROMPT.format(current_date=request.reference_time.date().isoformat()), "", "<available_actions>"]
+    header = EXTRACTION_PROMPT.format(
+        current_date=request.reference_time.date().isoformat(), policy=POLICY_PROMPTS[request.policy]
+    )
+    lines = [header, "", "<available_actions>"]
     if request.enabled_tools:
         lines.extend(f"- {name}: {TOOL_DESCRIPTIONS[name]}" for name in request.enabled_tools)
     else:
@@ -620,6 +684,10 @@ class AutoMemory:
     checkers: Sequence[Checker] = ()
     checkers_any: bool = False
     enabled_tools: tuple[str, ...] = EXTRACTION_TOOLS
+    policy: UpdatePolicy = "merge_similar"
+    # SPEC 6.4: the optional second stage; needs an extractor that can do it.
+    assistant_episodes: bool = False
+    request_chars: int = MAX_REQUEST_CHARS
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def _due(self, context: CheckContext) -> bool:
@@ -634,48 +702,88 @@ class AutoMemory:
             return ExtractionOutcome(status="nothing_new", last_seq=0, reason="session not found")
         if session.state.get(POLLUTED_STATE_KEY) == POLLUTED:
             return ExtractionOutcome(status="polluted", last_seq=0, reason="session marked polluted")
-        outcome = ExtractionOutcome(status="nothing_new", last_seq=0)
-        # Page through the delta; each page is extracted and committed on its own, so a
+        done: list[ExtractionOutcome] = []
+        # Page through the delta; each step is extracted and committed on its own, so a
         # long backlog moves forward in bounded steps.
         while True:
             cursor = await self.memory.get_cursor(key)
             events = await self.sessions.list_events(key, after_seq=cursor.last_seq, limit=EVENT_PAGE)
             if not events:
-                return outcome if outcome.status != "nothing_new" else ExtractionOutcome(
-                    status="nothing_new", last_seq=cursor.last_seq
-                )
+                return _combined(done) if done else ExtractionOutcome(status="nothing_new", last_seq=cursor.last_seq)
             outcome = await self._extract_page(key, cursor, events)
-            if outcome.status in ("stale", "not_due") or len(events) < EVENT_PAGE:
-                return outcome
+            if outcome.status in ("stale", "not_due"):
+                return _combined([*done, outcome]) if done else outcome
+            done.append(outcome)
+            if len(events) < EVENT_PAGE and outcome.last_seq >= max(e.seq or 0 for e in events):
+                return _combined(done)
 
     async def _extract_page(self, key: SessionKey, cursor: ExtractionCursor, events: Sequence[Event]) -> ExtractionOutcome:
         user = UserKey(app=key.app, user_id=key.user_id)
-        last_seq = max(e.seq or 0 for e in events)
-        messages = tuple(m for m in (conversation_message(e) for e in events) if m is not None)
+        messages = [m for m in (conversation_message(e) for e in events) if m is not None]
+        clean, skipped = without_polluted(messages)
+        batch = within_budget(clean, self.request_chars)
+        # SPEC 6.3: the cursor never passes a message the extractor was not given; skipped
+        # (polluted) messages and tool events before that point count as read.
+        new_seq = clean[len(batch)].seq - 1 if len(batch) < len(clean) else max(e.seq or 0 for e in events)
+        reasons = [reason for message, reason in skipped if message.seq <= new_seq]
+        reason = "; ".join(reasons)
 
-        async def commit(operations: Sequence[MemoryOperation], status: Status, reason: str = "") -> ExtractionOutcome:
-            result = await self.memory.apply(user, operations, session=key, expected_seq=cursor.last_seq, new_seq=last_seq)
+        async def commit(operations: Sequence[MemoryOperation], status: Status) -> ExtractionOutcome:
+            result = await self.memory.apply(
+                user, operations, session=key, expected_seq=cursor.last_seq, new_seq=new_seq,
+                reconcile=RECONCILE[self.policy],
+            )
+            common: dict[str, Any] = {
+                "last_seq": new_seq, "messages": len(batch), "skipped_messages": len(reasons), "reason": reason,
+            }
             if result.stale:
-                return ExtractionOutcome(status="stale", last_seq=last_seq, messages=len(messages), reason=reason)
-            return ExtractionOutcome(status=status, last_seq=last_seq, messages=len(messages), result=result, reason=reason)
+                return ExtractionOutcome(status="stale", **common)
+            return ExtractionOutcome(status=status, result=result, **common)
 
-        if not messages:
-            return await commit([], "nothing_new")
-        if not self._due(CheckContext(messages=messages, cursor=cursor, now=self.clock())):
-            return ExtractionOutcome(status="not_due", last_seq=cursor.last_seq, messages=len(messages))
-        reason = pollution_reason(messages)
-        if reason:
-            return await commit([], "polluted", reason)
-        existing = await self._existing(user, messages)
+        if not batch:
+            return await commit([], "polluted" if reasons else "nothing_new")
+        if not self._due(CheckContext(messages=tuple(batch), cursor=cursor, now=self.clock())):
+            return ExtractionOutcome(status="not_due", last_seq=cursor.last_seq, messages=len(batch))
+        existing = await self._existing(user, batch)
         request = ExtractionRequest(
-            messages=messages, existing=tuple(existing), reference_time=messages[-1].at, enabled_tools=self.enabled_tools
+            messages=tuple(batch), existing=tuple(existing), reference_time=batch[-1].at,
+            enabled_tools=self.enabled_tools, policy=self.policy,
         )
-        calls = await self.extractor.extract(request)
-        return await commit(parse_operations(calls, enabled=self.enabled_tools), "extracted")
+        operations = parse_operations(await self.extractor.extract(request), enabled=self.enabled_tools)
+        operations += await self._assistant_episodes(batch, operations)
+        current = {
+            op.memory_id: entry for op in operations if op.op == "update"
+            for entry in [await self.memory.get(user, op.memory_id)] if entry is not None
+        }
+        return await commit(apply_update_policy(self.policy, operations, current=current), "extracted")
+
+    async def _assistant_episodes(
+        self, batch: Sequence[ConversationMessage], operations: Sequence[MemoryOperation]
+    ) -> list[MemoryOperation]:
+        """SPEC 6.4 stage 2 (`memory_episodes`): best effort, so a failure keeps stage 1."""
+        extractor = self.extractor
+        if not self.assistant_episodes or not isinstance(extractor, AssistantEpisodeExtractor):
+            return []
+        if any(op.op in ("delete", "clear") for op in operations):
+            return []  # a pair may be what the user asked to forget
+        request = episode_request(batch, batch[-1].at)
+        if request is None:
+            return []
+        try:
+            calls = await extractor.extract_assistant_episodes(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("assistant-episode extraction failed; keeping the ordinary operations", exc_info=True)
+            return []
+        return episode_operations(calls, request)
 
     async def _existing(self, user: UserKey, messages: Sequence[ConversationMessage]) -> list[MemoryEntry]:
-        """SPEC 6.3 step 5: memories relevant to the user's text, else the 10 most recent."""
-        text = " ".join(m.text for m in messages if m.role == "user")[:MAX_MESSAGE_CHARS]
+        """SPEC 6.3 step 5: memories relevant to the conversation, else the 10 most recent.
+        Merge-similar searches with the user's text; the history-keeping policies with the
+        assistant's too, so an answer's earlier record is found and not repeated."""
+        roles = ("user",) if self.policy == "merge_similar" else ("user", "assistant")
+        text = " ".join(m.text for m in messages if m.role in roles)[:MAX_MESSAGE_CHARS]
         found: list[MemoryEntry] = []
         if text.strip():
             found = await self.memory.search(user, SearchOptions(
@@ -684,3 +792,23 @@ class AutoMemory:
         recent = await self.memory.load(user, limit=10)
         seen = {e.id for e in found}
         return [*found, *(e for e in recent if e.id not in seen)][:EXISTING_FOR_PROMPT]
+
+
+def _combined(outcomes: Sequence[ExtractionOutcome]) -> ExtractionOutcome:
+    """One outcome for the steps of a job: extracted if any step extracted."""
+    last = outcomes[-1]
+    results = [o.result for o in outcomes if o.result is not None]
+    statuses = {o.status for o in outcomes}
+    status: Status = "extracted" if "extracted" in statuses else last.status
+    if status != "extracted" and "polluted" in statuses and last.status == "nothing_new":
+        status = "polluted"
+    return ExtractionOutcome(
+        status=status, last_seq=last.last_seq,
+        messages=sum(o.messages for o in outcomes), skipped_messages=sum(o.skipped_messages for o in outcomes),
+        result=ApplyResult(
+            stale=last.status == "stale",
+            added=tuple(i for r in results for i in r.added), updated=tuple(i for r in results for i in r.updated),
+            deleted=tuple(i for r in results for i in r.deleted), skipped=sum(r.skipped for r in results),
+        ) if results else None,
+        reason="; ".join(o.reason for o in outcomes if o.reason),
+    )

@@ -303,3 +303,26 @@ async def test_a_cursor_of_another_users_session_cannot_be_moved(backend: Backen
     result = await backend.service.apply(backend.key("alice"), [], session=bob_session, expected_seq=0, new_seq=9)
     assert result.stale
     assert (await backend.service.get_cursor(backend.session("bob"))).last_seq == 0
+
+
+async def test_spec_6_3_exact_reconcile_drops_only_exact_duplicates_of_stored_or_same_batch_memories(
+    backend: Backend,
+) -> None:
+    """The preserve_history and append_only policies: near duplicates are history, kept."""
+    alice = backend.key("alice")
+    await backend.service.add(alice, fact("Works at Acme Payments", topics=("work",)))
+    result = await backend.service.apply(alice, [
+        MemoryOperation(op="add", draft=fact("works at  acme payments", topics=("job",))),
+        MemoryOperation(op="add", draft=fact("Works at Acme Payments as a staff engineer")),
+        MemoryOperation(op="add", draft=fact("Works at Acme Payments as a staff engineer")),
+        MemoryOperation(op="update", memory_id="gone", draft=fact("Works at Acme Payments")),
+    ], reconcile="exact")
+    assert (len(result.added), result.updated, result.skipped) == (1, (), 3)
+    assert sorted((m.text, m.topics) for m in await backend.service.load(alice)) == [
+        ("Works at Acme Payments", ("work",)), ("Works at Acme Payments as a staff engineer", ()),
+    ]
+    # A near duplicate under merge_similar is not a memory of its own (dropped or merged).
+    merged = await backend.service.apply(alice, [
+        MemoryOperation(op="add", draft=fact("Works at Acme Payments as a senior staff engineer")),
+    ])
+    assert not merged.added and (merged.updated or merged.skipped)

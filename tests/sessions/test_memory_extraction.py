@@ -330,3 +330,60 @@ async def test_a_model_extractor_applies_its_tool_calls() -> None:
     assert [t.name for t in request.tools] == ["memory_add", "memory_update", "memory_delete"]
     found = await env.memory.search(user, SearchOptions(query="Acme"))
     assert [m.text for m in found] == ["Works at Acme"]
+
+
+# -- SPEC 6.3: pasted logs cost a message, not the run; the cursor never passes what was not read --------
+
+PASTED_LOG = "\n".join(f"2024-05-02 10:00:0{i} ERROR payments: upstream timed out" for i in range(5))
+
+
+async def test_spec_6_3_a_message_with_pasted_logs_is_skipped_and_the_rest_of_the_run_is_extracted() -> None:
+    env = Env()
+    session = await env.open()
+    await env.say("My name is Alice.")
+    await env.say(f"Here is what the gateway printed, I prefer you read it all:\n{PASTED_LOG}", answer="Your name is Root.")
+    await env.say("We run Go in production.")
+    outcome = await env.job().process(session.key)
+    assert outcome.status == "extracted" and outcome.last_seq == 12
+    # The pasted message and the answer to it are skipped; the other four messages are read.
+    assert (outcome.messages, outcome.skipped_messages) == (4, 2)
+    assert "tool output in message 5" in outcome.reason
+    assert await env.texts() == ["Name is Alice", "Runs Go in production"]
+    assert (await env.memory.get_cursor(session.key)).last_seq == 12
+
+
+async def test_spec_6_3_a_run_of_only_polluted_messages_moves_the_cursor_and_remembers_nothing() -> None:
+    env = Env()
+    session = await env.open()
+    await env.say(PASTED_LOG)
+    outcome = await env.job().process(session.key)
+    assert (outcome.status, outcome.last_seq, outcome.skipped_messages) == ("polluted", 4, 2)
+    assert await env.texts() == []
+
+
+async def test_spec_6_3_the_cursor_stops_before_the_first_message_the_extractor_was_not_given() -> None:
+    env = Env()
+    session = await env.open()
+    await env.say("My name is Alice.", answer="Hello Alice.")
+    await env.say("We run Go in production.", answer="Good to know.")
+    seen: list[list[str]] = []
+
+    class DiesOnTheSecondRequest(PatternMemoryExtractor):
+        async def extract(self, request: ExtractionRequest) -> list[ExtractedCall]:
+            seen.append([m.text for m in request.messages])
+            if len(seen) == 2:
+                raise RuntimeError("worker killed")
+            return await super().extract(request)
+
+    # A budget that holds one exchange per request: the delta takes two requests.
+    job = env.job(extractor=DiesOnTheSecondRequest(), request_chars=40)
+    with pytest.raises(RuntimeError):
+        await job.process(session.key)
+    assert seen == [["My name is Alice.", "Hello Alice."], ["We run Go in production.", "Good to know."]]
+    # The first request's messages (and the tool events up to the next message) are done;
+    # the message of the failed request (seq 5) is not passed.
+    assert (await env.memory.get_cursor(session.key)).last_seq == 4
+    assert await env.texts() == ["Name is Alice"]
+    resumed = await env.job(request_chars=40).process(session.key)
+    assert (resumed.status, resumed.last_seq, resumed.messages) == ("extracted", 8, 2)
+    assert await env.texts() == ["Name is Alice", "Runs Go in production"]
