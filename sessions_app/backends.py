@@ -259,15 +259,17 @@ def _put_summary(key: SessionKey, summary: Summary) -> None:
 def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
     if summary.boundary is None:
         raise ValueError("advance_summary needs a summary with a boundary")
-    if not _owned(key).exists():
-        raise SessionNotFoundError(f"session {key.session_id!r} not found")
     fields = mapping.summary_fields(summary)
-    mine = orm.Summary.objects.filter(session_id=key.session_id, filter_key=summary.filter_key)
+    # Summary rows belong to the session row (the key's owner): matching through it makes
+    # an update of someone else's session touch nothing, without a check of its own.
+    mine = orm.Summary.objects.filter(session__in=_owned(key), filter_key=summary.filter_key)
     with transaction.atomic():
         # The idempotency guard is in the WHERE clause: a write whose boundary is not past
         # the stored one changes nothing, whoever else wrote in between.
         updated = mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1)
         if not updated:
+            if not _owned(key).exists():
+                raise SessionNotFoundError(f"session {key.session_id!r} not found")
             if mine.exists():
                 return None
             try:

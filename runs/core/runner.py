@@ -37,7 +37,7 @@ from sessions_app.core.events import (
     should_persist,
     utcnow,
 )
-from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, SessionService
+from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, SessionService, Summary
 from sessions_app.core.summary import (
     SummaryGate,
     SummaryJob,
@@ -527,7 +527,8 @@ class Runner:
         # Issue 18: most jobs would read the events after the boundary only to find their
         # trigger short; the gate's counts, kept as events arrive, spare those.
         if gate is not None and not gate.due(
-            invocation.session, event.filter_key, context_window=getattr(agent, "context_window", None)
+            invocation.session, event.filter_key, context_window=getattr(agent, "context_window", None),
+            summaries=self._newest_summaries(invocation.session),
         ):
             return True
         fork_parent = getattr(agent, "fork_parent", None)
@@ -545,6 +546,20 @@ class Runner:
         except Exception:  # a summary is maintenance: it never fails a run
             logger.debug("run %s: summary job not enqueued", handle.run_id, exc_info=True)
         return True
+
+    def _newest_summaries(self, session: Session) -> dict[str, Summary] | None:
+        """The loaded summaries, with those the scheduler's jobs advanced since in their
+        place: a job of this run that already ran makes the next ones of its key moot."""
+        advanced = getattr(self.summary_scheduler, "advanced_summaries", None)
+        newer = advanced(session.key) if callable(advanced) else {}
+        if not newer:
+            return None
+        merged = dict(session.summaries)
+        for key, summary in newer.items():
+            current = merged.get(key)
+            if current is None or summary.last_seq > current.last_seq:
+                merged[key] = summary
+        return merged
 
     @staticmethod
     def _account(handle: RunHandle, event: Event) -> None:

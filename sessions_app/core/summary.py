@@ -26,7 +26,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -1518,15 +1519,46 @@ class SummaryGate:
     cascade: bool = True
     backlogs: dict[str, SummaryBacklog] = field(default_factory=dict)
 
-    def due(self, session: Session, filter_key: str, *, context_window: int | None = None) -> bool:
+    def due(
+        self, session: Session, filter_key: str, *, context_window: int | None = None,
+        summaries: Mapping[str, Summary] | None = None,
+    ) -> bool:
+        """Whether a job for `filter_key` may do something. `summaries`: the session's
+        summaries when newer than the loaded ones (a job of this run already advanced them)."""
         window = context_window or self.context_window
+        known = session.summaries if summaries is None else summaries
         keys = [filter_key] + ([FULL_SESSION] if self.cascade and filter_key != FULL_SESSION else [])
         # Every backlog is brought up to date, even past the first that may fire.
-        backlogs = [self.backlog(session, key) for key in keys]
-        return any(b.may_fire(self.checker, window) for b in backlogs)
+        backlogs = [self.backlog(session, key, known) for key in keys]
+        return any(b.may_fire(self.checker, window) and self._fires(session, b, window, known) for b in backlogs)
 
-    def backlog(self, session: Session, filter_key: str) -> SummaryBacklog:
-        previous = session.summaries.get(filter_key)
+    def _fires(
+        self, session: Session, backlog: SummaryBacklog, window: int | None, summaries: Mapping[str, Summary]
+    ) -> bool:
+        """The job's own check, made on the loaded events when the bound says it may fire:
+        the bound runs ahead of the exact count, and a job near its threshold would read
+        the events only to stop at `not_triggered`. Only for checkers that look at counts
+        alone (a time threshold may fire later than now)."""
+        if not backlog.complete or self.checker is None or not _counts_only(self.checker):
+            return True
+        previous = summaries.get(backlog.filter_key)
+        delta = tuple(
+            e for e in session.events
+            if (e.seq or 0) > backlog.boundary_seq and not e.partial and filter_matches(e.filter_key, backlog.filter_key)
+        )
+        if not any(conversation_lines(e) for e in delta):
+            return False
+        conversation = render_conversation(previous.text if previous is not None else "", delta)
+        check = TriggerInput(
+            events=delta, previous=previous, conversation_tokens=self.tokenizer.count_text(conversation),
+            context_window=window,
+        )
+        return bool(self.checker(check))
+
+    def backlog(
+        self, session: Session, filter_key: str, summaries: Mapping[str, Summary] | None = None
+    ) -> SummaryBacklog:
+        previous = (session.summaries if summaries is None else summaries).get(filter_key)
         boundary = previous.last_seq if previous is not None else 0
         known = self.backlogs.get(filter_key)
         if known is None or known.boundary_seq != boundary or known.has_previous != (previous is not None):
@@ -1538,6 +1570,15 @@ class SummaryGate:
         else:
             known.advance(session.events, self.tokenizer)
         return known
+
+
+def _counts_only(checker: Checker) -> bool:
+    """Whether `checker` decides from the events and token counts alone (not the time)."""
+    if isinstance(checker, EventThreshold | TokenThreshold | ContextThreshold):
+        return True
+    if isinstance(checker, ChecksAll | ChecksAny):
+        return all(_counts_only(c) for c in checker.checks)
+    return False
 
 
 # -- jobs ------------------------------------------------------------------------------------------
@@ -1601,6 +1642,9 @@ def engine_gate(engine: SummaryEngine) -> SummaryGate:
     )
 
 
+_ADVANCED_SESSIONS = 256
+
+
 class InProcessSummaryScheduler:
     """Runs jobs as asyncio tasks of the loop that enqueues them, one session at a time in
     order (SPEC 3.2: same session, same worker). Pending jobs of one (session, filter key)
@@ -1616,11 +1660,18 @@ class InProcessSummaryScheduler:
         self.job_timeout_s = job_timeout_s
         self._pending: dict[tuple[str, str], dict[str, SummaryJob]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # The summaries this scheduler's jobs advanced, per session (the newest few sessions).
+        self._advanced: OrderedDict[tuple[str, str], dict[str, Summary]] = OrderedDict()
         self.outcomes: list[SummaryOutcome] = []
         """The last outcomes (a few), for tests and the inspector."""
 
     def summary_gate(self) -> SummaryGate:
         return engine_gate(self.engine)
+
+    def advanced_summaries(self, key: SessionKey) -> dict[str, Summary]:
+        """The summaries of `key` that this scheduler's jobs advanced (a run's loaded session
+        does not see them: its gate asks here, so that it does not queue jobs they cover)."""
+        return dict(self._advanced.get((key.app, key.session_id), {}))
 
     async def enqueue(self, job: SummaryJob) -> None:
         session = (job.key.app, job.key.session_id)
@@ -1650,6 +1701,11 @@ class InProcessSummaryScheduler:
                     logger.debug("summary job for session %s failed", job.key.session_id, exc_info=True)
                     continue
                 self.outcomes = [*self.outcomes[-49:], outcome]
+                if outcome.summaries():
+                    self._advanced.setdefault(session, {}).update(outcome.summaries())
+                    self._advanced.move_to_end(session)
+                    while len(self._advanced) > _ADVANCED_SESSIONS:
+                        self._advanced.popitem(last=False)
         finally:
             self._workers.pop(session, None)
             if not self._pending.get(session):

@@ -19,9 +19,11 @@ from sessions_app.core.session import Summary, SummaryBoundary
 from sessions_app.core.summary import (
     ContextThreshold,
     EventThreshold,
+    InProcessSummaryScheduler,
     SummaryBacklog,
     SummaryEngine,
     SummaryGate,
+    SummaryJob,
     SummaryRequest,
     SummaryResult,
     Tokenizer,
@@ -150,5 +152,26 @@ def test_a_job_the_gate_spares_would_have_found_nothing_to_do(raw: list[Event], 
                 assert all(not t.advanced for t in outcome.targets), (saved, outcome)
             # What a later run loads: the summaries as they now stand.
             session.summaries.update(outcome.summaries())
+
+    asyncio.run(play())
+
+
+def test_the_gate_asks_no_job_for_events_a_job_of_the_run_already_summarized() -> None:
+    async def play() -> None:
+        service = InMemorySessionService()
+        session = await service.create_session(app="app", user_id="alice")
+        checker = EventThreshold(events=3)
+        engine = SummaryEngine(summarizer=EchoSummarizer(), checker=checker, tokenizer=TIKTOKEN_COUNT)
+        scheduler = InProcessSummaryScheduler(engine, service)
+        gate = SummaryGate(checker=checker, tokenizer=TIKTOKEN_COUNT, cascade=False)
+        for n in range(5):
+            await service.append_event(session, Event(author="agent", filter_key="app", message=Message(role="assistant", content=f"fact {n}")))
+        assert gate.due(session, "app")
+        await scheduler.enqueue(SummaryJob(key=session.key, filter_key="app", last_seq=session.last_seq))
+        await scheduler.join()
+        advanced = scheduler.advanced_summaries(session.key)
+        assert advanced["app"].last_seq == 5 and "app" not in session.summaries  # the run's session: as loaded
+        assert not gate.due(session, "app", summaries=advanced)
+        assert gate.due(session, "app")  # without them, the loaded view still counts five events
 
     asyncio.run(play())
