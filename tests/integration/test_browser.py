@@ -78,6 +78,9 @@ def slow_server(
         "OPENAI_BASE_URL": scripted_model.base_url,
         "OPENAI_API_KEY": "test-key",
         "AGENTSITE_MODEL_MAX_RETRIES": "0",
+        # The scripted model answers requests in order and this test scripts only the chat turns:
+        # a memory extraction after the first run would take the second turn's answer.
+        "AGENTSITE_MEMORY_AUTO": "0",
     }
     with live_daphne(tmp_path, env=env) as live:
         yield live
