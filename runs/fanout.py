@@ -1,10 +1,13 @@
-"""Runs and the channel layer: event fan-out per session, and cancel across processes.
+"""Runs and the channel layer: event fan-out per session; cancel and steering across processes.
 
 Every emitted event of a run goes to the session's group, so each socket or stream
 watching that session (in any process) sees it; the message names the run's user, and a
 socket relays only its own user's (a session id a client chose can change hands when its
 session is deleted). A cancel that reaches a process that does not own the run is
-broadcast on a control group; the owning process acts on it. Deleting a session and
+broadcast on a control group; the owning process acts on it. A message queued for a run
+of another process (SPEC 1.5) goes the same way, with a reply channel: the owner alone
+queues it (once: it carries its id) and answers, so the sender learns the outcome (queued,
+queue full, run ended). Deleting a session and
 revoking a user's credentials reach the sockets through the session's and the user's
 groups (`runs/receivers.py`).
 """
@@ -17,6 +20,7 @@ import hashlib
 import logging
 import re
 import time
+from datetime import datetime
 from typing import Any
 
 from channels import DEFAULT_CHANNEL_LAYER
@@ -24,13 +28,19 @@ from channels.layers import BaseChannelLayer, InMemoryChannelLayer, channel_laye
 
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
-from sessions_app.core.events import Event
+from runs.core.steering import QueuedMessage, QueueFullError, RunNotActiveError, SteeringError
+from sessions_app.core.events import Event, Message, new_id
 
 logger = logging.getLogger(__name__)
 
 CONTROL_GROUP = "agentsite.runs.control"
 EVENT_MESSAGE = "run.event"
 CANCEL_MESSAGE = "run.cancel"
+STEER_MESSAGE = "run.steer"
+STEER_WITHDRAW_MESSAGE = "run.steer.withdraw"
+STEER_REPLY_MESSAGE = "run.steer.reply"
+STEER_REPLY_S = 2.0
+"""How long a process waits for the owner of a run to answer a steering request."""
 SESSION_DELETED_MESSAGE = "session.deleted"
 REVOKED_MESSAGE = "socket.revoked"
 _GROUP_SAFE = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
@@ -102,12 +112,104 @@ async def request_cancel(runner: Runner, run_id: str) -> bool:
     return False
 
 
+class RunUnreachableError(SteeringError):
+    """The run is live in the database but no process answered for it (its owner died or
+    the channel layer is down)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is running, but the process that runs it did not answer")
+        self.run_id = run_id
+
+
+async def request_enqueue(
+    runner: Runner, run_id: str, message: str, *, message_id: str | None = None,
+    layer: BaseChannelLayer | None = None, timeout_s: float = STEER_REPLY_S,
+) -> QueuedMessage:
+    """Queue `message` for the run, here if it is ours, else on the process that owns it.
+
+    Raises what `Runner.enqueue_message` raises (on either side), and `RunUnreachableError`
+    when no process answered within `timeout_s`."""
+    message_id = message_id or new_id()
+    if not _elsewhere(runner, run_id):
+        return runner.enqueue_message(run_id, message, message_id=message_id)
+    reply = await _ask_owner(run_id, {"type": STEER_MESSAGE, "run_id": run_id, "message": message, "id": message_id},
+                             layer=layer, timeout_s=timeout_s)
+    data = reply["queued"]
+    return QueuedMessage(id=data["id"], message=Message(role="user", content=data["message"]),
+                         queued_at=datetime.fromisoformat(data["queued_at"]))
+
+
+async def request_withdraw(
+    runner: Runner, run_id: str, *, layer: BaseChannelLayer | None = None, timeout_s: float = STEER_REPLY_S,
+) -> list[QueuedMessage]:
+    """Withdraw the run's queued messages, here or on the process that owns it."""
+    if not _elsewhere(runner, run_id):
+        return runner.cancel_queued(run_id)
+    reply = await _ask_owner(run_id, {"type": STEER_WITHDRAW_MESSAGE, "run_id": run_id}, layer=layer, timeout_s=timeout_s)
+    return [
+        QueuedMessage(id=d["id"], message=Message(role="user", content=d["message"]),
+                      queued_at=datetime.fromisoformat(d["queued_at"]))
+        for d in reply["dropped"]
+    ]
+
+
+def _elsewhere(runner: Runner, run_id: str) -> bool:
+    """Whether the run may be another process's (it is not one this runner has)."""
+    return run_id not in runner.active_run_ids()
+
+
+async def _ask_owner(run_id: str, request: dict[str, Any], *, layer: BaseChannelLayer | None, timeout_s: float) -> dict[str, Any]:
+    """Broadcast a steering request on the control group and wait for the owner's answer."""
+    layer = layer or get_channel_layer()
+    if layer is None or (isinstance(layer, InMemoryChannelLayer) and not getattr(layer, "groups", {}).get(CONTROL_GROUP)):
+        # No other process can hear us (no layer; an in-memory one nobody listens on).
+        raise RunNotActiveError(run_id)
+    channel = await layer.new_channel("runs.steer.reply.")
+    await layer.group_send(CONTROL_GROUP, {**request, "reply_to": channel})
+    try:
+        reply: dict[str, Any] = await asyncio.wait_for(layer.receive(channel), timeout_s)
+    except TimeoutError:
+        raise RunUnreachableError(run_id) from None
+    if reply.get("ok"):
+        return reply
+    if reply.get("error") == "queue_full":
+        raise QueueFullError(run_id, limit=int(reply.get("limit") or 0))
+    if reply.get("error") == "not_active":
+        raise RunNotActiveError(run_id)
+    raise SteeringError(str(reply.get("message") or "the run refused the message"))
+
+
+async def _answer_steering(runner: Runner, layer: BaseChannelLayer, message: dict[str, Any]) -> None:
+    """The owner's side of `request_enqueue` / `request_withdraw`; silent for others' runs."""
+    run_id, reply_to = message.get("run_id"), message.get("reply_to")
+    if not isinstance(run_id, str) or not isinstance(reply_to, str) or run_id not in runner.active_run_ids():
+        return
+    reply: dict[str, Any] = {"type": STEER_REPLY_MESSAGE, "ok": True}
+    try:
+        if message.get("type") == STEER_MESSAGE:
+            queued = runner.enqueue_message(run_id, str(message.get("message") or ""), message_id=message.get("id"))
+            reply["queued"] = queued.to_dict()
+        else:
+            reply["dropped"] = [item.to_dict() for item in runner.cancel_queued(run_id)]
+    except QueueFullError as exc:
+        reply = {"type": STEER_REPLY_MESSAGE, "ok": False, "error": "queue_full", "limit": exc.limit}
+    except RunNotActiveError:
+        reply = {"type": STEER_REPLY_MESSAGE, "ok": False, "error": "not_active"}
+    except Exception as exc:  # an empty message (UsageError), or a bug: the sender hears why
+        reply = {"type": STEER_REPLY_MESSAGE, "ok": False, "error": "invalid", "message": str(exc)}
+    try:
+        await layer.send(reply_to, reply)
+    except Exception:
+        logger.warning("run %s: could not answer a steering request", run_id, exc_info=True)
+
+
 CLEANUP_S = 0.5
 """How long a closing cancel listener waits for the channel layer to forget its channel."""
 
 
 async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None = None) -> None:
-    """Act on cancels broadcast by other processes, for as long as the runner lives.
+    """Act on cancels and steering requests broadcast by other processes, for as long as
+    the runner lives.
 
     It listens on a layer instance of its own: a channel layer lets only one event loop
     receive at a time, and the process's shared instance also serves consumers that may run
@@ -136,3 +238,5 @@ async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None =
         if message.get("type") == CANCEL_MESSAGE and isinstance(message.get("run_id"), str):
             if runner.cancel(message["run_id"]):
                 logger.info("run %s cancelled on request from another process", message["run_id"])
+        elif message.get("type") in (STEER_MESSAGE, STEER_WITHDRAW_MESSAGE):
+            await _answer_steering(runner, layer, message)

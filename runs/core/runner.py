@@ -23,6 +23,18 @@ from runs.core.context.seeding import seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
+from runs.core.steering import (
+    CARRIED,
+    CARRIED_IDS,
+    DEFAULT_MAX_QUEUED,
+    DROPPED,
+    QUEUED,
+    QUEUED_ID,
+    STEERING_SERVICE,
+    QueuedMessage,
+    RunNotActiveError,
+    SteeringQueue,
+)
 from runs.core.steps import take_mark
 from sessions_app.core.events import (
     NO_MODEL_CALL,
@@ -85,6 +97,11 @@ class RunHandle:
     agent: Agent | None = None
     task: asyncio.Task[RunRecord] | None = None
     listeners: list[EventListener] = field(default_factory=list, repr=False)
+    steering: SteeringQueue | None = field(default=None, repr=False)
+    # Queued messages a cancel dropped (reported on the completion event), and those still
+    # queued at the end that open the next run (SPEC 1.5).
+    _dropped: list[QueuedMessage] = field(default_factory=list, repr=False)
+    _carried: list[QueuedMessage] = field(default_factory=list, repr=False)
     _queue: asyncio.Queue[Event | None] | None = field(default=None, repr=False)
     _summary_gate: SummaryGate | None = field(default=None, repr=False)
 
@@ -140,6 +157,7 @@ class Runner:
         post_run: Sequence[PostRunHook] = (),
         admission: Admission | None = None,
         max_events_per_run: int = 0,
+        max_queued_messages: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         self.app = app
         self.owner = owner
@@ -166,10 +184,15 @@ class Runner:
         self.admission = admission
         # Ledger events one run may write (0: no limit); a looping agent stops, failed.
         self.max_events_per_run = max_events_per_run
+        # Messages one run may hold queued for its next model step (SPEC 1.5).
+        self.max_queued_messages = max_queued_messages
         self._active: dict[str, _Registered] = {}
         self._active_requests: set[tuple[str, str]] = set()  # (user id, request id)
         self._starting: set[str] = set()  # run ids registered whose user message is not saved yet
         self._background: set[asyncio.Task[Any]] = set()
+        # The steering queue of each run from its registration to its end (also while it
+        # starts: a message sent then is taken before the first model step).
+        self._steering: dict[str, SteeringQueue] = {}
 
     # -- public API -----------------------------------------------------------------------
 
@@ -193,6 +216,7 @@ class Runner:
         listeners: Sequence[EventListener] = (),
         seed: Sequence[Message] = (),
         tool_results: Sequence[Message] = (),
+        turn_extensions: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Prepare and launch a run; returns once the user message is in the ledger.
 
@@ -204,6 +228,9 @@ class Runner:
         Raises `UsageError` (empty message, unknown agent, duplicate request id, a tool
         result that answers no pending call) and `SessionNotFoundError` (a session id that
         belongs to someone else).
+
+        `turn_extensions` go on the user message's ledger event (the runner marks a queued
+        message that opens the next run with them).
         """
         turn = _current_turn(message, tool_results)
         msg = turn[-1]
@@ -220,9 +247,11 @@ class Runner:
                 turn = _answer_pending_calls(session, turn)
             # 2. choose the agent: the request's, else the session's, else the default
             chosen = self.agent(agent or session.agent or None)
+            run_id = new_id()
+            steering = SteeringQueue(run_id=run_id, limit=self.max_queued_messages)
             invocation = Invocation(
                 invocation_id=new_id(),
-                run_id=new_id(),
+                run_id=run_id,
                 request_id=request_id,
                 app=self.app,
                 agent_name=chosen.name,
@@ -233,16 +262,17 @@ class Runner:
                 message=msg,
                 options=options,
                 cancel_event=asyncio.Event(),
-                services=self.services,
+                services={**self.services, STEERING_SERVICE: steering},
             )
             # 3. register the run; a request id may run once per user
             record = await self._register(invocation, user_id=user_id, agent=chosen.name)
+            self._steering[record.id] = steering
         except BaseException:
             if created:
                 # A refused start leaves no session behind (a duplicate request id, a bad agent).
                 await self._drop_session(session)
             raise
-        handle = RunHandle(record=record, invocation=invocation, agent=chosen)
+        handle = RunHandle(record=record, invocation=invocation, agent=chosen, steering=steering)
         try:
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
@@ -254,7 +284,7 @@ class Runner:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (
                     Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current)
-                    if current.role == "tool" else Event(author="user", message=current)
+                    if current.role == "tool" else Event(author="user", message=current, extensions=dict(turn_extensions or {}))
                 )
                 opening.append(invocation.stamp(turn_event))
             # One transaction: a seeded history is in the ledger with its turn or not at all.
@@ -290,10 +320,42 @@ class Runner:
             # Cancelling the task again could interrupt its completion path.
             return True
         registered.cancel_requested = True
+        queue = registered.handle.steering
+        if queue is not None:
+            # Closed now, not when the run ends: nothing queued is taken after the cancel.
+            registered.handle._dropped.extend(queue.close())
         task = registered.handle.task
         registered.loop.call_soon_threadsafe(registered.handle.invocation.cancel_event.set)
         registered.loop.call_soon_threadsafe(task.cancel)
         return True
+
+    def enqueue_message(self, run_id: str, message: str | Message, *, message_id: str | None = None) -> QueuedMessage:
+        """Queue a user message for a run of this process (SPEC 1.5); the LLM flow takes it
+        before the run's next model step. Thread-safe.
+
+        Raises `UsageError` for an empty or non-user message, `RunNotActiveError` when the
+        run is not going here (unknown, ended, cancelled) and `QueueFullError` when it holds
+        `max_queued_messages` already. The same `message_id` twice queues the message once.
+        """
+        normalized = _normalize_message(message)
+        queue = self._steering.get(run_id)
+        registered = self._active.get(run_id)
+        if queue is None or (registered is not None and registered.cancel_requested):
+            raise RunNotActiveError(run_id)
+        return queue.put(normalized, message_id=message_id)
+
+    def cancel_queued(self, run_id: str) -> list[QueuedMessage]:
+        """Withdraw the messages queued for a run of this process, oldest first; the run
+        goes on. `RunNotActiveError` when the run is not going here. Thread-safe."""
+        queue = self._steering.get(run_id)
+        if queue is None:
+            raise RunNotActiveError(run_id)
+        return queue.withdraw()
+
+    def queued_messages(self, run_id: str) -> list[QueuedMessage]:
+        """The messages queued for a run of this process (empty when none or not here)."""
+        queue = self._steering.get(run_id)
+        return queue.pending() if queue is not None else []
 
     async def status(self, run_id: str) -> RunRecord | None:
         """The live record of a run in this process, else the stored one."""
@@ -600,6 +662,8 @@ class Runner:
     ) -> RunRecord:
         """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
         await self._record_end(handle, status, error, held=held, persisted=persisted)
+        if handle._carried:
+            await self._follow_up(handle, handle._carried)
         # Post-run jobs (SPEC 1.9 step 6): after the completion is saved and delivered, so
         # they never delay a reader; a failing hook is logged and the run's outcome stands.
         # The run stays registered meanwhile, so that `close` waits for its hooks; a cancel
@@ -619,6 +683,46 @@ class Runner:
             self._active.pop(handle.run_id, None)
         return handle.record
 
+    async def _follow_up(self, handle: RunHandle, carried: Sequence[QueuedMessage]) -> None:
+        """SPEC 1.5: messages still queued when a run ended open the next run of its
+        session, in order: the first is its user message, the rest are queued on it and
+        taken before its first model step."""
+        record = handle.record
+        first, *rest = carried
+        try:
+            follow = await self.start(
+                user_id=record.user_id, message=first.message, session_id=record.session_id, agent=record.agent,
+                options=handle.invocation.options,
+                turn_extensions={QUEUED: CARRIED, QUEUED_ID: first.id, "follows_run": record.id},
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("run %s: the queued messages %s could not open the next run", handle.run_id,
+                             [item.id for item in carried])
+            return
+        # The new run's task has not run yet (nothing was awaited since its start): these
+        # are queued before its first step.
+        assert follow.steering is not None
+        for item in rest:
+            follow.steering.put(item.message, message_id=item.id)
+
+    def _close_steering(self, handle: RunHandle, status: RunStatusName) -> dict[str, Any]:
+        """Close the run's queue; what it held is dropped after a cancel (or a start that
+        failed), else carried into the next run. The completion event's extensions say which."""
+        queue = self._steering.pop(handle.run_id, None)
+        left = queue.close() if queue is not None else []
+        if status == "cancelled" or handle.task is None:
+            handle._dropped.extend(left)
+        else:
+            handle._carried.extend(left)
+        extensions: dict[str, Any] = {}
+        if handle._dropped:
+            extensions[DROPPED] = [item.to_dict() for item in handle._dropped]
+        if handle._carried:
+            extensions[CARRIED_IDS] = [item.id for item in handle._carried]
+        return extensions
+
     async def _record_end(
         self, handle: RunHandle, status: RunStatusName, error: EventError | None,
         *, held: Sequence[Event] = (), persisted: set[str] | None = None,
@@ -631,7 +735,7 @@ class Runner:
             object=OBJECT_RUNNER_COMPLETION,
             done=True,
             error=error,
-            extensions={"run_id": handle.run_id, "status": status},
+            extensions={"run_id": handle.run_id, "status": status, **self._close_steering(handle, status)},
         ))
         # The completion marker is part of the ledger: it tells a reader (and a reaper)
         # that the run ended, and how. After a cancel it must be out

@@ -16,6 +16,7 @@ from runs.core.errors import ModelError, TransientModelError
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelResponse
+from runs.core.steering import consume_queued
 from runs.core.steps import continued, ending
 from runs.core.tools.base import Tool
 from sessions_app.core.events import (
@@ -214,6 +215,8 @@ class LLMAgent:
         if pinned is not None:
             yield pinned
         for step in range(max_steps):
+            async for queued in consume_queued(invocation):  # SPEC 1.5: steering, between model steps
+                yield queued
             built = await self._request(invocation, step, instruction, specs)
             request = built.request
             message_id = new_id()
