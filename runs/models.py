@@ -35,6 +35,7 @@ class Run(models.Model):
     tool_calls = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    output = models.JSONField(null=True, blank=True, help_text="the validated structured answer (output schema)")
 
     class Meta:
         ordering = ["-created_at"]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sessions_app.core.events import Event, Message
 from sessions_app.core.session import Session, SessionService
+
+if TYPE_CHECKING:
+    from runs.core.output import OutputSpec
 
 SPAWN_SERVICE = "spawn"
 """`Invocation.services[SPAWN_SERVICE]`: `spawn(coroutine, name=...)` starts a task the Runner
@@ -23,6 +26,8 @@ class RunOptions:
     instruction: str | None = None
     history_event_limit: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Issue 20: the final answer must be JSON of this spec (overrides the agent's own).
+    output: OutputSpec | None = None
 
 
 @dataclass(kw_only=True)

@@ -36,6 +36,8 @@ class RunRecord:
     tool_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Issue 20: the validated structured answer (a JSON value) of a run with an output schema.
+    output: Any = None
 
     @property
     def finished(self) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runs.core.callbacks import NO_CALLBACKS, Callbacks, ToolCallContext, run_after_tool, run_before_tool, with_changes
 from runs.core.errors import StopAgent
 from runs.core.invocation import Invocation
 from runs.core.tools.base import Tool, ToolArgumentError, ToolContext
@@ -26,7 +28,9 @@ def _error_payload(message: str) -> str:
     return json.dumps({"error": message}, ensure_ascii=False)
 
 
-async def _call_one(invocation: Invocation, call: ToolCall, tools: Mapping[str, Tool]) -> tuple[Event, StopAgent | None]:
+async def _call_one(
+    invocation: Invocation, call: ToolCall, tools: Mapping[str, Tool], callbacks: Callbacks = NO_CALLBACKS,
+) -> tuple[Event, StopAgent | None]:
     context = ToolContext(
         session=invocation.session,
         invocation_id=invocation.invocation_id,
@@ -38,7 +42,19 @@ async def _call_one(invocation: Invocation, call: ToolCall, tools: Mapping[str, 
     failed = True
     stop: StopAgent | None = None
     tool = tools.get(call.name)
-    if tool is None:
+    # Issue 20, item 4: before_tool may change the call, veto it or answer it itself.
+    hook = ToolCallContext(invocation=invocation, tool=tool)
+    gate = await run_before_tool(callbacks, hook, call) if callbacks.before_tool else None
+    if gate is not None:
+        # The result answers the model's call: a replaced call keeps its id.
+        call = dataclasses.replace(gate.call, id=call.id)
+        tool = tools.get(call.name)
+    if gate is not None and gate.veto is not None:
+        content = _error_payload(f"vetoed: {gate.veto.reason}")
+    elif gate is not None and gate.answer is not None:
+        content = gate.answer.content
+        failed = False
+    elif tool is None:
         content = _error_payload(f"unknown tool {call.name!r}; available tools: {sorted(tools)!r}")
     else:
         try:
@@ -57,6 +73,10 @@ async def _call_one(invocation: Invocation, call: ToolCall, tools: Mapping[str, 
         except Exception as exc:  # a tool's failure is information for the model, not a crash
             logger.info("tool %s failed: %r", call.name, exc)
             content = _error_payload(f"{type(exc).__name__}: {exc}")
+    changes = gate.changes if gate is not None else []
+    if callbacks.after_tool:
+        content, after = await run_after_tool(callbacks, hook, call, content)
+        changes = [*changes, *after]
     event = Event(
         author=invocation.agent_name,
         object=OBJECT_TOOL_RESPONSE,
@@ -64,7 +84,7 @@ async def _call_one(invocation: Invocation, call: ToolCall, tools: Mapping[str, 
         state_delta=dict(context.state_delta),
         extensions={**context.extensions, **({"tool_error": True} if failed else {})},
     )
-    return invocation.stamp(event), stop
+    return invocation.stamp(with_changes(event, changes)), stop
 
 
 async def execute_tool_calls(
@@ -73,12 +93,14 @@ async def execute_tool_calls(
     tools: Mapping[str, Tool],
     *,
     parallel: bool,
+    callbacks: Callbacks = NO_CALLBACKS,
 ) -> tuple[list[Event], StopAgent | None]:
     """Run the calls (concurrently when `parallel`) and return their results in call order,
-    plus the first `StopAgent` a tool raised, if any."""
+    plus the first `StopAgent` a tool raised, if any. `callbacks`' before_tool and
+    after_tool run around each call (runs.core.callbacks)."""
     if parallel and len(calls) > 1:
-        outcomes = await asyncio.gather(*(_call_one(invocation, c, tools) for c in calls))
+        outcomes = await asyncio.gather(*(_call_one(invocation, c, tools, callbacks) for c in calls))
     else:
-        outcomes = [await _call_one(invocation, c, tools) for c in calls]
+        outcomes = [await _call_one(invocation, c, tools, callbacks) for c in calls]
     stop = next((s for _, s in outcomes if s is not None), None)
     return [event for event, _ in outcomes], stop

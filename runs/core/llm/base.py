@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sessions_app.core.events import Message, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from runs.core.output import OutputSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +35,8 @@ class ModelRequest:
     stream: bool = True
     temperature: float | None = None
     max_tokens: int | None = None
+    # Issue 20: the answer must be JSON of this spec; providers that can, constrain it.
+    output: OutputSpec | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,10 @@ It is not a language model and never says it is one. It lets every path of the p
   `requires_one_of`): never a call with required arguments missing.
 - Answer: once the turn's tool results are in (or nothing fits), it writes a text answer:
   a digest of each result (status, problems, dates, counts, first items) and a short
-  conclusion, streamed word by word, and says the offline planner composed it.
+  conclusion, streamed word by word, and says the offline planner composed it. When the
+  request asks for structured output (issue 20), the answer is instead a valid JSON value
+  of the schema (`runs.core.output.minimal_instance`): its strings carry the conclusion,
+  its numbers the count of tool results; a JSON object answer is `{"answer": ...}`.
 - Summarise: `summarize(text, budget_tokens)` keeps the sentences that carry the most
   entities, numbers, decisions and errors, in their original order, within the budget.
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
+from runs.core.output import OutputSpec, minimal_instance
 from runs.core.tokens import count_messages, count_text
 from sessions_app.core.events import Message, ToolCall, Usage
 from sessions_app.core.text import stem
@@ -743,7 +747,7 @@ class OfflineModel:
             )
         results = _turn_results(after_user)
         if results:
-            return Message(role="assistant", content=_compose_answer(results))
+            return self._answer(request.output, _compose_answer(results), len(results))
         calls, blocked = plan_tool_calls(user_text, request.tools) if request.tools else ([], [])
         if calls:
             first = sum(len(m.tool_calls) for m in request.messages) + 1
@@ -755,7 +759,21 @@ class OfflineModel:
                 )
                 for i, plan in enumerate(calls)
             ))
-        return Message(role="assistant", content=_compose_no_tool_answer(request.tools, blocked))
+        return self._answer(request.output, _compose_no_tool_answer(request.tools, blocked), 0)
+
+    @staticmethod
+    def _answer(output: OutputSpec | None, text: str, count: int) -> Message:
+        """The text answer, or, when the request wants structured output, a valid JSON value
+        carrying its conclusion (the line that says what the findings mean)."""
+        if output is None:
+            return Message(role="assistant", content=text)
+        lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() != SIGNATURE]
+        gist = next((line for line in lines if line.startswith("Conclusion:")), lines[0] if lines else "")
+        if output.kind == "json_object" or output.schema is None:
+            value: Any = {"answer": gist}
+        else:
+            value = minimal_instance(output.schema, text=gist, count=count)
+        return Message(role="assistant", content=json.dumps(value, ensure_ascii=False))
 
     async def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
         message = self.respond(request)

@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import openai
@@ -24,9 +24,13 @@ from openai import AsyncOpenAI
 from runs.core.errors import ModelError, TransientModelError
 from runs.core.llm.base import FinalResponseBuilder, ModelInfo, ModelRequest, ModelResponse, ToolSpec
 from runs.core.llm.catalog import context_window_for
+from runs.core.output import OutputSpec
 from sessions_app.core.events import Message, ToolCall, Usage
 
 logger = logging.getLogger(__name__)
+
+RequestFilter = Callable[[ModelRequest], ModelRequest]
+"""Rewrites every request before it goes upstream (the demo's redactor: runs.core.callbacks)."""
 
 # Stands in for a missing key: local OpenAI-compatible servers need none, and an absent key
 # must not make the SDK read OPENAI_API_KEY behind the settings' back (only `agentsite/`
@@ -63,6 +67,8 @@ class OpenAIModel:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 8,
         client: AsyncOpenAI | None = None,
+        request_filters: Sequence[RequestFilter] = (),
+        structured_output: bool = True,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
@@ -75,6 +81,11 @@ class OpenAIModel:
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        # Applied to every request this model sends, whoever built it (an agent step, a
+        # summary, a memory extraction): the one place that sees all upstream traffic.
+        self.request_filters = tuple(request_filters)
+        # Whether the endpoint takes `response_format`; without it the schema goes as words.
+        self.structured_output = structured_output
         self._owns_client = client is None
         self._client = client or AsyncOpenAI(
             api_key=api_key or _NO_API_KEY,
@@ -106,6 +117,8 @@ class OpenAIModel:
         choice, and `TransientModelError` when a transient failure outlives the retries or
         breaks a stream that had already yielded text.
         """
+        for request_filter in self.request_filters:
+            request = request_filter(request)
         params = self._request_params(request)
         attempts = self.max_retries + 1
         for attempt in range(1, attempts + 1):
@@ -258,6 +271,11 @@ class OpenAIModel:
         if request.max_tokens is not None:
             key = "max_completion_tokens" if self.model.startswith(_MAX_COMPLETION_TOKENS_PREFIXES) else "max_tokens"
             params[key] = request.max_tokens
+        if request.output is not None:
+            if self.structured_output:
+                params["response_format"] = to_openai_response_format(request.output)
+            else:
+                params["messages"].append({"role": "system", "content": request.output.instruction()})
         return params
 
     # -- failures -------------------------------------------------------------------------
@@ -310,6 +328,16 @@ def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)},
+    }
+
+
+def to_openai_response_format(output: OutputSpec) -> dict[str, Any]:
+    """An output spec as OpenAI's `response_format` (`json_object`, or `json_schema` with `strict`)."""
+    if output.kind == "json_object" or output.schema is None:
+        return {"type": "json_object"}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": output.name, "schema": dict(output.schema), "strict": output.strict},
     }
 
 
@@ -381,4 +409,4 @@ def _retry_after_s(exc: openai.APIError) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-__all__ = ["OpenAIModel", "to_openai_message", "to_openai_tool"]
+__all__ = ["OpenAIModel", "RequestFilter", "to_openai_message", "to_openai_response_format", "to_openai_tool"]
