@@ -21,6 +21,7 @@ from typing import Any
 
 from runs.core.agents.base import Agent
 from runs.core.invocation import Invocation
+from runs.core.routing import asks_user, routed_child
 from sessions_app.core.events import OBJECT_TOOL_RESPONSE, Event
 
 OBJECT_PARALLEL_RESULTS = "parallel.results"
@@ -116,7 +117,12 @@ class EventMux:
 
 
 class ChainAgent:
-    """Run the sub-agents one after another; stop at the first error event."""
+    """Run the sub-agents one after another; stop at the first error event, or after a
+    child that asks the user (it recorded an await-user-reply route).
+
+    A run that follows a route to one of the children (`runs.core.routing`) starts at
+    that child: the ones before it already ran in the turn that asked.
+    """
 
     kind = "chain"
 
@@ -131,15 +137,24 @@ class ChainAgent:
     def model_name(self) -> str | None:
         return next((a.model_name for a in self.agents if a.model_name), None)
 
+    @property
+    def sub_agents(self) -> list[Agent]:
+        return self.agents
+
     async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
-        for agent in self.agents:
+        start = routed_child(invocation, self.agents) or 0
+        for agent in self.agents[start:]:
             if invocation.cancel_event.is_set():
                 return
+            asked = False
             async with contextlib.aclosing(agent.run(child_invocation(invocation, agent))) as events:
                 async for event in events:
                     yield event
                     if event.is_error:
                         return  # SPEC 11.3: the first error ends the chain
+                    asked = asked or asks_user(event)
+            if asked:
+                return  # the child waits for the user: the reply continues the chain there
 
 
 # -- parallel -------------------------------------------------------------------------------
@@ -148,7 +163,10 @@ class ChainAgent:
 class ParallelAgent:
     """Run the sub-agents at once, each on its own branch and filter key; their events
     interleave as they come. When all have finished, one `parallel.results` event lists
-    each branch's final answer (or error) in the order the agents were given."""
+    each branch's final answer (or error) in the order the agents were given.
+
+    A run that follows a route into one branch runs only that branch (the others
+    answered in the turn that asked)."""
 
     kind = "parallel"
 
@@ -166,10 +184,16 @@ class ParallelAgent:
     def model_name(self) -> str | None:
         return next((a.model_name for a in self.agents if a.model_name), None)
 
+    @property
+    def sub_agents(self) -> list[Agent]:
+        return self.agents
+
     async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
         mux = EventMux()
         results: dict[str, dict[str, Any]] = {}
-        children = {a.name: child_invocation(invocation, a, filter_key=f"{invocation.filter_key or self.name}/{a.name}") for a in self.agents}
+        routed = routed_child(invocation, self.agents)
+        running = self.agents if routed is None else [self.agents[routed]]
+        children = {a.name: child_invocation(invocation, a, filter_key=f"{invocation.filter_key or self.name}/{a.name}") for a in running}
 
         def branch(agent: Agent) -> Callable[[], Any]:
             async def work() -> dict[str, Any]:
@@ -185,7 +209,7 @@ class ParallelAgent:
 
             return work
 
-        for agent in self.agents:
+        for agent in running:
             mux.start(agent.name, branch(agent))
         async with contextlib.aclosing(mux.drain()) as items:
             async for item in items:
@@ -197,7 +221,7 @@ class ParallelAgent:
                 yield item
         yield invocation.stamp(Event(
             author=self.name, object=OBJECT_PARALLEL_RESULTS, done=True,
-            extensions={"results": [results[a.name] for a in self.agents]},
+            extensions={"results": [results[a.name] for a in running]},
         ))
 
 
@@ -214,7 +238,9 @@ class CycleAgent:
     iterations run out.
 
     The escalation check (SPEC 11.3) looks only at error events, tool results and final
-    responses: `should_stop(event)`, by default an error or `extensions["escalate"]`.
+    responses: `should_stop(event)`, by default an error or `extensions["escalate"]`. A
+    child that asks the user ends the loop too; a run that follows a route to a child
+    starts its first iteration at that child.
     """
 
     kind = "cycle"
@@ -242,14 +268,23 @@ class CycleAgent:
     def model_name(self) -> str | None:
         return next((a.model_name for a in self.agents if a.model_name), None)
 
+    @property
+    def sub_agents(self) -> list[Agent]:
+        return self.agents
+
     async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
-        for _ in range(self.max_iterations):
-            for agent in self.agents:
+        start = routed_child(invocation, self.agents) or 0
+        for iteration in range(self.max_iterations):
+            for agent in self.agents[start if iteration == 0 else 0:]:
                 if invocation.cancel_event.is_set():
                     return
+                asked = False
                 async with contextlib.aclosing(agent.run(child_invocation(invocation, agent))) as events:
                     async for event in events:
                         yield event
                         checked = event.is_error or event.object == OBJECT_TOOL_RESPONSE or event.is_final_response
                         if checked and self.should_stop(event):
                             return
+                        asked = asked or asks_user(event)
+                if asked:
+                    return

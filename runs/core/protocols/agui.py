@@ -15,6 +15,7 @@ turns each `Event` of a session into `ag_ui.core` events:
 | `graph.node.start` / `graph.node.complete` | STEP_STARTED / STEP_FINISHED named after the node, `metadata.graph` = {graph, node, kind, step} |
 | `graph.state.update` | STATE_DELTA of the graph state's changed fields (JSON Patch `add`/`replace`, as above) |
 | `graph.interrupt` | its question as an assistant text message, STEP_FINISHED of the paused node, CUSTOM `agentsite.graph.interrupt` (runId, interruptId, node, payload, checkpointId) |
+| `agent.transfer` | its line ("Transferring control to agent: X") as an assistant text message, then CUSTOM `agentsite.agent.transfer` ({from, to, branch, message?}: the branches of the agent handing over and of the target) |
 | `runner.completion` | close open streams and steps; RUN_FINISHED (cancelled: outcome `cancelled`; paused by a graph interrupt: outcome `interrupt` listing it); failed or interrupted: RUN_ERROR unless one was sent |
 | user message (only with `include_user_messages`) | TEXT_MESSAGE_START/CONTENT/END, role `user`, messageId = event id |
 
@@ -69,6 +70,7 @@ from runs.core.agents.graph.events import (
     graph_info,
 )
 from runs.core.agents.graph.executor import interrupt_text
+from runs.core.tools.transfer import OBJECT_TRANSFER, TRANSFER_EXTENSION
 from sessions_app.core.events import Event, Message
 from sessions_app.core.events import ToolCall as LedgerToolCall
 
@@ -78,6 +80,8 @@ ARTIFACT_EVENT = "agentsite.artifact"
 """CUSTOM event name for an event that carries `extensions["artifact"]`."""
 GRAPH_INTERRUPT_EVENT = "agentsite.graph.interrupt"
 """CUSTOM event name of a graph run pausing for a human (answer: `POST /api/runs/<id>/resume/`)."""
+TRANSFER_EVENT = "agentsite.agent.transfer"
+"""CUSTOM event name of an agent handing the turn to a sub-agent (SPEC 11.2 `transfer_to_agent`)."""
 
 
 def json_pointer_token(key: str) -> str:
@@ -183,6 +187,8 @@ class AguiTranslator:
             out.extend(self._assistant(run, event))
         if info is not None and event.object == OBJECT_INTERRUPT:
             out.extend(self._graph_interrupt(run, event, info))
+        if event.object == OBJECT_TRANSFER and isinstance(transfer := event.extensions.get(TRANSFER_EXTENSION), Mapping):
+            out.append(CustomEvent(name=TRANSFER_EVENT, value=dict(transfer)))
         if event.state_delta and not state_done:
             out.extend(self._state_delta(event.state_delta))
         # One CUSTOM event per saved file: `artifacts` when a tool saved several (a workspace

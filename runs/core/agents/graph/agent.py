@@ -9,6 +9,11 @@ A paused run ends normally, with the question in the ledger and a checkpoint tha
 `resume_graph_run` answers it: it claims the checkpoint (one answer per pause), then starts
 a *new run* on the same session whose user message is the answer; that run continues the
 graph from the checkpoint, in whatever process serves it.
+
+With `await_user_reply=True` the pause also records an await-user-reply route to the
+graph (`runs.core.routing`), so the user's next message on the session answers it: that
+run follows the route to this graph, which resumes its checkpoint with the message as the
+value, as `resume_graph_run` would.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from typing import Any
 from runs.core.agents.graph.builder import CompiledGraph, StateGraph
 from runs.core.agents.graph.checkpoint import Checkpoint, CheckpointStore, PendingInterrupt
 from runs.core.agents.graph.errors import GraphRunError, NotWaitingError
+from runs.core.agents.graph.events import OBJECT_INTERRUPT, graph_info
 from runs.core.agents.graph.executor import Executor
 from runs.core.context.governance import ContextGovernance
 from runs.core.context.request import build_for_invocation
 from runs.core.errors import UsageError
 from runs.core.invocation import Invocation, RunOptions
 from runs.core.llm.base import Model
+from runs.core.routing import Route, is_route_target, route_delta
 from runs.core.runner import EventListener, RunHandle, Runner
 from sessions_app.core.events import OBJECT_ERROR, Event, EventError, new_id
 
@@ -57,8 +64,11 @@ class GraphAgent:
         input_key: str = "user_input",
         governance: ContextGovernance | None = None,
         model: Model | None = None,
+        await_user_reply: bool = False,
     ) -> None:
         self.name = name
+        # A pause routes the session's next user message back here (runs.core.routing).
+        self.await_user_reply = await_user_reply
         self.graph = graph.compile() if isinstance(graph, StateGraph) else graph
         self.description = description
         self.checkpoints = checkpoints
@@ -96,6 +106,10 @@ class GraphAgent:
         executor = Executor(self.graph, invocation=invocation, store=self.checkpoints)
         try:
             resume = invocation.options.metadata.get(RESUME_OPTION)
+            routed = is_route_target(invocation)
+            if not isinstance(resume, Mapping) and routed is not None and routed.checkpoint_id:
+                # The user's reply to this graph's question answers it.
+                resume = {"checkpoint_id": routed.checkpoint_id, "value": invocation.message.content}
             if isinstance(resume, Mapping):
                 checkpoint = await self._claimed_checkpoint(invocation, resume)
                 events = executor.resume(checkpoint, value=resume.get("value"), has_value="value" in resume)
@@ -103,13 +117,27 @@ class GraphAgent:
                 events = executor.start(self.initial_state(invocation))
             async with contextlib.aclosing(events) as stream:
                 async for event in stream:
-                    yield event
+                    yield self._routed(invocation, event)
         except GraphRunError as exc:
             yield invocation.stamp(Event(
                 author=self.name, object=OBJECT_ERROR, done=True,
                 error=EventError(type=exc.code, message=str(exc)),
                 extensions={"graph": {"graph": self.graph.name, "node": exc.node}} if exc.node else {},
             ))
+
+    def _routed(self, invocation: Invocation, event: Event) -> Event:
+        """`event`, recording a route back to this graph when it is the graph's own pause
+        (not a nested graph's) and routing is on."""
+        if not self.await_user_reply or event.object != OBJECT_INTERRUPT or event.branch != invocation.branch:
+            return event
+        info = graph_info(event)
+        if info is None or not info.checkpoint_id:
+            return event  # no checkpoint to resume: the reply could not answer it
+        route = Route(
+            path=invocation.branch, kind="graph_interrupt", run_id=invocation.run_id,
+            question=event.text, checkpoint_id=info.checkpoint_id,
+        )
+        return event.replace(state_delta={**event.state_delta, **route_delta(route)})
 
     async def _claimed_checkpoint(self, invocation: Invocation, resume: Mapping[str, Any]) -> Checkpoint:
         if self.checkpoints is None:

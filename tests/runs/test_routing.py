@@ -1,0 +1,233 @@
+"""Await-user-reply routing (SPEC 1.2 step 6, issue 19 item 2) through the Runner: an agent
+that asks the user gets the reply, a chain continues from the agent that asked, an explicit
+agent choice clears the route, a stale or invalid route is cleared and ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runs.core.agents.composite import ChainAgent, CycleAgent
+from runs.core.agents.graph import GraphAgent, InMemoryCheckpointStore, NodeContext, StateGraph, StateSchema
+from runs.core.agents.llm import LLMAgent
+from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from runs.core.routing import ROUTE_EXTENSION, ROUTE_STATE_KEY
+from runs.core.runner import Runner
+from sessions_app.core.events import Event
+from sessions_app.core.inmemory import InMemorySessionService
+from sessions_app.core.session import SessionKey
+
+APP = "t"
+
+
+def make_runner(agents: Sequence[Any], service: InMemorySessionService | None = None) -> tuple[Runner, InMemorySessionService]:
+    service = service or InMemorySessionService()
+    return Runner(app=APP, agents=agents, session_service=service), service
+
+
+async def turn(runner: Runner, message: str, **kwargs: Any) -> tuple[list[Event], Any]:
+    handle = await runner.start(user_id="alice", message=message, stream=True, **kwargs)
+    events = [e async for e in handle.events()]
+    return events, await handle.wait()
+
+
+async def state(service: InMemorySessionService, session_id: str) -> Mapping[str, Any]:
+    session = await service.get_session(SessionKey(app=APP, user_id="alice", session_id=session_id))
+    assert session is not None
+    return session.state
+
+
+async def route_notes(service: InMemorySessionService, session_id: str) -> list[Mapping[str, Any]]:
+    events = await service.list_events(SessionKey(app=APP, user_id="alice", session_id=session_id), limit=500)
+    return [e.extensions[ROUTE_EXTENSION] for e in events if ROUTE_EXTENSION in e.extensions]
+
+
+def answering(events: list[Event]) -> list[str]:
+    """The authors of the complete assistant messages (not tool calls) of a run, in order."""
+    return [e.author for e in events if e.message is not None and not e.partial and e.role == "assistant" and not e.is_tool_call]
+
+
+def pipeline() -> tuple[ChainAgent, ScriptedModel, ScriptedModel, ScriptedModel]:
+    first = ScriptedModel.of("I collected the order details.")
+    second = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Which region should I deploy to?"}))
+    third = ScriptedModel.of("Deployment logged.")
+    chain = ChainAgent(name="pipeline", agents=[
+        LLMAgent(name="collect", model=first),
+        LLMAgent(name="deploy", model=second, await_user_reply=True),
+        LLMAgent(name="log", model=third),
+    ])
+    return chain, first, second, third
+
+
+async def test_a_chain_continues_at_the_agent_that_asked_after_the_users_reply() -> None:
+    chain, first, second, third = pipeline()
+    runner, service = make_runner([chain])
+
+    asked, record = await turn(runner, "ship order 42")
+    # The chain stopped after the question: `log` did not run; the question is the answer.
+    assert answering(asked) == ["collect", "deploy"]
+    assert record.status == "completed" and record.answer == "Which region should I deploy to?"
+    route = (await state(service, record.session_id))[ROUTE_STATE_KEY]
+    assert route["path"] == "pipeline/deploy" and route["kind"] == "ask_user" and route["run_id"] == record.id
+    first.assert_consumed()
+    third.extend([ScriptStep.answer("Deployment logged.")])  # one more for the turn after the reply
+
+    second.extend([ScriptStep.answer("Deploying order 42 to eu-west.")])
+    replied, record2 = await turn(runner, "eu-west", session_id=record.session_id)
+    # `collect` did not run again (its script is empty: a call would fail the run).
+    assert answering(replied) == ["deploy", "log"]
+    assert record2.status == "completed" and record2.answer == "Deployment logged."
+    assert {e.branch for e in replied if e.author == "deploy"} == {"pipeline/deploy"}
+    # `deploy` saw its own question and the reply.
+    sent = second.requests[-1].messages
+    assert [m.content for m in sent if m.role == "user"][-1] == "eu-west"
+    assert (await state(service, record.session_id))[ROUTE_STATE_KEY] is None
+    notes = await route_notes(service, record.session_id)
+    assert notes == [{"outcome": "consumed", "reason": "the reply goes to 'pipeline/deploy'", "path": "pipeline/deploy"}]
+    first.assert_consumed()
+    second.assert_consumed()
+
+
+async def test_the_route_is_used_once() -> None:
+    chain, first, second, third = pipeline()
+    runner, _service = make_runner([chain])
+    _, record = await turn(runner, "ship order 42")
+    second.extend([ScriptStep.answer("Deploying to eu-west.")])
+    await turn(runner, "eu-west", session_id=record.session_id)
+    first.extend([ScriptStep.answer("New order collected.")])
+    second.extend([ScriptStep.answer("Deployed.")])
+    third.extend([ScriptStep.answer("Logged.")])
+    events, _ = await turn(runner, "ship order 43", session_id=record.session_id)
+    assert answering(events) == ["collect", "deploy", "log"]  # from the start again
+
+
+async def test_naming_the_routes_own_root_agent_keeps_the_route() -> None:
+    chain, _first, second, _ = pipeline()
+    runner, _service = make_runner([chain, LLMAgent(name="general", model=ScriptedModel.of())])
+    _, record = await turn(runner, "ship order 42")
+    second.extend([ScriptStep.answer("Deploying to eu-west.")])
+    replied, _ = await turn(runner, "eu-west", session_id=record.session_id, agent="pipeline")
+    assert answering(replied)[0] == "deploy"
+
+
+async def test_an_explicit_choice_of_another_agent_clears_the_route() -> None:
+    chain, _, second, _ = pipeline()
+    general_model = ScriptedModel.of("Hello from general.")
+    runner, service = make_runner([chain, LLMAgent(name="general", model=general_model)])
+    _, record = await turn(runner, "ship order 42")
+
+    events, record2 = await turn(runner, "something else", session_id=record.session_id, agent="general")
+    assert answering(events) == ["general"] and record2.answer == "Hello from general."
+    assert (await state(service, record.session_id))[ROUTE_STATE_KEY] is None
+    assert await route_notes(service, record.session_id) == [
+        {"outcome": "cleared", "reason": "the request chose agent 'general'", "path": "pipeline/deploy"}
+    ]
+    second.assert_consumed()
+
+
+async def test_a_route_to_a_removed_agent_is_cleared_and_ignored() -> None:
+    chain, _, _, _ = pipeline()
+    runner, service = make_runner([chain])
+    _, record = await turn(runner, "ship order 42")
+    await runner.close()
+
+    # The next deployment has no `deploy` agent in the chain any more.
+    collect_model = ScriptedModel.of("Collected again.")
+    trimmed = ChainAgent(name="pipeline", agents=[LLMAgent(name="collect", model=collect_model)])
+    runner2, _ = make_runner([trimmed], service)
+    events, record2 = await turn(runner2, "eu-west", session_id=record.session_id)
+    assert answering(events) == ["collect"] and record2.status == "completed"
+    assert (await state(service, record.session_id))[ROUTE_STATE_KEY] is None
+    assert await route_notes(service, record.session_id) == [
+        {"outcome": "cleared", "reason": "no agent at 'pipeline/deploy'", "path": "pipeline/deploy"}
+    ]
+
+
+async def test_an_invalid_route_value_is_cleared_and_ignored() -> None:
+    model = ScriptedModel.of("Hi.")
+    runner, service = make_runner([LLMAgent(name="general", model=model)])
+    session = await service.create_session(app=APP, user_id="alice", state={ROUTE_STATE_KEY: {"path": ""}})
+    events, record = await turn(runner, "hello", session_id=session.id)
+    assert answering(events) == ["general"] and record.status == "completed"
+    assert (await state(service, session.id))[ROUTE_STATE_KEY] is None
+    [note] = await route_notes(service, session.id)
+    assert note["outcome"] == "cleared" and note["reason"].startswith("invalid route")
+
+
+async def test_ask_user_is_offered_only_when_the_agent_turns_routing_on() -> None:
+    plain = ScriptedModel.of("Done.")
+    routed = ScriptedModel.of("Done.")
+    runner, _ = make_runner([LLMAgent(name="plain", model=plain), LLMAgent(name="routed", model=routed, await_user_reply=True)])
+    await turn(runner, "x", agent="plain")
+    await turn(runner, "x", agent="routed")
+    assert "ask_user" not in {t.name for t in plain.requests[0].tools}
+    assert "ask_user" in {t.name for t in routed.requests[0].tools}
+
+
+async def test_an_agent_asking_without_routing_records_no_route() -> None:
+    # The model calls a tool it was not offered: an error result, no route, the model goes on.
+    model = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Which one?"}), "I will pick one myself.")
+    runner, service = make_runner([LLMAgent(name="plain", model=model)])
+    _events, record = await turn(runner, "x")
+    assert record.answer == "I will pick one myself."
+    assert ROUTE_STATE_KEY not in await state(service, record.session_id)
+
+
+async def test_a_cycle_starts_its_first_iteration_at_the_agent_that_asked() -> None:
+    worker = ScriptedModel.of("Step one done.")
+    checker = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Is the result right?"}))
+    cycle = CycleAgent(name="loop", max_iterations=2, agents=[
+        LLMAgent(name="work", model=worker),
+        LLMAgent(name="check", model=checker, await_user_reply=True),
+    ])
+    runner, _ = make_runner([cycle])
+    asked, record = await turn(runner, "go")
+    assert answering(asked) == ["work", "check"]
+    checker.extend([ScriptStep.answer("Confirmed.")])
+    worker.extend([ScriptStep.answer("Step two done.")])
+    checker.extend([ScriptStep.answer("Confirmed again.")])
+    replied, _ = await turn(runner, "yes", session_id=record.session_id)
+    assert answering(replied) == ["check", "work", "check"]
+
+
+# -- graphs ---------------------------------------------------------------------------------
+
+
+def approval_graph(effects: list[str]) -> StateGraph:
+    graph = StateGraph("approve", StateSchema.of(decision="overwrite"))
+
+    def ask(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        effects.append("ask")
+        return {"decision": ctx.interrupt({"question": "Publish the report?"})}
+
+    graph.add_node("ask", ask)
+    graph.add_node("publish", lambda s: effects.append(f"publish:{s['decision']}") or None)
+    graph.set_entry_point("ask").add_edge("ask", "publish").set_finish_point("publish")
+    return graph
+
+
+async def test_a_graph_interrupt_routes_the_next_message_to_resume_it_inside_a_chain() -> None:
+    effects: list[str] = []
+    store = InMemoryCheckpointStore()
+    intro = ScriptedModel.of("Report drafted.")
+    chain = ChainAgent(name="flow", agents=[
+        LLMAgent(name="draft", model=intro),
+        GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=store, await_user_reply=True),
+    ])
+    runner, service = make_runner([chain])
+    _asked, record = await turn(runner, "write the report")
+    assert record.answer == "Publish the report?"
+    route = (await state(service, record.session_id))[ROUTE_STATE_KEY]
+    assert route["path"] == "flow/approve" and route["kind"] == "graph_interrupt" and route["checkpoint_id"]
+
+    _replied, record2 = await turn(runner, "yes", session_id=record.session_id)
+    assert record2.status == "completed"
+    assert effects == ["ask", "ask", "publish:yes"]  # resumed with the reply; `draft` did not run again
+    intro.assert_consumed()
+    assert (await state(service, record.session_id))[ROUTE_STATE_KEY] is None
+
+
+async def test_a_graph_without_routing_records_no_route() -> None:
+    runner, service = make_runner([GraphAgent(name="approve", graph=approval_graph([]), checkpoints=InMemoryCheckpointStore())])
+    _, record = await turn(runner, "go")
+    assert ROUTE_STATE_KEY not in await state(service, record.session_id)
