@@ -19,9 +19,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
+from runs.core.callbacks import (
+    CALLBACKS_SERVICE,
+    CallbackContext,
+    Callbacks,
+    run_after_run,
+    run_before_run,
+    run_on_event,
+    with_changes,
+)
 from runs.core.context.seeding import seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
+from runs.core.output import OUTPUT_EXTENSION
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
 from runs.core.routing import resolve_route
 from runs.core.steering import (
@@ -158,6 +168,7 @@ class Runner:
         post_run: Sequence[PostRunHook] = (),
         admission: Admission | None = None,
         max_events_per_run: int = 0,
+        callbacks: Callbacks | None = None,
         max_queued_messages: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         self.app = app
@@ -175,7 +186,9 @@ class Runner:
         self.session_service = session_service
         self.run_store: RunStore = run_store or InMemoryRunStore()
         self.sinks = list(sinks)
-        self.services = {**dict(services or {}), SPAWN_SERVICE: self.spawn}
+        # Issue 20, item 4: run-wide extension points; agents run them before their own.
+        self.callbacks = callbacks or Callbacks()
+        self.services = {**dict(services or {}), SPAWN_SERVICE: self.spawn, CALLBACKS_SERVICE: self.callbacks}
         self.history_event_limit = history_event_limit
         # Context governance: where summary jobs go (SPEC 1.8), and whether a turn loads
         # only the events after the summary boundary instead of the newest window.
@@ -486,11 +499,16 @@ class Runner:
         held: list[Event] = []
         status: RunStatusName = "completed"
         final_error: EventError | None = None
-        agen = agent.run(invocation)
+        stopped = await self._before_run(handle)
+        agen = _only(stopped) if stopped is not None else agent.run(invocation)
         try:
             async for event in agen:
                 event, continues, ends = take_mark(invocation.stamp(event))
                 event = repair_error(event)
+                if self.callbacks.on_event:
+                    event = await run_on_event(
+                        self.callbacks, CallbackContext(invocation=invocation, agent_name=event.author), event,
+                    )
                 # The run's own agent ends with this event: it goes with the completion.
                 continues = continues or (ends and event.branch == invocation.branch)
                 if self._over_event_limit(event, persisted, held):
@@ -528,6 +546,22 @@ class Runner:
         # Events still held (the run's last step, or what a cancel cut short) are written
         # with the completion event.
         return await self._complete(handle, status, final_error, held=held, persisted=persisted)
+
+    async def _before_run(self, handle: RunHandle) -> Event | None:
+        """Issue 20, item 4: the before_run callbacks; the error event that ends the run when
+        one of them stops it, else None."""
+        if not self.callbacks.before_run:
+            return None
+        invocation = handle.invocation
+        stop, changes = await run_before_run(
+            self.callbacks, CallbackContext(invocation=invocation, agent_name=invocation.agent_name),
+        )
+        if stop is None:
+            return None
+        error = EventError(type="run_stopped", message=f"a before_run callback stopped the run: {stop.reason}")
+        return with_changes(invocation.stamp(Event(
+            author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=error,
+        )), changes)
 
     def _over_event_limit(self, event: Event, persisted: set[str], held: Sequence[Event]) -> bool:
         """Whether persisting this event would exceed `max_events_per_run` (checked before
@@ -639,6 +673,8 @@ class Runner:
             changes["tool_calls"] = record.tool_calls + len(event.message.tool_calls)
             if event.message.content and not event.message.tool_calls:
                 changes["answer"] = event.message.content
+        if OUTPUT_EXTENSION in event.extensions and not event.partial and not event.is_error:
+            changes["output"] = event.extensions[OUTPUT_EXTENSION]  # issue 20: the validated value
         if event.usage is not None:
             changes["prompt_tokens"] = record.prompt_tokens + event.usage.prompt_tokens
             changes["completion_tokens"] = record.completion_tokens + event.usage.completion_tokens
@@ -668,6 +704,11 @@ class Runner:
     ) -> RunRecord:
         """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
         await self._record_end(handle, status, error, held=held, persisted=persisted)
+        if self.callbacks.after_run:
+            try:
+                await run_after_run(self.callbacks, handle.record)
+            except Exception:  # the outcome is saved; an observer's failure cannot change it
+                logger.exception("run %s: an after_run callback failed", handle.run_id)
         if handle._carried:
             await self._follow_up(handle, handle._carried)
         # Post-run jobs (SPEC 1.9 step 6): after the completion is saved and delivered, so
@@ -741,7 +782,7 @@ class Runner:
             object=OBJECT_RUNNER_COMPLETION,
             done=True,
             error=error,
-            extensions={"run_id": handle.run_id, "status": status, **self._close_steering(handle, status)},
+            extensions={"run_id": handle.run_id, "status": status, **_output_of(handle.record, held), **self._close_steering(handle, status)},
         ))
         # The completion marker is part of the ledger: it tells a reader (and a reaper)
         # that the run ended, and how. After a cancel it must be out
@@ -772,6 +813,20 @@ class Runner:
             logger.exception("run %s: could not save its record", handle.run_id)
         self._notify(handle, None)
         self._active_requests.discard((handle.record.user_id, handle.record.request_id))
+
+
+def _output_of(record: RunRecord, held: Sequence[Event]) -> dict[str, Any]:
+    """The completion event's `output` extension: the run's validated structured answer
+    (issue 20), from its last step when that is still held for this write."""
+    for event in reversed(held):
+        if OUTPUT_EXTENSION in event.extensions and not event.is_error:
+            return {OUTPUT_EXTENSION: event.extensions[OUTPUT_EXTENSION]}
+    return {OUTPUT_EXTENSION: record.output} if record.output is not None else {}
+
+
+async def _only(event: Event) -> AsyncIterator[Event]:
+    """The events of a run a before_run callback stopped: its error alone."""
+    yield event
 
 
 def _current_turn(message: str | Message | None, tool_results: Sequence[Message]) -> list[Message]:

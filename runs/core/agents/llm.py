@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from runs.core.agents.base import Agent
+from runs.core.callbacks import (
+    CallbackContext,
+    Callbacks,
+    callbacks_for,
+    run_after_model,
+    run_before_model,
+    with_changes,
+)
 from runs.core.context.governance import ContextGovernance
 from runs.core.context.pinned import STATE_KEY as PINNED_STATE_KEY
 from runs.core.context.pinned import PinnedState
@@ -17,12 +26,20 @@ from runs.core.errors import ModelError, TransientModelError
 from runs.core.flow.tools import execute_tool_calls
 from runs.core.invocation import Invocation
 from runs.core.llm.base import Model, ModelResponse
+from runs.core.output import (
+    OUTPUT_EXTENSION,
+    OUTPUT_INVALID_EXTENSION,
+    OutputMismatch,
+    OutputSpec,
+    feedback_message,
+)
 from runs.core.steering import consume_queued
 from runs.core.steps import continued, ending
 from runs.core.tools.ask_user import AskUserTool, asked_question, question_event
 from runs.core.tools.base import Tool
 from runs.core.tools.transfer import TransferTool, follow_route, run_transfer, transfer_target
 from sessions_app.core.events import (
+    NO_MODEL_CALL,
     OBJECT_CHUNK,
     OBJECT_COMPLETION,
     OBJECT_ERROR,
@@ -39,6 +56,8 @@ from sessions_app.core.summary import ForkParent, model_message
 DEFAULT_MAX_STEPS = 10
 # How long a step's tools may take for its call and results to be written as one (issue 18).
 STEP_GROUP_WAIT_S = 0.05
+# Event extension key of the message that tells the model why its answer was refused.
+OUTPUT_FEEDBACK_EXTENSION = "output_feedback"
 
 
 class LLMAgent:
@@ -55,6 +74,15 @@ class LLMAgent:
     step (issue 12, C5), a synchronous summary and a rebuild when the request reaches the
     pre-call threshold, optionally a summary before every step but the first. Every complete assistant event
     carries the context stats of the call that produced it in `extensions["context"]`.
+
+    With `output` (or a run's `RunOptions.output`), the final answer must be JSON of that
+    spec (issue 20): it goes to the model with the request, is not streamed as deltas
+    (a refused answer must not reach a reader as if it were the answer), and is validated.
+    A refused answer is kept (`extensions["output_invalid"]`, not done) and followed by a
+    user-role message from the agent saying what is wrong (`extensions["output_feedback"]`);
+    after `max_retries` refusals the run fails with `output_invalid`. The valid value is in
+    the final event's `extensions["output"]`. `callbacks` (runs.core.callbacks) run around
+    each model call and tool call, after the Runner's.
     """
 
     kind = "llm"
@@ -71,6 +99,8 @@ class LLMAgent:
         parallel_tools: bool = True,
         governance: ContextGovernance | None = None,
         memory_preload: int = 0,
+        output: OutputSpec | Mapping[str, Any] | type[Any] | None = None,
+        callbacks: Callbacks | None = None,
         sub_agents: Sequence[Agent] = (),
         await_user_reply: bool = False,
     ) -> None:
@@ -94,6 +124,8 @@ class LLMAgent:
         self.governance = governance
         # SPEC 6.5: 0 off, -1 every memory, N adaptive; needs services["memory"].
         self.memory_preload = memory_preload
+        self.output = output if output is None or isinstance(output, OutputSpec) else OutputSpec.of(output)
+        self.callbacks = callbacks
         # Per running invocation: its last request (fork parent) and pre-call report.
         self._last_built: dict[str, BuiltRequest] = {}
         self._precall: dict[str, dict[str, Any] | None] = {}
@@ -229,17 +261,27 @@ class LLMAgent:
         pinned = self._pinned_update(invocation)
         if pinned is not None:
             yield pinned
+        output = invocation.options.output or self.output
+        callbacks = callbacks_for(invocation, self.callbacks)
+        refused = 0
         for step in range(max_steps):
             async for queued in consume_queued(invocation):  # SPEC 1.5: steering, between model steps
                 yield queued
             built = await self._request(invocation, step, instruction, specs)
-            request = built.request
+            request = built.request if output is None else replace(built.request, output=output)
             message_id = new_id()
             final: ModelResponse | None = None
+            gate = await run_before_model(
+                callbacks, CallbackContext(invocation=invocation, agent_name=self.name, step=step), request,
+            )
+            request, changes = gate.request, gate.changes
+            if gate.response is not None:
+                # A callback answered for the model: no call, and the ledger says so.
+                final = ModelResponse(id=message_id, partial=False, message=gate.response)
             try:
-                async for response in self.model.generate(request):
+                async for response in self.model.generate(request) if gate.response is None else _nothing():
                     if response.partial:
-                        if response.delta:
+                        if response.delta and output is None:
                             yield invocation.stamp(Event(
                                 author=self.name,
                                 object=OBJECT_CHUNK,
@@ -259,8 +301,16 @@ class LLMAgent:
                 yield self._error(invocation, "model_error", "the model ended its stream without a final response")
                 return
             message = final.message
+            if callbacks.after_model:
+                message, after = await run_after_model(
+                    callbacks, CallbackContext(invocation=invocation, agent_name=self.name, step=step), message,
+                )
+                changes = [*changes, *after]
             context = {**built.stats(), "precall": self._precall.get(invocation.invocation_id)}
-            completion = invocation.stamp(Event(
+            extensions: dict[str, Any] = {"message_id": message_id, "context": context}
+            if gate.response is not None:
+                extensions[NO_MODEL_CALL] = True
+            completion = with_changes(invocation.stamp(Event(
                 id=message_id,
                 author=self.name,
                 object=OBJECT_COMPLETION,
@@ -269,17 +319,43 @@ class LLMAgent:
                 finish_reason=final.finish_reason or ("tool_calls" if message.tool_calls else "stop"),
                 usage=final.usage,
                 model=final.model,
-                extensions={"message_id": message_id, "context": context},
-            ))
+                extensions=extensions,
+            )), changes)
+            if not message.tool_calls and output is not None:
+                try:
+                    value = output.check(message.content)
+                except OutputMismatch as exc:
+                    refused += 1
+                    invalid = replace(
+                        completion, done=False,
+                        extensions={**completion.extensions, OUTPUT_INVALID_EXTENSION: exc.problems},
+                    )
+                    yield continued(invalid)
+                    if refused > output.max_retries:
+                        yield self._error(
+                            invocation, "output_invalid",
+                            f"the answer did not match the output schema after {refused} attempt(s): {exc}",
+                            "output_invalid",
+                        )
+                        return
+                    # Written with the refused answer, before the retry's request is built
+                    # from the ledger: the model sees its answer and what is wrong with it.
+                    yield invocation.stamp(Event(
+                        author=self.name,
+                        message=feedback_message(output, exc.problems, attempt=refused),
+                        extensions={OUTPUT_FEEDBACK_EXTENSION: {"attempt": refused, "problems": exc.problems}},
+                    ))
+                    continue
+                completion = replace(completion, extensions={**completion.extensions, OUTPUT_EXTENSION: value})
             if not message.tool_calls:
                 yield ending(completion)
                 return
             # Issue 18: the step (the call and its results) is one ledger write when the tools
             # finish within STEP_GROUP_WAIT_S; a slower tool's call is recorded and shown first,
             # so that nobody waits for it to see what the model asked for.
-            tools = asyncio.ensure_future(
-                execute_tool_calls(invocation, message.tool_calls, self.tools, parallel=self.parallel_tools)
-            )
+            tools = asyncio.ensure_future(execute_tool_calls(
+                invocation, message.tool_calls, self.tools, parallel=self.parallel_tools, callbacks=callbacks,
+            ))
             try:
                 await asyncio.wait({tools}, timeout=STEP_GROUP_WAIT_S)
                 grouped = tools.done()
@@ -311,3 +387,9 @@ class LLMAgent:
         yield self._error(
             invocation, "max_steps_exceeded", f"the agent used all {max_steps} steps without a final answer"
         )
+
+
+async def _nothing() -> AsyncIterator[ModelResponse]:
+    """The stream of a model call a callback answered: nothing more to read."""
+    return
+    yield  # an async generator that yields nothing
