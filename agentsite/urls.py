@@ -26,6 +26,7 @@ api = [
     path("api/sessions/<str:session_id>/", session_apis.SessionDetailApi.as_view(), name="session-detail"),
     path("api/sessions/<str:session_id>/events/", session_apis.SessionEventsApi.as_view(), name="session-events"),
     path("api/sessions/<str:session_id>/context/", session_apis.SessionContextApi.as_view(), name="session-context"),
+    path("api/sessions/<str:session_id>/state/", session_apis.SessionStateApi.as_view(), name="session-state"),
     path("api/sessions/<str:session_id>/pins/", run_apis.SessionPinsApi.as_view(), name="session-pins"),
     path("api/sessions/<str:session_id>/artifacts/", artifact_apis.SessionArtifactListApi.as_view(), name="session-artifacts"),
     path(

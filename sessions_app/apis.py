@@ -16,6 +16,8 @@ from agentsite.composition import run_manager
 from agentsite.errors import ApplicationError
 from sessions_app import models as orm
 from sessions_app import selectors, services
+from sessions_app.backends import session_state_view_sync, update_session_state_sync
+from sessions_app.core.session import SessionKey, StateKeyError
 
 MAX_EVENT_PAGE = 500
 
@@ -52,6 +54,9 @@ class EventOutput(serializers.Serializer):
     run_id = serializers.CharField(required=False, help_text="runner.completion events: the run")
     status = serializers.CharField(required=False, help_text="runner.completion events: how the run ended")
     artifact = serializers.DictField(required=False, help_text="a tool result that saved an artifact")
+    queued = serializers.CharField(required=False, help_text="a user message sent into a running run: consumed or carried")
+    queued_id = serializers.CharField(required=False, help_text="the id POST /api/runs/<id>/messages/ answered")
+    queued_dropped = serializers.ListField(required=False, help_text="runner.completion of a cancel: the queued messages it dropped")
     invocation_id = serializers.CharField()
     created_at = serializers.DateTimeField()
 
@@ -87,6 +92,11 @@ def event_data(row: orm.Event) -> dict[str, Any]:
         data["status"] = extensions.get("status")
     if extensions.get("artifact"):
         data["artifact"] = extensions["artifact"]
+    # Steering (SPEC 1.5, runs.core.steering): how a queued message entered its run, and
+    # the queued messages a cancel dropped.
+    for key in ("queued", "queued_id", "queued_dropped"):
+        if extensions.get(key):
+            data[key] = extensions[key]
     return data
 
 
@@ -118,6 +128,43 @@ class SessionDetailApi(APIView):
     def delete(self, request: Request, session_id: str) -> Response:
         services.session_delete(session=get_owned_session(request, session_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class StateOutput(serializers.Serializer):
+    state = serializers.DictField(
+        help_text="the state view: the session's keys, the app's as `app:<key>`, the user's as `user:<key>`"
+    )
+
+
+class SessionStateApi(APIView):
+    """The session's state view, and `UpdateSessionState` outside a run (SPEC 2.1, 2.5)."""
+
+    class InputSerializer(serializers.Serializer):
+        state = serializers.DictField(
+            help_text="keys to set in the session's own state (no `app:` or `user:` keys); no event is written"
+        )
+
+    @extend_schema(responses=StateOutput)
+    def get(self, request: Request, session_id: str) -> Response:
+        view = session_state_view_sync(_key_of(get_owned_session(request, session_id)))
+        if view is None:
+            raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404)
+        return Response({"state": view})
+
+    @extend_schema(request=InputSerializer, responses=StateOutput)
+    def patch(self, request: Request, session_id: str) -> Response:
+        session = get_owned_session(request, session_id)
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            view = update_session_state_sync(_key_of(session), body.validated_data["state"])
+        except StateKeyError as exc:
+            raise ApplicationError("invalid_state_key", str(exc), field=f"state.{exc.key}") from None
+        return Response({"state": view})
+
+
+def _key_of(session: orm.Session) -> SessionKey:
+    return SessionKey(app=session.app, user_id=str(session.user_id), session_id=session.id)
 
 
 class SessionEventsApi(APIView):

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Case, Expression, F, IntegerField, Subquery, Value, When
+from django.db.models import Case, Expression, F, IntegerField, JSONField, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import Exact, IsNull
 
@@ -24,7 +24,19 @@ from sessions_app import mapping
 from sessions_app import models as orm
 from sessions_app.artifact_files import artifacts_delete
 from sessions_app.core.events import Event, new_id, utcnow
-from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary, select_summary
+from sessions_app.core.session import (
+    APP_PREFIX,
+    USER_PREFIX,
+    Session,
+    SessionKey,
+    SessionNotFoundError,
+    Summary,
+    scope_keys,
+    select_summary,
+    session_scope_keys,
+    split_state,
+    state_view,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -53,24 +65,82 @@ def _owned(key: SessionKey) -> Any:
     return orm.Session.objects.filter(app=key.app, user_id=key.user_id, id=key.session_id)
 
 
+def with_scoped_state(sessions: QuerySet[orm.Session]) -> QuerySet[orm.Session]:
+    """Session rows annotated with their app's and their user's state (`app_state_view`,
+    `user_state_view`, None when there is none): two scalar subqueries in the statement that
+    reads the rows, so the state view costs no statement of its own (the hot path, issue 18)."""
+    return sessions.annotate(
+        app_state_view=Subquery(
+            orm.AppState.objects.filter(app=OuterRef("app")).values("state")[:1], output_field=JSONField()
+        ),
+        user_state_view=Subquery(
+            orm.UserState.objects.filter(app=OuterRef("app"), user=OuterRef("user")).values("state")[:1],
+            output_field=JSONField(),
+        ),
+    )
+
+
+def _view(state: Any, app_state: Any, user_state: Any) -> dict[str, Any]:
+    return state_view(dict(state or {}), app_state=app_state, user_state=user_state)
+
+
+def _merge_scope(
+    model: type[orm.AppState] | type[orm.UserState], where: dict[str, Any], changes: Mapping[str, Any],
+    deletes: Sequence[str] = (),
+) -> None:
+    """Merge `changes` into (and drop `deletes` from) the scope row `where` names, creating
+    it, under its row lock: concurrent writers of one scope take turns. Call inside a
+    transaction."""
+    if not changes and not deletes:
+        return
+    now = utcnow()
+    row = model.objects.select_for_update().filter(**where).first()
+    if row is None:
+        if not changes:
+            return
+        try:
+            with transaction.atomic():
+                model.objects.create(**where, state=dict(changes), updated_at=now)
+            return
+        except IntegrityError:
+            row = model.objects.select_for_update().get(**where)  # created concurrently: merge into it
+    state = dict(row.state or {})
+    state.update(changes)
+    for key in deletes:
+        state.pop(key, None)
+    model.objects.filter(pk=row.pk).update(state=state, updated_at=now)
+
+
+def _merge_scopes(app: str, user_id: str, app_delta: Mapping[str, Any], user_delta: Mapping[str, Any]) -> None:
+    _merge_scope(orm.AppState, {"app": app}, app_delta)
+    _merge_scope(orm.UserState, {"app": app, "user_id": _user_pk(user_id)}, user_delta)
+
+
 def _create(app: str, user_id: str, session_id: str, agent: str, title: str, state: dict[str, Any]) -> Session:
     now = utcnow()
+    initial = split_state(state)
     try:
         with transaction.atomic():
             row = orm.Session.objects.create(
-                id=session_id, app=app, user_id=int(user_id), agent=agent, title=title, state=state,
+                id=session_id, app=app, user_id=int(user_id), agent=agent, title=title, state=initial.session,
                 created_at=now, updated_at=now,
             )
+            _merge_scopes(app, user_id, initial.app, initial.user)
     except IntegrityError:
         raise ValueError(f"session {session_id!r} already exists") from None
-    return mapping.session_from_row(row)
+    session = mapping.session_from_row(row)
+    # A new session shows the app's and the user's state from its first turn: one read.
+    scoped = with_scoped_state(orm.Session.objects.filter(pk=row.pk)).values_list("app_state_view", "user_state_view")
+    app_state, user_state = scoped.first() or (None, None)
+    session.state = _view(row.state, app_state, user_state)
+    return session
 
 
 def get_session_sync(
     key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
 ) -> Session | None:
     """`DjangoSessionService.get_session` for synchronous callers (views, tasks)."""
-    row = _owned(key).first()
+    row = with_scoped_state(_owned(key)).first()
     if row is None:
         return None
     # A summary row without text is only the database lock's lease holder (sessions_app.locks).
@@ -88,6 +158,7 @@ def get_session_sync(
     loaded = [mapping.event_from_values(payload, seq, event_id) for payload, seq, event_id in rows]
     loaded.reverse()
     session = mapping.session_from_row(row, loaded)
+    session.state = _view(row.state, row.app_state_view, row.user_state_view)
     session.summaries = summaries
     return session
 
@@ -101,17 +172,22 @@ _HEAD_SUMMARY_FIELDS = (
 
 def get_session_head_sync(key: SessionKey) -> Session | None:
     """The session row and its summaries in one statement (a LEFT JOIN, a row per summary)."""
-    rows = list(_owned(key).values_list(*_HEAD_FIELDS, *(f"summaries__{f}" for f in _HEAD_SUMMARY_FIELDS)))
+    rows = list(
+        with_scoped_state(_owned(key)).values_list(
+            *_HEAD_FIELDS, "app_state_view", "user_state_view", *(f"summaries__{f}" for f in _HEAD_SUMMARY_FIELDS)
+        )
+    )
     if not rows:
         return None
-    fields = dict(zip(_HEAD_FIELDS, rows[0][: len(_HEAD_FIELDS)], strict=True))
+    head_fields = len(_HEAD_FIELDS) + 2
+    fields = dict(zip((*_HEAD_FIELDS, "app_state_view", "user_state_view"), rows[0][:head_fields], strict=True))
     session = Session(
         app=fields["app"], user_id=str(fields["user_id"]), id=fields["id"], agent=fields["agent"],
-        title=fields["title"], state=dict(fields["state"] or {}), last_seq=fields["last_seq"],
-        created_at=fields["created_at"], updated_at=fields["updated_at"],
+        title=fields["title"], state=_view(fields["state"], fields["app_state_view"], fields["user_state_view"]),
+        last_seq=fields["last_seq"], created_at=fields["created_at"], updated_at=fields["updated_at"],
     )
     for row in rows:
-        summary = dict(zip(_HEAD_SUMMARY_FIELDS, row[len(_HEAD_FIELDS):], strict=True))
+        summary = dict(zip(_HEAD_SUMMARY_FIELDS, row[head_fields:], strict=True))
         if summary["filter_key"] is None or not summary["text"]:
             continue  # no summary, or only the database lock's lease holder (sessions_app.locks)
         session.summaries[summary["filter_key"]] = mapping.summary_from_row(orm.Summary(**summary))
@@ -204,6 +280,8 @@ def _append_checked(key: SessionKey, events: Sequence[Event]) -> list[tuple[Even
         rows: list[orm.Event] = []
         seq = row.last_seq
         state = dict(row.state or {})
+        app_delta: dict[str, Any] = {}
+        user_delta: dict[str, Any] = {}
         written: dict[str, Event] = {}
         for event in events:
             if event.id in stored:
@@ -216,7 +294,10 @@ def _append_checked(key: SessionKey, events: Sequence[Event]) -> list[tuple[Even
             saved = event.replace(seq=seq)
             written[event.id] = saved
             rows.append(mapping.event_to_row(saved, session_id=row.id, seq=seq, tokens=count_text(event.text)))
-            state.update(copy.deepcopy(dict(event.state_delta)))
+            scoped = split_state(copy.deepcopy(dict(event.state_delta)))
+            state.update(scoped.session)
+            app_delta.update(scoped.app)
+            user_delta.update(scoped.user)
             out.append((saved, True))
         if rows:
             orm.Event.objects.bulk_create(rows)
@@ -224,6 +305,8 @@ def _append_checked(key: SessionKey, events: Sequence[Event]) -> list[tuple[Even
             if any(e.state_delta for e in written.values()):
                 updates["state"] = state
             orm.Session.objects.filter(pk=row.pk).update(**updates)
+            # The app's and the user's keys in the same transaction as the events that set them.
+            _merge_scopes(key.app, key.user_id, app_delta, user_delta)
     return out
 
 
@@ -280,6 +363,84 @@ def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
                 if not mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1):
                     return None
         return mapping.summary_from_row(mine.get())
+
+
+def update_session_state_sync(key: SessionKey, state: Mapping[str, Any]) -> dict[str, Any]:
+    """`DjangoSessionService.update_session_state` for synchronous callers (the REST API);
+    returns the session's state view after the update."""
+    changes = session_scope_keys(state)
+    with transaction.atomic():
+        row = with_scoped_state(_owned(key)).select_for_update(of=("self",)).first()
+        if row is None:
+            raise SessionNotFoundError(f"session {key.session_id!r} not found")
+        merged = {**(row.state or {}), **copy.deepcopy(changes)}
+        if changes:
+            orm.Session.objects.filter(pk=row.pk).update(state=merged, updated_at=utcnow())
+    return _view(merged, row.app_state_view, row.user_state_view)
+
+
+def session_state_view_sync(key: SessionKey) -> dict[str, Any] | None:
+    """The session's state view (SPEC 2.1), None when the session does not exist for the user."""
+    found = with_scoped_state(_owned(key)).values_list("state", "app_state_view", "user_state_view").first()
+    return None if found is None else _view(*found)
+
+
+def _initialize_session_state(key: SessionKey, state_key: str, value: Any) -> tuple[Any, bool]:
+    session_scope_keys({state_key: value})
+    with transaction.atomic():
+        row = _owned(key).select_for_update().first()
+        if row is None:
+            raise SessionNotFoundError(f"session {key.session_id!r} not found")
+        state = dict(row.state or {})
+        if state_key in state:
+            return state[state_key], False
+        state[state_key] = value
+        orm.Session.objects.filter(pk=row.pk).update(state=state, updated_at=utcnow())
+    return value, True
+
+
+def _required(**names: str) -> None:
+    for name, value in names.items():
+        if not value:
+            raise ValueError(f"{name} is required")
+
+
+@transaction.atomic
+def _update_app_state(app: str, state: Mapping[str, Any]) -> None:
+    changes = scope_keys(state, scope="app")
+    _required(app=app)
+    _merge_scope(orm.AppState, {"app": app}, changes)
+
+
+@transaction.atomic
+def _delete_app_state(app: str, key: str) -> None:
+    _required(app=app)
+    _merge_scope(orm.AppState, {"app": app}, {}, [key.removeprefix(APP_PREFIX)])
+
+
+def _list_app_states(app: str) -> dict[str, Any]:
+    _required(app=app)
+    found = orm.AppState.objects.filter(app=app).values_list("state", flat=True).first()
+    return dict(found or {})
+
+
+@transaction.atomic
+def _update_user_state(app: str, user_id: str, state: Mapping[str, Any]) -> None:
+    changes = scope_keys(state, scope="user")
+    _required(app=app, user_id=user_id)
+    _merge_scope(orm.UserState, {"app": app, "user_id": _user_pk(user_id)}, changes)
+
+
+@transaction.atomic
+def _delete_user_state(app: str, user_id: str, key: str) -> None:
+    _required(app=app, user_id=user_id)
+    _merge_scope(orm.UserState, {"app": app, "user_id": _user_pk(user_id)}, {}, [key.removeprefix(USER_PREFIX)])
+
+
+def _list_user_states(app: str, user_id: str) -> dict[str, Any]:
+    _required(app=app, user_id=user_id)
+    found = orm.UserState.objects.filter(app=app, user_id=_user_pk(user_id)).values_list("state", flat=True).first()
+    return dict(found or {})
 
 
 class DjangoSessionService:
@@ -340,3 +501,27 @@ class DjangoSessionService:
 
     async def advance_summary(self, key: SessionKey, summary: Summary) -> Summary | None:
         return await db_call(_advance_summary)(key, summary)
+
+    async def update_session_state(self, key: SessionKey, state: Mapping[str, Any]) -> None:
+        await db_call(update_session_state_sync)(key, dict(state))
+
+    async def initialize_session_state(self, key: SessionKey, *, state_key: str, value: Any) -> tuple[Any, bool]:
+        return await db_call(_initialize_session_state)(key, state_key, value)
+
+    async def update_app_state(self, *, app: str, state: Mapping[str, Any]) -> None:
+        await db_call(_update_app_state)(app, dict(state))
+
+    async def list_app_states(self, *, app: str) -> dict[str, Any]:
+        return await db_call(_list_app_states)(app)
+
+    async def delete_app_state(self, *, app: str, key: str) -> None:
+        await db_call(_delete_app_state)(app, key)
+
+    async def update_user_state(self, *, app: str, user_id: str, state: Mapping[str, Any]) -> None:
+        await db_call(_update_user_state)(app, user_id, dict(state))
+
+    async def list_user_states(self, *, app: str, user_id: str) -> dict[str, Any]:
+        return await db_call(_list_user_states)(app, user_id)
+
+    async def delete_user_state(self, *, app: str, user_id: str, key: str) -> None:
+        await db_call(_delete_user_state)(app, user_id, key)

@@ -27,6 +27,33 @@ class Session(models.Model):
         return self.title or self.id
 
 
+class AppState(models.Model):
+    """State shared by every user of an app (SPEC 2.1 `app:` keys, stored without the prefix)."""
+
+    app = models.CharField(primary_key=True, max_length=64)
+    state = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"app state {self.app}"
+
+
+class UserState(models.Model):
+    """State shared by the sessions of one user in an app (SPEC 2.1 `user:` keys, stored
+    without the prefix)."""
+
+    app = models.CharField(max_length=64)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_states")
+    state = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["app", "user"], name="user_state_unique")]
+
+    def __str__(self) -> str:
+        return f"user state {self.app}/{self.user_id}"
+
+
 class EventQuerySet(models.QuerySet["Event"]):
     def update(self, **kwargs: Any) -> int:
         raise PermissionError("the event ledger is append-only")

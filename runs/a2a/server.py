@@ -125,7 +125,7 @@ from sessions_app.core.events import (
     EventError,
     new_id,
 )
-from sessions_app.core.session import SessionKey, SessionNotFoundError
+from sessions_app.core.session import APP_PREFIX, SessionKey, SessionNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,8 @@ def _metadata_state(context: RequestContext) -> dict[str, Any]:
     state = dict(context.metadata)
     if context.message is not None and context.message.HasField("metadata"):
         state.update(MessageToDict(context.message.metadata))
-    return state
+    # A client writes its session's and its own user's state, never the app's: every user sees that.
+    return {k: v for k, v in state.items() if not k.startswith(APP_PREFIX)}
 
 
 def _data_part(data: Mapping[str, Any], kind: str) -> Part:

@@ -236,6 +236,34 @@ class CachedSessionService:
     async def advance_summary(self, key: SessionKey, summary: Summary) -> Summary | None:
         return await self.inner.advance_summary(key, summary)
 
+    # -- state scopes: nothing of them is kept here. Every read starts with the head, whose
+    # state view carries the app's and the user's state as stored, so a write by any process
+    # shows at the next read. ----------------------------------------------------------------
+
+    async def update_session_state(self, key: SessionKey, state: Mapping[str, Any]) -> None:
+        await self.inner.update_session_state(key, state)
+
+    async def initialize_session_state(self, key: SessionKey, *, state_key: str, value: Any) -> tuple[Any, bool]:
+        return await self.inner.initialize_session_state(key, state_key=state_key, value=value)
+
+    async def update_app_state(self, *, app: str, state: Mapping[str, Any]) -> None:
+        await self.inner.update_app_state(app=app, state=state)
+
+    async def list_app_states(self, *, app: str) -> dict[str, Any]:
+        return await self.inner.list_app_states(app=app)
+
+    async def delete_app_state(self, *, app: str, key: str) -> None:
+        await self.inner.delete_app_state(app=app, key=key)
+
+    async def update_user_state(self, *, app: str, user_id: str, state: Mapping[str, Any]) -> None:
+        await self.inner.update_user_state(app=app, user_id=user_id, state=state)
+
+    async def list_user_states(self, *, app: str, user_id: str) -> dict[str, Any]:
+        return await self.inner.list_user_states(app=app, user_id=user_id)
+
+    async def delete_user_state(self, *, app: str, user_id: str, key: str) -> None:
+        await self.inner.delete_user_state(app=app, user_id=user_id, key=key)
+
 
 def _window(
     entry: _Entry, summaries: Mapping[str, Summary], *, event_limit: int | None, after_summary: str | None

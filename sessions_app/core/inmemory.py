@@ -10,12 +10,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sessions_app.core.events import Event, new_id, utcnow
-from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary, select_summary
+from sessions_app.core.session import (
+    APP_PREFIX,
+    USER_PREFIX,
+    Session,
+    SessionKey,
+    SessionNotFoundError,
+    Summary,
+    scope_keys,
+    select_summary,
+    session_scope_keys,
+    split_state,
+    state_view,
+)
 
 
 @dataclass(kw_only=True)
 class _Stored:
     session: Session
+    """The session with its own state only; reads merge the app's and the user's."""
     events: list[Event] = field(default_factory=list)
     ids: dict[str, Event] = field(default_factory=dict)
 
@@ -25,6 +38,8 @@ class InMemorySessionService:
 
     def __init__(self) -> None:
         self._sessions: dict[tuple[str, str], _Stored] = {}
+        self._app_states: dict[str, dict[str, Any]] = {}
+        self._user_states: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = asyncio.Lock()
 
     def _find(self, key: SessionKey) -> _Stored | None:
@@ -48,17 +63,28 @@ class InMemorySessionService:
         if (app, session_id) in self._sessions:
             raise ValueError(f"session {session_id!r} already exists")
         now = utcnow()
+        initial = split_state(copy.deepcopy(dict(state or {})))
         session = Session(
             app=app, user_id=user_id, id=session_id, agent=agent, title=title,
-            state=dict(state or {}), created_at=now, updated_at=now,
+            state=initial.session, created_at=now, updated_at=now,
         )
         self._sessions[(app, session_id)] = _Stored(session=session)
+        self._merge_scopes(app, user_id, initial.app, initial.user)
         return self._copy(session, [])
 
-    @staticmethod
-    def _copy(session: Session, events: list[Event]) -> Session:
+    def _merge_scopes(self, app: str, user_id: str, app_delta: Mapping[str, Any], user_delta: Mapping[str, Any]) -> None:
+        if app_delta:
+            self._app_states.setdefault(app, {}).update(copy.deepcopy(dict(app_delta)))
+        if user_delta:
+            self._user_states.setdefault((app, user_id), {}).update(copy.deepcopy(dict(user_delta)))
+
+    def _copy(self, session: Session, events: list[Event]) -> Session:
         clone = copy.copy(session)
-        clone.state = copy.deepcopy(session.state)
+        clone.state = copy.deepcopy(state_view(
+            session.state,
+            app_state=self._app_states.get(session.app),
+            user_state=self._user_states.get((session.app, session.user_id)),
+        ))
         clone.events = list(events)
         clone.summaries = dict(session.summaries)
         return clone
@@ -113,7 +139,9 @@ class InMemorySessionService:
                 stored.events.append(saved)
                 stored.ids[saved.id] = saved
                 stored.session.last_seq = seq
-                stored.session.state.update(copy.deepcopy(dict(event.state_delta)))
+                scoped = split_state(copy.deepcopy(dict(event.state_delta)))
+                stored.session.state.update(scoped.session)
+                self._merge_scopes(stored.session.app, stored.session.user_id, scoped.app, scoped.user)
                 stored.session.updated_at = utcnow()
                 session.events.append(saved)
                 session.state.update(copy.deepcopy(dict(event.state_delta)))
@@ -153,6 +181,62 @@ class InMemorySessionService:
             written = dataclasses.replace(summary, version=(current.version if current is not None else 0) + 1)
             stored.session.summaries[summary.filter_key] = written
             return written
+
+    # -- state scopes ---------------------------------------------------------------------
+
+    async def update_session_state(self, key: SessionKey, state: Mapping[str, Any]) -> None:
+        changes = session_scope_keys(state)
+        async with self._lock:
+            stored = self._find(key)
+            if stored is None:
+                raise SessionNotFoundError(f"session {key.session_id!r} not found")
+            stored.session.state.update(copy.deepcopy(changes))
+            stored.session.updated_at = utcnow()
+
+    async def initialize_session_state(self, key: SessionKey, *, state_key: str, value: Any) -> tuple[Any, bool]:
+        session_scope_keys({state_key: value})
+        async with self._lock:
+            stored = self._find(key)
+            if stored is None:
+                raise SessionNotFoundError(f"session {key.session_id!r} not found")
+            if state_key in stored.session.state:
+                return copy.deepcopy(stored.session.state[state_key]), False
+            stored.session.state[state_key] = copy.deepcopy(value)
+            stored.session.updated_at = utcnow()
+            return copy.deepcopy(value), True
+
+    async def update_app_state(self, *, app: str, state: Mapping[str, Any]) -> None:
+        changes = scope_keys(state, scope="app")
+        _require(app=app)
+        self._merge_scopes(app, "", changes, {})
+
+    async def list_app_states(self, *, app: str) -> dict[str, Any]:
+        _require(app=app)
+        return copy.deepcopy(self._app_states.get(app, {}))
+
+    async def delete_app_state(self, *, app: str, key: str) -> None:
+        _require(app=app)
+        self._app_states.get(app, {}).pop(key.removeprefix(APP_PREFIX), None)
+
+    async def update_user_state(self, *, app: str, user_id: str, state: Mapping[str, Any]) -> None:
+        changes = scope_keys(state, scope="user")
+        _require(app=app, user_id=user_id)
+        self._merge_scopes(app, user_id, {}, changes)
+
+    async def list_user_states(self, *, app: str, user_id: str) -> dict[str, Any]:
+        _require(app=app, user_id=user_id)
+        return copy.deepcopy(self._user_states.get((app, user_id), {}))
+
+    async def delete_user_state(self, *, app: str, user_id: str, key: str) -> None:
+        _require(app=app, user_id=user_id)
+        self._user_states.get((app, user_id), {}).pop(key.removeprefix(USER_PREFIX), None)
+
+
+def _require(**names: str) -> None:
+    """SPEC 2.5: the app name and the user id are required."""
+    for name, value in names.items():
+        if not value:
+            raise ValueError(f"{name} is required")
 
 
 def _turn_start(events: list[Event], summaries: Mapping[str, Summary], filter_key: str) -> int:

@@ -11,6 +11,87 @@ from sessions_app.core.events import Event, utcnow
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# State scopes (SPEC 2.1). A key's prefix says where it lives: `app:` keys are shared by
+# every user of the app, `user:` keys by every session of one user, the rest (`temp:`
+# included) belong to the session. `temp:` keys stay in the session's state as the
+# reference keeps them: the skill tools' session-mode loads read them back on later turns.
+APP_PREFIX = "app:"
+USER_PREFIX = "user:"
+TEMP_PREFIX = "temp:"
+
+
+class StateKeyError(ValueError):
+    """A state key the operation does not take (a scope prefix where it does not belong)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopedState:
+    """A state mapping split by scope; `app` and `user` keys without their prefix."""
+
+    session: dict[str, Any] = field(default_factory=dict)
+    app: dict[str, Any] = field(default_factory=dict)
+    user: dict[str, Any] = field(default_factory=dict)
+
+
+def split_state(state: Mapping[str, Any]) -> ScopedState:
+    """Split a state delta (or an initial state) into its session, app and user parts."""
+    scoped = ScopedState()
+    for key, value in state.items():
+        if key.startswith(APP_PREFIX):
+            scoped.app[key[len(APP_PREFIX):]] = value
+        elif key.startswith(USER_PREFIX):
+            scoped.user[key[len(USER_PREFIX):]] = value
+        else:
+            scoped.session[key] = value
+    return scoped
+
+
+def state_view(
+    session_state: Mapping[str, Any], *, app_state: Mapping[str, Any] | None, user_state: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The state an invocation sees (SPEC 2.1): the session's keys, the app's keys as
+    `app:<key>` and the user's as `user:<key>`. A scoped key wins over a session key of the
+    same name (one written before the scopes existed)."""
+    view = dict(session_state)
+    for key, value in (app_state or {}).items():
+        view[APP_PREFIX + key] = value
+    for key, value in (user_state or {}).items():
+        view[USER_PREFIX + key] = value
+    return view
+
+
+def scope_keys(state: Mapping[str, Any], *, scope: str) -> dict[str, Any]:
+    """Check the keys given to an app (`scope="app"`) or user (`"user"`) state update and
+    strip their optional prefix. Keys of another scope, `temp:` keys and empty keys raise
+    `StateKeyError`."""
+    own, other = (APP_PREFIX, USER_PREFIX) if scope == "app" else (USER_PREFIX, APP_PREFIX)
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if key.startswith(other) or key.startswith(TEMP_PREFIX):
+            raise StateKeyError(key, f"state key {key!r} does not belong to the {scope} scope")
+        bare = key.removeprefix(own)
+        if not bare:
+            raise StateKeyError(key, f"state key {key!r} is empty")
+        out[bare] = value
+    return out
+
+
+def session_scope_keys(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the keys of `update_session_state` (SPEC 2.1: it refuses `app:` and `user:`
+    keys, which have their own operations)."""
+    for key in state:
+        if key.startswith(APP_PREFIX):
+            raise StateKeyError(key, f"state key {key!r} is app-scoped: use update_app_state")
+        if key.startswith(USER_PREFIX):
+            raise StateKeyError(key, f"state key {key!r} is user-scoped: use update_user_state")
+        if not key:
+            raise StateKeyError(key, "a state key is empty")
+    return dict(state)
+
 
 @dataclass(frozen=True, kw_only=True)
 class SessionKey:
@@ -126,6 +207,9 @@ class Session:
     agent: str = ""
     title: str = ""
     state: dict[str, Any] = field(default_factory=dict)
+    """The state view (SPEC 2.1): the session's own keys plus the app's (`app:<key>`) and
+    the user's (`user:<key>`) as they were when the session was loaded, updated in place
+    by the deltas appended through this object."""
     events: list[Event] = field(default_factory=list)
     summaries: dict[str, Summary] = field(default_factory=dict)
     last_seq: int = 0
@@ -155,7 +239,11 @@ class SessionService(Protocol):
         title: str = "",
         state: Mapping[str, Any] | None = None,
     ) -> Session:
-        """Create an empty session; a duplicate id for the same app raises `ValueError`."""
+        """Create an empty session; a duplicate id for the same app raises `ValueError`.
+
+        `state` is its initial state: `app:` and `user:` keys go to those scopes (as a
+        delta would), the rest to the session. The session returned shows the merged view.
+        """
         ...
 
     async def get_session(
@@ -182,6 +270,9 @@ class SessionService(Protocol):
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Append one event: assign the next seq, merge its state delta into the state.
+
+        The delta's `app:` and `user:` keys update the app's and the user's state, in the
+        same transaction as the append; the other keys update the session's.
 
         Appending an event id that is already in the ledger appends nothing and returns
         the stored event, so a retried append can never duplicate a step. Updates
@@ -221,4 +312,47 @@ class SessionService(Protocol):
         boundary is already at or past this one: a late or repeated job never moves a
         boundary backwards.
         """
+        ...
+
+    # -- state scopes (SPEC 2.1, 2.5) -----------------------------------------------------------
+
+    async def update_session_state(self, key: SessionKey, state: Mapping[str, Any]) -> None:
+        """Merge `state` into the session's own state without an event (SPEC 2.5
+        `UpdateSessionState`): for initialisation or correction outside a run. `app:` and
+        `user:` keys raise `StateKeyError`; raises `SessionNotFoundError` when the session
+        does not exist for this user."""
+        ...
+
+    async def initialize_session_state(self, key: SessionKey, *, state_key: str, value: Any) -> tuple[Any, bool]:
+        """Set a session state key unless it is already set, atomically (SPEC 2.5
+        `StateInitializationService`): of two concurrent callers, one sets it and both get
+        the value that is stored. Returns (stored value, whether this call set it)."""
+        ...
+
+    async def update_app_state(self, *, app: str, state: Mapping[str, Any]) -> None:
+        """Merge `state` into the app's state; keys may carry the `app:` prefix. `user:` and
+        `temp:` keys raise `StateKeyError`."""
+        ...
+
+    async def list_app_states(self, *, app: str) -> dict[str, Any]:
+        """The app's state, keys without their prefix."""
+        ...
+
+    async def delete_app_state(self, *, app: str, key: str) -> None:
+        """Remove one key (with or without its prefix) from the app's state; no error when
+        it is not there."""
+        ...
+
+    async def update_user_state(self, *, app: str, user_id: str, state: Mapping[str, Any]) -> None:
+        """Merge `state` into the user's state in the app; keys may carry the `user:`
+        prefix. `app:` and `temp:` keys raise `StateKeyError`."""
+        ...
+
+    async def list_user_states(self, *, app: str, user_id: str) -> dict[str, Any]:
+        """The user's state in the app, keys without their prefix."""
+        ...
+
+    async def delete_user_state(self, *, app: str, user_id: str, key: str) -> None:
+        """Remove one key (with or without its prefix) from the user's state; no error when
+        it is not there."""
         ...

@@ -165,7 +165,7 @@ def test_send_runs_the_agent_and_answers_with_the_completed_task(server: LiveSer
 
     async def main() -> tuple[Task, Task, Task]:
         async with connected(server, token, streaming=False) as client:
-            [first] = await send(client, user_message(TLS_QUESTION, metadata={"customer": "acme", "tier": 2}))
+            [first] = await send(client, user_message(TLS_QUESTION, metadata={"customer": "acme", "tier": 2, "app:banner": "spoof"}))
             task = first.task
             [second] = await send(client, user_message("Look up ticket INC-1042", context_id=task.context_id))
             stored = await client.get_task(GetTaskRequest(id=task.id))
@@ -190,7 +190,7 @@ def test_send_runs_the_agent_and_answers_with_the_completed_task(server: LiveSer
     assert session["state"]["customer"] == "acme" and session["state"]["tier"] == 2
     events = api(server, alice, f"/api/sessions/{session_id}/events/?limit=500")["results"]
     assert [e["text"] for e in events if e["role"] == "user"] == [TLS_QUESTION, "Look up ticket INC-1042"]
-    assert events[0]["state_delta"] == {"customer": "acme", "tier": 2}
+    assert events[0]["state_delta"] == {"customer": "acme", "tier": 2}  # a client never writes `app:` state
     assert any(e["role"] == "tool" and e.get("tool_name") == "inspect_certificate" for e in events)
 
 

@@ -12,7 +12,14 @@ import pytest
 from sessions_app.core.cache import CachedSessionService
 from sessions_app.core.events import Event, EventError, Message, ToolCall
 from sessions_app.core.inmemory import InMemorySessionService
-from sessions_app.core.session import SessionKey, SessionNotFoundError, SessionService, Summary, SummaryBoundary
+from sessions_app.core.session import (
+    SessionKey,
+    SessionNotFoundError,
+    SessionService,
+    StateKeyError,
+    Summary,
+    SummaryBoundary,
+)
 
 APP = "contract"
 
@@ -327,3 +334,121 @@ async def test_a_summary_of_a_parent_key_bounds_the_load_when_the_key_has_none(b
     assert loaded is not None and [e.seq for e in loaded.events] == [3, 4]
     none = await backend.service.get_session(session.key, after_summary="unrelated")
     assert none is not None and [e.seq for e in none.events] == [3, 4]  # "" covers every key
+
+
+# -- state scopes (SPEC 2.1, 2.5) -----------------------------------------------------------------
+
+
+async def test_spec_2_1_user_state_is_shared_by_the_users_sessions(backend: Backend) -> None:
+    alice, bob = backend.user("alice"), backend.user("bob")
+    first = await backend.service.create_session(app=APP, user_id=alice)
+    await backend.service.append_event(first, assistant_event("noted", state_delta={"user:lang": "fr", "step": 1}))
+    assert first.state == {"user:lang": "fr", "step": 1}
+    second = await backend.service.create_session(app=APP, user_id=alice)
+    assert second.state == {"user:lang": "fr"}  # the user's keys, not the other session's
+    loaded = await backend.service.get_session(second.key)
+    assert loaded is not None and loaded.state == {"user:lang": "fr"}
+    bobs = await backend.service.create_session(app=APP, user_id=bob)
+    assert bobs.state == {}
+    assert await backend.service.list_user_states(app=APP, user_id=alice) == {"lang": "fr"}
+    assert await backend.service.list_user_states(app=APP, user_id=bob) == {}
+    assert await backend.service.list_user_states(app="other-app", user_id=alice) == {}
+
+
+async def test_spec_2_1_app_state_is_shared_by_every_user_of_the_app(backend: Backend) -> None:
+    alice, bob = backend.user("alice"), backend.user("bob")
+    session = await backend.service.create_session(app=APP, user_id=alice)
+    await backend.service.append_events(session, [
+        assistant_event("a", state_delta={"app:banner": "v1"}), assistant_event("b", state_delta={"app:banner": "v2"}),
+    ])
+    bobs = await backend.service.create_session(app=APP, user_id=bob)
+    loaded = await backend.service.get_session(bobs.key)
+    assert loaded is not None and loaded.state == {"app:banner": "v2"} == bobs.state
+    assert await backend.service.list_app_states(app=APP) == {"banner": "v2"}
+    assert await backend.service.list_app_states(app="other-app") == {}
+
+
+async def test_spec_2_5_app_and_user_state_update_list_delete(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    await service.update_app_state(app=APP, state={"app:theme": "dark", "limit": 3})
+    await service.update_user_state(app=APP, user_id=alice, state={"user:tz": "UTC", "name": "Alice"})
+    assert await service.list_app_states(app=APP) == {"theme": "dark", "limit": 3}
+    assert await service.list_user_states(app=APP, user_id=alice) == {"tz": "UTC", "name": "Alice"}
+    session = await service.create_session(app=APP, user_id=alice, state={"k": 1})
+    assert session.state == {"k": 1, "app:theme": "dark", "app:limit": 3, "user:tz": "UTC", "user:name": "Alice"}
+    await service.delete_app_state(app=APP, key="app:limit")
+    await service.delete_user_state(app=APP, user_id=alice, key="name")
+    await service.delete_user_state(app=APP, user_id=alice, key="never-set")  # no error
+    assert await service.list_app_states(app=APP) == {"theme": "dark"}
+    loaded = await service.get_session(session.key)
+    assert loaded is not None and loaded.state == {"k": 1, "app:theme": "dark", "user:tz": "UTC"}
+
+
+async def test_spec_2_5_scope_updates_refuse_keys_of_another_scope(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    with pytest.raises(StateKeyError, match="user:x"):
+        await service.update_app_state(app=APP, state={"user:x": 1})
+    with pytest.raises(StateKeyError, match="temp:x"):
+        await service.update_user_state(app=APP, user_id=alice, state={"temp:x": 1})
+    with pytest.raises(StateKeyError, match="app:x"):
+        await service.update_user_state(app=APP, user_id=alice, state={"app:x": 1})
+    with pytest.raises(ValueError, match="app"):
+        await service.list_app_states(app="")
+    assert await service.list_app_states(app=APP) == {}
+
+
+async def test_spec_2_1_update_session_state_refuses_app_and_user_keys_and_writes_no_event(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    session = await service.create_session(app=APP, user_id=alice, state={"a": 1})
+    for key in ("app:x", "user:x"):
+        with pytest.raises(StateKeyError, match=key):
+            await service.update_session_state(session.key, {key: 1})
+    await service.update_session_state(session.key, {"a": 2, "temp:scratch": "s"})
+    loaded = await service.get_session(session.key)
+    assert loaded is not None and loaded.state == {"a": 2, "temp:scratch": "s"}
+    assert loaded.last_seq == 0 and await service.list_events(session.key) == []
+    bobs = SessionKey(app=APP, user_id=backend.user("bob"), session_id=session.id)
+    with pytest.raises(SessionNotFoundError):
+        await service.update_session_state(bobs, {"a": 3})
+
+
+async def test_spec_2_5_state_initialisation_sets_a_key_once(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    session = await service.create_session(app=APP, user_id=alice)
+    results = await asyncio.gather(*(
+        service.initialize_session_state(session.key, state_key="plan", value=f"plan {i}") for i in range(5)
+    ))
+    assert sum(created for _, created in results) == 1
+    stored = {value for value, _ in results}
+    assert len(stored) == 1
+    loaded = await service.get_session(session.key)
+    assert loaded is not None and loaded.state == {"plan": stored.pop()}
+    with pytest.raises(StateKeyError):
+        await service.initialize_session_state(session.key, state_key="user:plan", value=1)
+
+
+async def test_spec_2_1_a_new_sessions_initial_state_goes_to_its_scopes(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    session = await service.create_session(app=APP, user_id=alice, state={"user:lang": "de", "topic": "tls"})
+    assert session.state == {"user:lang": "de", "topic": "tls"}
+    other = await service.create_session(app=APP, user_id=alice)
+    assert other.state == {"user:lang": "de"}
+
+
+async def test_spec_2_1_a_cached_session_never_shows_stale_user_state(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    session = await service.create_session(app=APP, user_id=alice)
+    await service.append_event(session, user_event("hello"))
+    assert (await service.get_session(session.key)) is not None  # warm whatever cache there is
+    other = await service.create_session(app=APP, user_id=alice)
+    await service.append_event(other, assistant_event("x", state_delta={"user:lang": "fr"}))
+    await service.update_app_state(app=APP, state={"mode": "beta"})
+    loaded = await service.get_session(session.key)
+    assert loaded is not None and loaded.state == {"user:lang": "fr", "app:mode": "beta"}
+    assert [e.text for e in loaded.events] == ["hello"]
