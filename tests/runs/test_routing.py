@@ -4,8 +4,10 @@ agent choice clears the route, a stale or invalid route is cleared and ignored."
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
+
+import pytest
 
 from runs.core.agents.composite import ChainAgent, CycleAgent
 from runs.core.agents.graph import GraphAgent, InMemoryCheckpointStore, NodeContext, StateGraph, StateSchema
@@ -231,3 +233,53 @@ async def test_a_graph_without_routing_records_no_route() -> None:
     runner, service = make_runner([GraphAgent(name="approve", graph=approval_graph([]), checkpoints=InMemoryCheckpointStore())])
     _, record = await turn(runner, "go")
     assert ROUTE_STATE_KEY not in await state(service, record.session_id)
+
+
+# -- over REST --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def use_agents() -> Iterator[Callable[[Sequence[Any]], None]]:
+    """Make the process's run manager serve `agents` on the Django backends."""
+    from django.conf import settings
+
+    from agentsite.composition import build_runner, run_manager
+    from runs.backends import DjangoRunStore
+    from sessions_app.backends import DjangoSessionService
+
+    def use(agents: Sequence[Any]) -> None:
+        run_manager().reset(lambda: Runner(
+            app=settings.AGENTSITE_APP, agents=agents, session_service=DjangoSessionService(), run_store=DjangoRunStore(),
+        ))
+
+    yield use
+    run_manager().reset(build_runner)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_rest_the_reply_continues_the_chain_at_the_agent_that_asked(
+    alice_api: Any, bob_api: Any, use_agents: Callable[[Sequence[Any]], None],
+) -> None:
+    chain, first, second, third = pipeline()
+    use_agents([chain])
+    asked = alice_api.post("/api/runs/", {"message": "ship order 42", "wait": True}, format="json")
+    assert asked.status_code == 201, asked.content
+    assert asked.json()["answer"] == "Which region should I deploy to?"
+    session_id = asked.json()["session_id"]
+    state = alice_api.get(f"/api/sessions/{session_id}/").json()["state"]
+    assert state[ROUTE_STATE_KEY]["path"] == "pipeline/deploy"
+
+    second.extend([ScriptStep.answer("Deploying to eu-west.")])
+    replied = alice_api.post("/api/runs/", {"message": "eu-west", "session_id": session_id, "wait": True}, format="json")
+    assert replied.status_code == 201, replied.content
+    assert replied.json()["answer"] == "Deployment logged."
+    first.assert_consumed()
+    second.assert_consumed()
+    third.assert_consumed()
+    events = alice_api.get(f"/api/sessions/{session_id}/events/", {"limit": 200}).json()["results"]
+    authors = [e["author"] for e in events if e["role"] == "assistant" and not e.get("tool_calls")]
+    # Turn 1: collect, deploy's question; turn 2: deploy's answer, log. `collect` once.
+    assert authors == ["collect", "deploy", "deploy", "log"]
+    assert alice_api.get(f"/api/sessions/{session_id}/").json()["state"][ROUTE_STATE_KEY] is None
+    # Someone else's session stays theirs: bob cannot post into it, so cannot take the route.
+    assert bob_api.post("/api/runs/", {"message": "x", "session_id": session_id}, format="json").status_code == 404

@@ -4,10 +4,13 @@ ledger and the AG-UI stream, and the target answers in the same run on its own b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from ag_ui.core import CustomEvent, EventType
+from asgiref.sync import sync_to_async
 
 from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
@@ -130,3 +133,52 @@ async def test_a_reply_to_a_question_of_the_transfer_target_goes_straight_to_it(
     support_model.assert_consumed()  # support was not asked again
     assert record2.answer == "api-3's certificate expired."
     assert {e.branch for e in events if e.message is not None and not e.partial} == {"support/troubleshoot"}
+
+
+# -- over AG-UI ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_over_agui_the_transfer_is_a_custom_event_and_in_the_ledger(alice: Any) -> None:
+    from django.conf import settings
+    from django.test import AsyncClient
+    from rest_framework.authtoken.models import Token
+
+    from agentsite.composition import build_runner, run_manager
+    from runs.backends import DjangoRunStore
+    from sessions_app.backends import DjangoSessionService
+
+    support, support_model, troubleshoot_model = support_desk(troubleshoot_steps=["The certificate expired."])
+    run_manager().reset(lambda: Runner(
+        app=settings.AGENTSITE_APP, agents=[support], session_service=DjangoSessionService(), run_store=DjangoRunStore(),
+    ))
+    try:
+        token = (await sync_to_async(Token.objects.get_or_create)(user=alice))[0].key
+        body = {
+            "threadId": "thread-transfer", "runId": "client-1", "state": {}, "tools": [], "context": [],
+            "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "payments fail TLS"}],
+        }
+        response = await AsyncClient().post(
+            "/agui/support", data=json.dumps(body), content_type="application/json",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert response.status_code == 200
+        text = b"".join([chunk async for chunk in response.streaming_content]).decode()
+        frames = [json.loads(block[len("data: "):]) for block in text.split("\n\n") if block.strip()]
+    finally:
+        run_manager().reset(build_runner)
+    support_model.assert_consumed()
+    troubleshoot_model.assert_consumed()
+    kinds = [f["type"] for f in frames]
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+    [custom] = [f for f in frames if f["type"] == "CUSTOM" and f["name"] == TRANSFER_EVENT]
+    assert custom["value"]["to"] == "troubleshoot" and custom["value"]["from"] == "support"
+    assert "The certificate expired." in "".join(f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT")
+    stored = await service_events(settings.AGENTSITE_APP, str(alice.pk), "thread-transfer")
+    assert [e.object for e in stored].count(OBJECT_TRANSFER) == 1
+
+
+async def service_events(app: str, user_id: str, session_id: str) -> list[Event]:
+    from sessions_app.backends import DjangoSessionService
+
+    return await DjangoSessionService().list_events(SessionKey(app=app, user_id=user_id, session_id=session_id), limit=100)
