@@ -18,6 +18,8 @@ from agentsite.errors import ApplicationError
 from runs import selectors
 from runs.backends import pending_interrupts
 from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
+from runs.core.invocation import RunOptions
+from runs.core.output import OutputSpec, SchemaError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.fanout import request_cancel
@@ -44,6 +46,9 @@ class RunOutput(serializers.Serializer):
     tool_calls = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
+    output = serializers.JSONField(
+        required=False, help_text="a run with an output_schema: its validated structured answer (issue 20)",
+    )
     interrupt = serializers.DictField(
         required=False, help_text="a paused graph run: what it waits for (id, node, payload); answer with resume/",
     )
@@ -68,6 +73,8 @@ def run_data(record: RunRecord, *, interrupt: dict[str, Any] | None = None) -> d
     }
     if record.answer:
         data["answer"] = record.answer
+    if record.output is not None:
+        data["output"] = record.output
     if interrupt is not None:
         data["interrupt"] = interrupt
     return data
@@ -95,6 +102,17 @@ class RunCreateApi(APIView):
         agent = StrictCharField(required=False, max_length=128)
         request_id = StrictCharField(required=False, max_length=64)
         wait = StrictBooleanField(required=False, default=False)
+        output_schema = serializers.JSONField(
+            required=False,
+            help_text="a JSON Schema the final answer must match: validated, retried with feedback (2 times), "
+                      "then the run fails with output_invalid; the value is the run's `output`",
+        )
+
+        def validate_output_schema(self, value: object) -> OutputSpec:
+            try:
+                return OutputSpec.of(value)  # type: ignore[arg-type]  # OutputSpec.of refuses a non-object itself
+            except SchemaError as exc:  # refused before anything is stored
+                raise ApplicationError("invalid_output_schema", str(exc), field="output_schema") from None
 
         def validate_message(self, value: str) -> str:
             if not value.strip():
@@ -139,6 +157,7 @@ class RunCreateApi(APIView):
                 session_id=session_id,
                 agent=data.get("agent"),
                 request_id=data.get("request_id"),
+                options=RunOptions(output=data.get("output_schema")),
             )
             return handle.record
 

@@ -26,6 +26,8 @@ from agentsite.api.auth import AuthenticationError, authenticate
 from agentsite.api.json_input import InputError, check_text, parse_json
 from agentsite.composition import run_manager
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
+from runs.core.invocation import RunOptions
+from runs.core.output import OutputSpec, SchemaError, output_from_response_format
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from sessions_app import selectors as session_selectors
@@ -59,6 +61,8 @@ class ChatRequest:
     seed: tuple[Message, ...]
     stream: bool
     include_usage: bool
+    output: OutputSpec | None = None
+    """The answer's required shape, from `response_format` (issue 20): validated, retried."""
 
 
 def _content_text(content: Any, index: int) -> str:
@@ -99,9 +103,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise OpenAIError(400, "client-side tools are not supported: the agent brings its own", param="tools",
                           code="unsupported_parameter")
     response_format = body.get("response_format")
-    if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
-        raise OpenAIError(400, "only the text response format is supported", param="response_format",
-                          code="unsupported_parameter")
+    try:
+        output = output_from_response_format(response_format)
+    except SchemaError as exc:  # refused before anything is stored
+        raise OpenAIError(400, str(exc), param=exc.param, code="invalid_response_format") from None
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise OpenAIError(400, "stream must be a boolean", param="stream")
@@ -125,7 +130,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise OpenAIError(413, f"the message is {len(last.content)} characters; the limit is {limit}",
                           param=f"messages[{len(parsed) - 1}].content", code="message_too_large")
     return ChatRequest(agent=model, message=last, seed=tuple(m for m in parsed[:-1] if m.content),
-                       stream=stream, include_usage=bool(options.get("include_usage")))
+                       stream=stream, include_usage=bool(options.get("include_usage")), output=output)
 
 
 def _chunk(run_id: str, agent: str, created: int, delta: dict[str, Any], finish: str | None = None,
@@ -209,7 +214,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 
         async def start(runner: Runner) -> RunRecord:
             handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
-                                        agent=chat.agent, seed=chat.seed, listeners=[listener])
+                                        agent=chat.agent, seed=chat.seed, listeners=[listener],
+                                        options=RunOptions(output=chat.output))
             return handle.record
 
         try:

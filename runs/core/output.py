@@ -38,7 +38,12 @@ OutputKind = Literal["json_object", "json_schema"]
 
 
 class SchemaError(ValueError):
-    """The declared schema is not valid JSON Schema; the message names the problem."""
+    """The declared schema is not valid JSON Schema; the message names the problem and
+    `param` the request field that holds it, when a surface parsed one."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class OutputMismatch(ValueError):
@@ -135,15 +140,67 @@ def check_schema(schema: Any) -> None:
     """Refuse what is not a valid JSON Schema (draft of its `$schema`, else 2020-12)."""
     if not isinstance(schema, Mapping):
         raise SchemaError(f"a schema must be a JSON object, got {_json_type(schema)}")
-    try:
-        validator = validator_for(schema)
-    except jsonschema.exceptions.SchemaError as exc:  # pragma: no cover - unknown $schema handled below
-        raise SchemaError(f"invalid JSON Schema: {exc.message}") from None
+    dialect = schema.get("$schema")
+    if dialect is not None and not isinstance(dialect, str):
+        raise SchemaError(f"invalid JSON Schema at $.$schema: {dialect!r} is not a URI string")
+    validator = validator_for(schema)
     try:
         validator.check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
         where = _where(exc.absolute_path)
         raise SchemaError(f"invalid JSON Schema at {where}: {exc.message}") from None
+    # A reference outside the schema would be fetched while validating: never across the network.
+    for path, ref in _refs(schema, ()):
+        if not ref.startswith("#"):
+            raise SchemaError(f"invalid JSON Schema at {_where(path)}: only local references ('#/...') are allowed, "
+                              f"got {ref!r}")
+
+
+def _refs(node: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    if isinstance(node, Mapping):
+        found = [((*path, "$ref"), node["$ref"])] if isinstance(node.get("$ref"), str) else []
+        for key, value in node.items():
+            found.extend(_refs(value, (*path, key)))
+        return found
+    if isinstance(node, list):
+        return [ref for index, item in enumerate(node) for ref in _refs(item, (*path, index))]
+    return []
+
+
+def output_from_response_format(value: Any, *, param: str = "response_format") -> OutputSpec | None:
+    """OpenAI's `response_format` as an output spec: None for `text` (or absent),
+    `json_object`, or `json_schema` `{"name", "schema", "strict"?}`. `SchemaError` names the
+    offending field (`param`) for anything else, including an invalid schema."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SchemaError(f"{param} must be an object, got {_json_type(value)}", param=param)
+    kind = value.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return OutputSpec(kind="json_object")
+    if kind != "json_schema":
+        raise SchemaError(f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+                          param=f"{param}.type")
+    spec = value.get("json_schema")
+    if not isinstance(spec, Mapping):
+        raise SchemaError(f"{param}.json_schema must be an object with name and schema", param=f"{param}.json_schema")
+    strict = spec.get("strict", False)
+    if not isinstance(strict, bool | None):
+        raise SchemaError(f"{param}.json_schema.strict must be a boolean", param=f"{param}.json_schema.strict")
+    name = spec.get("name", "output")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise SchemaError(f"{param}.json_schema.name must be 1-64 letters, digits, '_' or '-', got {name!r}",
+                          param=f"{param}.json_schema.name")
+    schema = spec.get("schema")
+    if schema is None:
+        raise SchemaError(f"{param}.json_schema.schema is required", param=f"{param}.json_schema.schema")
+    try:
+        check_schema(schema)
+    except SchemaError as exc:
+        raise SchemaError(str(exc), param=f"{param}.json_schema.schema") from None
+    return OutputSpec(kind="json_schema", schema=dict(schema), name=name, strict=bool(strict))
 
 
 def feedback_message(spec: OutputSpec, problems: list[str], *, attempt: int) -> Message:
@@ -261,4 +318,5 @@ __all__ = [
     "check_schema",
     "feedback_message",
     "minimal_instance",
+    "output_from_response_format",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -674,7 +675,10 @@ class Runner:
             if event.message.content and not event.message.tool_calls:
                 changes["answer"] = event.message.content
         if OUTPUT_EXTENSION in event.extensions and not event.partial and not event.is_error:
-            changes["output"] = event.extensions[OUTPUT_EXTENSION]  # issue 20: the validated value
+            # Issue 20: the validated value; the answer is its JSON text (a model's markdown
+            # fence around it is gone), so that every surface answers something that parses.
+            changes["output"] = event.extensions[OUTPUT_EXTENSION]
+            changes["answer"] = json.dumps(changes["output"], ensure_ascii=False)
         if event.usage is not None:
             changes["prompt_tokens"] = record.prompt_tokens + event.usage.prompt_tokens
             changes["completion_tokens"] = record.completion_tokens + event.usage.completion_tokens

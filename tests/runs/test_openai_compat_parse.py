@@ -42,7 +42,9 @@ def test_sampling_parameters_are_accepted_and_ignored() -> None:
         ({"logprobs": True}, "logprobs"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"name": "x"}}]}, "tools"),
-        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 1}}}},
+         "response_format.json_schema.schema"),
         ({"stream": "yes"}, "stream"),
     ],
 )

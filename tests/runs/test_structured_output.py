@@ -178,6 +178,8 @@ def test_the_offline_model_answers_json_object_requests_with_an_object() -> None
         ({"type": "object", "properties": {"a": {"type": 5}}}, "$.properties.a.type"),
         ({"type": "object", "required": "a"}, "'a' is not of type 'array'"),
         ([1, 2], "a schema must be a JSON object, got an array"),
+        ({"properties": {"a": {"$ref": "https://example.com/s.json"}}}, "only local references"),
+        ({"$schema": ["x"]}, "$.$schema"),
     ],
 )
 def test_a_schema_that_is_not_json_schema_is_refused_naming_the_problem(schema: Any, problem: str) -> None:
