@@ -129,7 +129,7 @@ def summary_engine(summary_model: Model | None = None, *, window: int | None = N
     )
     return SummaryEngine(
         summarizer=build_summarizer(knobs, summary_model), checker=trigger, lock=lock, tokenizer=TIKTOKEN,
-        context_window=window,
+        context_window=window, allowlist=tuple(settings.AGENTSITE_SUMMARY_FILTER_KEYS) or None,
     )
 
 

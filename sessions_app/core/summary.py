@@ -1091,7 +1091,29 @@ Reason = Literal[
     "stale",  # someone else moved the boundary past ours meanwhile
     "follows_branch",  # the full-session summary would only repeat the branch's no-op
     "missing",  # the session was deleted meanwhile
+    "not_allowed",  # the filter key is not in the allowlist and there is no cascade (SPEC 3.1)
 ]
+
+
+def summary_key_allowed(filter_key: str, allowlist: Sequence[str] | None) -> bool:
+    """Whether a filter key gets its own summary (SPEC 2.6 filter allowlist): always without
+    an allowlist (None) and for the full session; else when an allowed key is the key, a
+    `/`-path prefix of it or below it (matching both ways, as `Event.Filter` does)."""
+    if allowlist is None or filter_key == FULL_SESSION:
+        return True
+    return any(allowed and filter_matches(allowed, filter_key) for allowed in allowlist)
+
+
+def summary_targets(filter_key: str, *, allowlist: Sequence[str] | None = None, cascade: bool = True) -> list[str]:
+    """SPEC 3.1 `SummaryTargets`: the filter keys a summary for `filter_key` rolls forward,
+    in order. The full session: itself. A branch: itself when the allowlist lets it, then
+    the full session when the cascade is on. Empty: nothing to do."""
+    if filter_key == FULL_SESSION:
+        return [FULL_SESSION]
+    targets = [filter_key] if summary_key_allowed(filter_key, allowlist) else []
+    if cascade:
+        targets.append(FULL_SESSION)
+    return targets
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1185,6 +1207,7 @@ async def summarize_session(
     covers_seq: int | None = None,
     tokenizer: Tokenizer = APPROX_TOKENIZER,
     cascade: bool = True,
+    allowlist: Sequence[str] | None = None,
     max_events: int = DEFAULT_MAX_EVENTS,
     now: Callable[[], datetime] = utcnow,
 ) -> SummaryOutcome:
@@ -1204,13 +1227,24 @@ async def summarize_session(
     where the branch did and every new event matched the branch, the branch's summary is
     copied (no model call); otherwise it is summarized on its own (never forked: a branch
     request is not a full-session one).
+
+    Allowlist (SPEC 2.6, 3.1 `SummaryTargets`): a branch key it does not let through gets no
+    summary of its own; with the cascade on, the full session is summarized instead, its
+    trigger checked on the branch's events (what triggered it), never forked from the
+    branch's request. Without the cascade nothing happens (`not_allowed`).
     """
     run = _Run(
         service=service, key=key, summarizer=summarizer, checker=checker, force=force,
         lock=lock or _PROCESS_LOCK, lock_wait_s=lock_wait_s, parent=parent, context_window=context_window,
         request_tokens=request_tokens, covers_seq=covers_seq, tokenizer=tokenizer, max_events=max_events, now=now,
     )
+    keys = summary_targets(filter_key, allowlist=allowlist, cascade=cascade)
+    if not keys:
+        return SummaryOutcome(targets=(TargetOutcome(filter_key=filter_key, reason="not_allowed"),))
     try:
+        if keys[0] != filter_key:
+            full = await _summarize_target(run, FULL_SESSION, parent=None, check_key=filter_key)
+            return SummaryOutcome(targets=(full,))
         primary = await _summarize_target(run, filter_key, parent=parent)
         targets = [primary]
         if filter_key != FULL_SESSION and cascade and primary.all_matched is not None:
@@ -1224,14 +1258,16 @@ async def summarize_session(
 _PROCESS_LOCK = InProcessSummaryLock()
 
 
-async def _summarize_target(run: _Run, filter_key: str, *, parent: ForkParent | None) -> TargetOutcome:
+async def _summarize_target(
+    run: _Run, filter_key: str, *, parent: ForkParent | None, check_key: str | None = None
+) -> TargetOutcome:
     if run.summarizer is None:
         return TargetOutcome(filter_key=filter_key, reason="no_summarizer")
     token = await run.lock.acquire(run.key, filter_key, wait_s=run.lock_wait_s)
     if token is None:
         return TargetOutcome(filter_key=filter_key, reason="busy")
     try:
-        return await _summarize_locked(run, filter_key, parent=parent)
+        return await _summarize_locked(run, filter_key, parent=parent, check_key=check_key)
     finally:
         try:
             await run.lock.release(run.key, filter_key, token)
@@ -1239,7 +1275,11 @@ async def _summarize_target(run: _Run, filter_key: str, *, parent: ForkParent | 
             logger.warning("summary lock for %s/%r not released (it expires)", run.key.session_id, filter_key)
 
 
-async def _summarize_locked(run: _Run, filter_key: str, *, parent: ForkParent | None) -> TargetOutcome:
+async def _summarize_locked(
+    run: _Run, filter_key: str, *, parent: ForkParent | None, check_key: str | None = None
+) -> TargetOutcome:
+    """`check_key`: the branch whose events the trigger checks (SPEC 3.1: a full-session
+    summary a branch triggered)."""
     assert run.summarizer is not None
     previous = await run.service.get_summary(run.key, filter_key=filter_key)
     start = previous.last_seq if previous is not None else 0
@@ -1252,10 +1292,11 @@ async def _summarize_locked(run: _Run, filter_key: str, *, parent: ForkParent | 
     if not any(conversation_lines(e) for e in delta):
         return TargetOutcome(reason="no_delta", **base)
     if not run.force and run.checker is not None:
+        checked = delta if check_key is None else tuple(e for e in delta if filter_matches(e.filter_key, check_key))
         check = TriggerInput(
-            events=delta,
+            events=checked,
             previous=previous,
-            conversation_tokens=run.tokenizer.count_text(render_conversation(previous.text if previous else "", delta)),
+            conversation_tokens=run.tokenizer.count_text(render_conversation(previous.text if previous else "", checked)),
             request_tokens=run.request_tokens,
             context_window=run.context_window,
             now=run.now(),
@@ -1369,6 +1410,8 @@ class SummaryEngine:
     lock: SummaryLock | None = None
     tokenizer: Tokenizer = APPROX_TOKENIZER
     cascade: bool = True
+    allowlist: tuple[str, ...] | None = None
+    """SPEC 2.6 filter allowlist: the filter keys that get summaries of their own (None: all)."""
     context_window: int | None = None
     max_events: int = DEFAULT_MAX_EVENTS
     lock_wait_s: float = DEFAULT_LOCK_WAIT_S
@@ -1401,6 +1444,7 @@ class SummaryEngine:
             covers_seq=covers_seq,
             tokenizer=self.tokenizer,
             cascade=self.cascade,
+            allowlist=self.allowlist,
             max_events=self.max_events,
         )
 

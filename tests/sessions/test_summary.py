@@ -34,6 +34,7 @@ from sessions_app.core.summary import (
     conversation_lines,
     is_context_length_error,
     summarize_session,
+    summary_targets,
 )
 from tests.sessions.ledger_builders import APP, T0, Ledger
 
@@ -292,6 +293,55 @@ async def test_the_full_session_is_summarized_on_its_own_when_other_branches_hav
     assert [len(r.events) for r in summarizer.requests] == [3, 6]
     whole = await summary(service, session, "")
     assert whole is not None and whole.text == "[events 1-6]\neverything" and whole.last_seq == 6
+
+
+def test_spec_3_1_summary_targets_follow_the_allowlist_and_the_cascade() -> None:
+    assert summary_targets("") == [""]
+    assert summary_targets("", allowlist=[], cascade=False) == [""]
+    assert summary_targets("app/a") == ["app/a", ""]
+    assert summary_targets("app/a", cascade=False) == ["app/a"]
+    # Matching goes both ways along the `/` path: an allowed parent or child lets the key in.
+    assert summary_targets("app/a", allowlist=["app"]) == ["app/a", ""]
+    assert summary_targets("app", allowlist=["app/a"]) == ["app", ""]
+    assert summary_targets("app/b", allowlist=["app/a"]) == [""]
+    assert summary_targets("app/ab", allowlist=["app/a"], cascade=False) == []
+
+
+async def test_spec_2_6_a_key_outside_the_allowlist_gets_no_summary_and_the_full_session_one_instead() -> None:
+    ledger = Ledger()
+    ledger.simple_turn("mine", "ok")
+    other = Ledger(filter_key="other-app", events=ledger.events)
+    other.simple_turn("theirs", "ok too")
+    service, session = await stored(ledger)
+    summarizer = RecordingSummarizer(answers=["everything"])
+    engine = SummaryEngine(summarizer=summarizer, allowlist=("other-app",))
+    outcome = await engine.summarize(service, session.key, filter_key=APP)
+    assert [(t.filter_key, t.reason) for t in outcome.targets] == [("", "updated")]
+    assert [len(r.events) for r in summarizer.requests] == [6]  # the whole session, one model call
+    assert await summary(service, session) is None
+    whole = await summary(service, session, "")
+    assert whole is not None and whole.last_seq == 6
+    # Without the cascade a key outside the allowlist is left alone.
+    quiet = SummaryEngine(summarizer=summarizer, allowlist=("other-app",), cascade=False)
+    outcome = await quiet.summarize(service, session.key, filter_key=APP, force=True)
+    assert [(t.filter_key, t.reason) for t in outcome.targets] == [(APP, "not_allowed")]
+    assert len(summarizer.requests) == 1
+
+
+async def test_spec_3_1_a_full_session_summary_a_branch_triggered_checks_the_branchs_events() -> None:
+    ledger = Ledger()
+    ledger.simple_turn("mine", "ok")
+    other = Ledger(filter_key="other-app", events=ledger.events)
+    for n in range(3):
+        other.simple_turn(f"theirs {n}", "ok too")
+    service, session = await stored(ledger)
+    summarizer = RecordingSummarizer()
+    # Twelve events in the session, three of them on the triggering branch: a threshold of
+    # more than three events is not met by the branch's.
+    engine = SummaryEngine(summarizer=summarizer, checker=EventThreshold(events=3), allowlist=("other-app",))
+    outcome = await engine.summarize(service, session.key, filter_key=APP)
+    assert [(t.filter_key, t.reason) for t in outcome.targets] == [("", "not_triggered")]
+    assert summarizer.requests == []
 
 
 async def test_a_job_for_a_covered_seq_does_nothing_so_running_it_twice_has_one_effect() -> None:

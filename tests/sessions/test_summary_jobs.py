@@ -337,3 +337,12 @@ async def test_the_redis_lock_admits_one_holder_and_releases_only_its_own_token(
     again = await lock.acquire(key, APP, wait_s=0)
     assert again is not None
     assert await lock.acquire(key, APP, wait_s=1.0) is not None  # expired after 0.5 s
+
+
+def test_spec_2_6_the_summary_filter_allowlist_is_a_setting(settings: Any) -> None:
+    from agentsite.composition import summary_engine
+
+    settings.AGENTSITE_SUMMARY_FILTER_KEYS = ["agentsite/research"]
+    assert summary_engine().allowlist == ("agentsite/research",)
+    settings.AGENTSITE_SUMMARY_FILTER_KEYS = []
+    assert summary_engine().allowlist is None
