@@ -43,6 +43,7 @@ api = [
     path("api/runs/<str:run_id>/", run_apis.RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),
     path("api/runs/<str:run_id>/resume/", off_thread(run_apis.RunResumeApi.as_view()), name="run-resume"),
+    path("api/runs/<str:run_id>/messages/", off_thread(run_apis.RunMessagesApi.as_view()), name="run-messages"),
 ]
 
 openai_compatible = [

@@ -18,11 +18,13 @@ from agentsite.errors import ApplicationError
 from runs import selectors
 from runs.backends import pending_interrupts
 from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
+from runs.core.errors import UsageError
 from runs.core.invocation import RunOptions
 from runs.core.output import OutputSpec, SchemaError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
-from runs.fanout import request_cancel
+from runs.core.steering import QueueFullError, RunNotActiveError
+from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_withdraw
 from sessions_app import selectors as session_selectors
 
 # The completion event lands within a second of a cancel (SPEC 1.9); the reply waits a
@@ -231,6 +233,102 @@ class RunCancelApi(APIView):
             # Another process owns the run: the cancel went out on the channel layer.
             final = _poll_until_finished(request.user, run_id, timeout_s=CANCEL_WAIT_S) or record
         return Response(run_data(final), status=status.HTTP_202_ACCEPTED)
+
+
+class QueuedMessageOutput(serializers.Serializer):
+    id = serializers.CharField(help_text="the queued message's id; its ledger event carries it as extensions.queued_id")
+    status = serializers.CharField(help_text="queued")
+    run_id = serializers.CharField()
+    message = serializers.CharField()
+    queued_at = serializers.DateTimeField()
+
+
+class WithdrawnOutput(serializers.Serializer):
+    run_id = serializers.CharField()
+    withdrawn = QueuedMessageOutput(many=True)
+
+
+class RunMessagesApi(APIView):
+    """Steer a run while it goes (SPEC 1.5): queue a message for its next model step, or
+    withdraw the messages still queued.
+
+    A queued message is taken before the run's next model step (never inside a tool round)
+    and becomes a user message of the run (`extensions.queued == "consumed"`); one still
+    queued when the run ends opens the next run of the session (`"carried"`); a cancel drops
+    the queued ones and lists them on the run's completion event (`queued_dropped`)."""
+
+    class InputSerializer(serializers.Serializer):
+        message = StrictCharField(trim_whitespace=False)
+
+        def validate_message(self, value: str) -> str:
+            if not value.strip():
+                raise serializers.ValidationError("must not be empty")
+            limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+            if len(value) > limit:
+                raise ApplicationError(
+                    "message_too_large", f"message is {len(value)} characters; the limit is {limit}",
+                    status_code=413, field="message",
+                )
+            return value
+
+    @staticmethod
+    def _live_run(request: Request, run_id: str) -> RunRecord:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        if record.finished:
+            raise _ended(run_id, record.status)
+        return record
+
+    @extend_schema(request=InputSerializer, responses={202: QueuedMessageOutput}, summary="Queue a message into a running run")
+    def post(self, request: Request, run_id: str) -> Response:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        body = self.InputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        self._live_run(request, run_id)
+        text = body.validated_data["message"]
+        try:
+            queued = run_manager().call(lambda runner: request_enqueue(runner, run_id, text))
+        except QueueFullError as exc:
+            raise ApplicationError(
+                "queue_full", f"{exc}: wait for the run to take them, or withdraw them", status_code=429,
+            ) from None
+        except RunUnreachableError as exc:
+            self._live_run(request, run_id)  # it ended meanwhile: 409 says how
+            raise ApplicationError("run_unreachable", str(exc), status_code=503) from None
+        except RunNotActiveError:
+            # Ending here, or ended on another node since the read above.
+            ended = selectors.run_get(user=request.user, run_id=run_id)
+            raise _ended(run_id, ended.status if ended is not None and ended.finished else "ending") from None
+        except UsageError as exc:
+            raise ApplicationError("invalid", str(exc), field="message") from None
+        data = {**queued.to_dict(), "status": "queued", "run_id": run_id}
+        return Response(data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: WithdrawnOutput}, summary="Withdraw the messages queued for a run")
+    def delete(self, request: Request, run_id: str) -> Response:
+        self._live_run(request, run_id)
+        try:
+            withdrawn = run_manager().call(lambda runner: request_withdraw(runner, run_id))
+        except RunUnreachableError as exc:
+            self._live_run(request, run_id)
+            raise ApplicationError("run_unreachable", str(exc), status_code=503) from None
+        except RunNotActiveError:
+            ended = selectors.run_get(user=request.user, run_id=run_id)
+            raise _ended(run_id, ended.status if ended is not None and ended.finished else "ending") from None
+        return Response({
+            "run_id": run_id,
+            "withdrawn": [{**item.to_dict(), "status": "withdrawn", "run_id": run_id} for item in withdrawn],
+        })
+
+
+def _ended(run_id: str, state: str) -> ApplicationError:
+    return ApplicationError(
+        "run_not_active", f"run {run_id!r} already ended ({state}); start a new run with the message instead",
+        status_code=409,
+    )
 
 
 def _poll_until_finished(user: Any, run_id: str, *, timeout_s: float) -> RunRecord | None:

@@ -10,9 +10,10 @@ parameters are accepted and ignored: they are settings of the agent, not of the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agentsite.api.auth import AuthenticationError, authenticate
 from agentsite.api.json_input import InputError, check_text, parse_json
 from agentsite.composition import run_manager
+from runs import selectors as run_selectors
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.output import OutputSpec, SchemaError, output_from_response_format
@@ -32,15 +34,26 @@ from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
-from sessions_app.core.events import OBJECT_CHUNK, Event, Message
+from sessions_app.core.events import OBJECT_CHUNK, Event, Message, ToolCall
 from sessions_app.core.session import SessionNotFoundError
 
 SESSION_HEADER = "X-Session-Id"
+RUN_HEADER = "X-Run-Id"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+REQUEST_ID_MAX = 64  # Run.request_id's length
+# Between the texts of two assistant messages of one answer (a step's text before its tool
+# calls, then the final answer): without it they run together ("...first.The certificate...").
+PART_SEPARATOR = "\n\n"
 SESSION_ID_MAX = 64  # the column's length
-_ROLES = {"system", "developer", "user", "assistant"}
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 # Accepted and ignored: sampling is configured on the agent.
 _IGNORED = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty",
             "seed", "stop", "user", "metadata", "store", "parallel_tool_calls", "service_tier", "reasoning_effort"}
+
+
+# Answers that must parse: their content is the final answer alone (ChatRequest.final_only).
+_JSON_FORMATS = {"json_object", "json_schema"}
 
 
 class OpenAIError(Exception):
@@ -63,6 +76,9 @@ class ChatRequest:
     include_usage: bool
     output: OutputSpec | None = None
     """The answer's required shape, from `response_format` (issue 20): validated, retried."""
+    final_only: bool = False
+    """The content is the run's final answer alone (a JSON `response_format`: other text
+    would break the JSON); otherwise every assistant message's text (`answer_text`)."""
 
 
 def _content_text(content: Any, index: int) -> str:
@@ -79,6 +95,107 @@ def _content_text(content: Any, index: int) -> str:
     if content is None:
         return ""
     raise OpenAIError(400, "content must be a string or a list of text parts", param=f"messages[{index}].content")
+
+
+def _tool_calls(item: dict[str, Any], index: int) -> tuple[ToolCall, ...]:
+    """An assistant message's `tool_calls` (or the legacy `function_call`) as tool calls."""
+    where = f"messages[{index}]"
+    legacy = item.get("function_call")
+    raw = item.get("tool_calls")
+    if legacy is not None:
+        if raw:
+            raise OpenAIError(400, f"{where} has both tool_calls and function_call; send one", param=f"{where}.function_call")
+        # The legacy grammar has no call ids: a `function` message answers the latest
+        # unanswered call of its name, so the call gets an id only this history uses.
+        return (_function(legacy, f"{where}.function_call", call_id=f"function_call_{index}"),)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise OpenAIError(400, f"{where}.tool_calls must be an array", param=f"{where}.tool_calls")
+    calls = []
+    for number, call in enumerate(raw):
+        at = f"{where}.tool_calls[{number}]"
+        if not isinstance(call, dict):
+            raise OpenAIError(400, f"{at} must be an object", param=at)
+        if call.get("type", "function") != "function":
+            raise OpenAIError(400, f"{at}.type must be 'function', got {call.get('type')!r}", param=f"{at}.type")
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise OpenAIError(400, f"{at}.id must be a non-empty string", param=f"{at}.id")
+        calls.append(_function(call.get("function"), f"{at}.function", call_id=call_id))
+    return tuple(calls)
+
+
+def _function(function: Any, at: str, *, call_id: str) -> ToolCall:
+    if not isinstance(function, dict):
+        raise OpenAIError(400, f"{at} must be an object with name and arguments", param=at)
+    name, arguments = function.get("name"), function.get("arguments", "{}")
+    if not isinstance(name, str) or not name:
+        raise OpenAIError(400, f"{at}.name must be a non-empty string", param=f"{at}.name")
+    if not isinstance(arguments, str):
+        raise OpenAIError(400, f"{at}.arguments must be a string (JSON text), as OpenAI sends it", param=f"{at}.arguments")
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def parse_messages(messages: list[Any]) -> list[Message]:
+    """The whole chat-completions message grammar as `Message`s, checked as OpenAI checks it.
+
+    Assistant `tool_calls` (and the legacy `function_call`) and the `tool` (legacy
+    `function`) results answering them are kept: each result must answer an earlier call
+    of this history that has no result yet. A result in the last position is the client
+    answering a tool call of its own, which needs client-side tools (issue 20): refused.
+    """
+    parsed: list[Message] = []
+    unanswered: dict[str, str] = {}  # call id -> tool name, in call order
+    for index, item in enumerate(messages):
+        if not isinstance(item, dict) or item.get("role") not in _ROLES:
+            raise OpenAIError(400, f"messages[{index}].role must be one of {sorted(_ROLES)}",
+                              param=f"messages[{index}].role")
+        role = item["role"]
+        content = _content_text(item.get("content"), index)
+        if role == "assistant":
+            calls = _tool_calls(item, index)
+            for number, call in enumerate(calls):
+                if call.id in unanswered:
+                    raise OpenAIError(400, f"tool call id {call.id!r} is already used by an unanswered call",
+                                      param=f"messages[{index}].tool_calls[{number}].id")
+                unanswered[call.id] = call.name
+            if not content and isinstance(item.get("refusal"), str):
+                content = item["refusal"]
+            parsed.append(Message(role="assistant", content=content, tool_calls=calls))
+        elif role in ("tool", "function"):
+            if index == len(messages) - 1:
+                raise OpenAIError(400, f"messages[{index}] is a {role} result answering the client's own tool call: "
+                                  "client-side tools are not supported yet; send the results inside the history, "
+                                  "followed by a user message", param=f"messages[{index}].role",
+                                  code="unsupported_client_tools")
+            call_id = _answered_call(item, index, unanswered)
+            parsed.append(Message(role="tool", content=content, tool_call_id=call_id, tool_name=unanswered.pop(call_id)))
+        else:
+            parsed.append(Message(role="system" if role == "developer" else role, content=content))
+    return parsed
+
+
+def _answered_call(item: dict[str, Any], index: int, unanswered: dict[str, str]) -> str:
+    """The id of the call a `tool` or legacy `function` message answers."""
+    if item["role"] == "function":
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise OpenAIError(400, f"messages[{index}].name must name the function this result is for",
+                              param=f"messages[{index}].name")
+        ids = [i for i, n in unanswered.items() if n == name and i.startswith("function_call_")]
+        if not ids:
+            raise OpenAIError(400, f"messages[{index}] answers function {name!r}, but no earlier assistant "
+                              "function_call of that name is unanswered", param=f"messages[{index}].name")
+        return ids[-1]
+    call_id = item.get("tool_call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise OpenAIError(400, f"messages[{index}].tool_call_id must be a non-empty string",
+                          param=f"messages[{index}].tool_call_id")
+    if call_id not in unanswered:
+        raise OpenAIError(400, f"messages[{index}].tool_call_id {call_id!r} answers no earlier assistant tool call "
+                          "(or one already answered)", param=f"messages[{index}].tool_call_id")
+    return call_id
 
 
 def parse_chat_request(body: Any) -> ChatRequest:
@@ -114,13 +231,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if not isinstance(options, dict):
         raise OpenAIError(400, "stream_options must be an object", param="stream_options")
 
-    parsed: list[Message] = []
-    for index, item in enumerate(messages):
-        if not isinstance(item, dict) or item.get("role") not in _ROLES:
-            raise OpenAIError(400, f"messages[{index}].role must be one of {sorted(_ROLES)}",
-                              param=f"messages[{index}].role")
-        role = "system" if item["role"] == "developer" else item["role"]
-        parsed.append(Message(role=role, content=_content_text(item.get("content"), index)))
+    parsed = parse_messages(messages)
     last = parsed[-1]
     if last.role != "user" or not last.content.strip():
         raise OpenAIError(400, "the last message must be a non-empty user message", param=f"messages[{len(parsed) - 1}]")
@@ -129,8 +240,9 @@ def parse_chat_request(body: Any) -> ChatRequest:
         # The same limit as every other surface (REST, websocket, AG-UI).
         raise OpenAIError(413, f"the message is {len(last.content)} characters; the limit is {limit}",
                           param=f"messages[{len(parsed) - 1}].content", code="message_too_large")
-    return ChatRequest(agent=model, message=last, seed=tuple(m for m in parsed[:-1] if m.content),
-                       stream=stream, include_usage=bool(options.get("include_usage")), output=output)
+    return ChatRequest(agent=model, message=last, seed=tuple(m for m in parsed[:-1] if m.has_payload),
+                       stream=stream, include_usage=bool(options.get("include_usage")), output=output,
+                       final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS)
 
 
 def _chunk(run_id: str, agent: str, created: int, delta: dict[str, Any], finish: str | None = None,
@@ -150,24 +262,61 @@ def _usage(record: RunRecord) -> dict[str, int]:
 
 
 def _failure(record: RunRecord) -> OpenAIError:
+    """A run that started and ended without an answer: 422, which the OpenAI SDK (and the
+    frameworks built on it) does not retry. Retrying would start the run again and write the
+    user turn a second time; a 5xx is kept for requests that never reached a run."""
     error = record.error or {}
-    return OpenAIError(502, f"the run {record.status}: {error.get('message', 'no answer')}", type="server_error",
+    return OpenAIError(422, f"the run {record.status}: {error.get('message', 'no answer')}", type="run_error",
                        code=str(error.get("type") or record.status))
+
+
+def _failure_response(record: RunRecord, headers: dict[str, str]) -> JsonResponse:
+    response = _failure(record).response()
+    for name, value in {**headers, "x-should-retry": "false"}.items():
+        response[name] = value
+    return response
+
+
+def answer_part(event: Event) -> str | None:
+    """The text an event adds to the answer: an assistant message's text (a model step's,
+    also beside its tool calls), never a delta, an error or a tool result."""
+    message = event.message
+    if message is None or message.role != "assistant" or event.partial or event.is_error or not message.content:
+        return None
+    return message.content
+
+
+def answer_text(events: Iterable[Event]) -> str:
+    """The content of a completion: the text of each of the run's assistant messages, in
+    order, separated by `PART_SEPARATOR` (the streamed content is the same, chunk by chunk)."""
+    return PART_SEPARATOR.join(part for event in events if (part := answer_part(event)) is not None)
 
 
 def _session_header(request: HttpRequest) -> str | None:
     """`X-Session-Id`, refused when no session could have it (too long for the column,
     or text the database cannot store)."""
-    value = request.headers.get(SESSION_HEADER)
+    return _checked_header(request, SESSION_HEADER, SESSION_ID_MAX, code="invalid_session_id")
+
+
+def _idempotency_key(request: HttpRequest) -> str | None:
+    """`Idempotency-Key`: the run's request id, so it is refused as a request id would be."""
+    key = _checked_header(request, IDEMPOTENCY_HEADER, REQUEST_ID_MAX, code="invalid_idempotency_key")
+    if key is not None and not key.strip():
+        raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} must not be empty", param=IDEMPOTENCY_HEADER,
+                          code="invalid_idempotency_key")
+    return key
+
+
+def _checked_header(request: HttpRequest, name: str, limit: int, *, code: str) -> str | None:
+    value = request.headers.get(name)
     if value is None:
         return None
-    if len(value) > SESSION_ID_MAX:
-        raise OpenAIError(400, f"{SESSION_HEADER} must be at most {SESSION_ID_MAX} characters, got {len(value)}",
-                          param=SESSION_HEADER, code="invalid_session_id")
+    if len(value) > limit:
+        raise OpenAIError(400, f"{name} must be at most {limit} characters, got {len(value)}", param=name, code=code)
     try:
-        check_text(value, SESSION_HEADER)
+        check_text(value, name)
     except InputError as exc:
-        raise OpenAIError(400, exc.message(), param=SESSION_HEADER, code="invalid_session_id") from None
+        raise OpenAIError(400, exc.message(), param=name, code=code) from None
     return value
 
 
@@ -203,6 +352,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             raise OpenAIError(400, exc.message("brackets"), param=exc.field("brackets"), code=exc.code) from None
         chat = parse_chat_request(body)
         session_header = _session_header(request)
+        key = _idempotency_key(request)
         manager = run_manager()
         try:
             await manager.acall(lambda runner: _check_agent(runner, chat.agent))
@@ -210,44 +360,106 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
                               param="model", code="model_not_found") from None
         session_id = await _open_session(user, session_header)
+        if key is not None:
+            earlier = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
+            if earlier is not None:
+                return await _replay(manager, earlier, chat, session_header)
         listener, events = manager.bridge()
 
         async def start(runner: Runner) -> RunRecord:
             handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
                                         agent=chat.agent, seed=chat.seed, listeners=[listener],
-                                        options=RunOptions(output=chat.output))
+                                        options=RunOptions(output=chat.output), request_id=key)
             return handle.record
 
         try:
             record = await manager.acall(start)
         except TooManyRunsError as exc:
             raise OpenAIError(429, str(exc), type="rate_limit_error", code="too_many_runs") from None
-        except (SessionNotFoundError, DuplicateRequestError, UsageError) as exc:
+        except DuplicateRequestError:
+            if key is None:  # a request id the runner made itself is never a duplicate
+                raise
+            # The same key arrived twice at once: the other request started the run; join it.
+            return await _replay(manager, await _run_of_key(user, key), chat, session_header)
+        except (SessionNotFoundError, UsageError) as exc:
             raise OpenAIError(400, str(exc)) from None
     except AuthenticationError as exc:
         return OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key").response()
     except OpenAIError as exc:
         return exc.response()
 
-    headers = {SESSION_HEADER: record.session_id}
+    headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
     if chat.stream:
-        response = StreamingHttpResponse(
-            _stream(manager, record, chat, events), content_type="text/event-stream", headers=headers
-        )
-        response["Cache-Control"] = "no-cache"
-        return response
-    async for _ in events:  # drain: the run's completion ends the iterator
-        pass
+        return _streaming(_stream(manager, record, chat, events), headers)
+    seen = [event async for event in events]  # the run's completion ends the iterator
     final = await manager.await_run(record.id, 5.0) or record
     if final.status != "completed":
-        error = _failure(final).response()
-        error[SESSION_HEADER] = record.session_id
-        return error
+        return _failure_response(final, headers)
+    content = final.answer if chat.final_only else answer_text(seen)
+    return _completion(final, chat, content, headers)
+
+
+def _streaming(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(chunks, content_type="text/event-stream", headers=headers)
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+def _completion(record: RunRecord, chat: ChatRequest, content: str, headers: dict[str, str]) -> JsonResponse:
     return JsonResponse({
         "id": f"chatcmpl-{record.id}", "object": "chat.completion", "created": int(time.time()), "model": chat.agent,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": final.answer}, "finish_reason": "stop"}],
-        "usage": _usage(final),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": _usage(record),
     }, headers=headers)
+
+
+async def _run_of_key(user: Any, key: str) -> RunRecord:
+    """The run a concurrent request with the same key registered; its row may still be on
+    its way to the database (the runner refuses a duplicate before the row is written)."""
+    for _ in range(50):
+        record = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
+        if record is not None:
+            return record
+        await asyncio.sleep(0.1)
+    raise OpenAIError(409, f"a request with {IDEMPOTENCY_HEADER} {key!r} is starting; retry", param=IDEMPOTENCY_HEADER,
+                      code="idempotency_key_in_use")
+
+
+async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None) -> HttpResponse:
+    """Answer a request whose `Idempotency-Key` already made a run with that run's result,
+    waiting for it while it is in flight; a different request under the same key is refused."""
+    turn = await db_call(run_selectors.run_turn)(record=record)
+    said = next((e.message for e in turn if e.message is not None and e.message.role == "user"), None)
+    if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
+            or said is None or said.content != chat.message.content):
+        raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "
+                          "last message or session differ); use a new key for a new request",
+                          param=IDEMPOTENCY_HEADER, code="idempotency_key_reused")
+    final = await _ended(manager, record)
+    headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id, REPLAYED_HEADER: "true"}
+    if not final.finished:
+        raise OpenAIError(409, f"the run {record.id} of this {IDEMPOTENCY_HEADER} is still in progress; retry later",
+                          param=IDEMPOTENCY_HEADER, code="run_in_progress")
+    if final.status != "completed":
+        return _failure_response(final, headers)
+    if not record.finished:
+        turn = await db_call(run_selectors.run_turn)(record=final)  # what the run wrote since
+    content = final.answer if chat.final_only else answer_text(turn)
+    if chat.stream:
+        return _streaming(_stream_done(final, chat, content), headers)
+    return _completion(final, chat, content, headers)
+
+
+async def _ended(manager: Any, record: RunRecord) -> RunRecord:
+    """The run's record once it has ended, or as it stands after the wait limit."""
+    deadline = time.monotonic() + settings.AGENTSITE_RUN_WAIT_TIMEOUT_S
+    while not record.finished and time.monotonic() < deadline:
+        # In this process the wait returns when the run ends; a run of another process is
+        # read from the store, so the reads are paced.
+        record = await manager.await_run(record.id, 5.0) or record
+        if not record.finished:
+            await asyncio.sleep(0.5)
+    return record
 
 
 async def _check_agent(runner: Runner, name: str) -> None:
@@ -258,39 +470,92 @@ async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: As
     created = int(time.time())
     yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
     streamed: set[str] = set()
+    current: str | None = None  # the message whose text was sent last
     async for event in events:
+        if chat.final_only:
+            continue  # the answer is sent whole once the run has ended
         message_id = str(event.extensions.get("message_id", event.id))
+        text = None
         if event.object == OBJECT_CHUNK and event.text:
             streamed.add(message_id)
-            yield _chunk(record.id, chat.agent, created, {"content": event.text})
-        elif (event.message is not None and event.message.role == "assistant" and event.text
-              and not event.partial and not event.is_error and message_id not in streamed):
+            text = event.text
+        elif message_id not in streamed and (part := answer_part(event)) is not None:
             # A model that does not stream still shows its text, once, as one chunk.
-            yield _chunk(record.id, chat.agent, created, {"content": event.text})
+            text = part
+        if text is None:
+            continue
+        if current is not None and message_id != current:
+            text = PART_SEPARATOR + text  # as answer_text joins the parts
+        current = message_id
+        yield _chunk(record.id, chat.agent, created, {"content": text})
     final = await manager.await_run(record.id, 5.0) or record
-    if final.status == "completed":
-        yield _chunk(record.id, chat.agent, created, {}, finish="stop")
+    if final.status == "completed" and chat.final_only and final.answer:
+        yield _chunk(record.id, chat.agent, created, {"content": final.answer})
+    for line in _stream_end(final, chat, created):
+        yield line
+
+
+async def _stream_done(record: RunRecord, chat: ChatRequest, content: str) -> AsyncIterator[str]:
+    """A run that already ended, as a stream: its whole content in one chunk."""
+    created = int(time.time())
+    yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
+    if content:
+        yield _chunk(record.id, chat.agent, created, {"content": content})
+    for line in _stream_end(record, chat, created):
+        yield line
+
+
+def _stream_end(record: RunRecord, chat: ChatRequest, created: int) -> list[str]:
+    """The finish chunk, then (when the client asked for it) the usage chunk with no
+    choices, as OpenAI sends them, and `[DONE]`; an error event instead for a failed run."""
+    if record.status == "completed":
+        lines = [_chunk(record.id, chat.agent, created, {}, finish="stop")]
         if chat.include_usage:
-            yield _chunk(record.id, chat.agent, created, {}, usage=_usage(final))
+            lines.append(_chunk(record.id, chat.agent, created, {}, usage=_usage(record)))
     else:
-        failure = _failure(final)
-        yield f"data: {json.dumps({'error': {'message': failure.message, 'type': failure.type, 'code': failure.code}})}\n\n"
-    yield "data: [DONE]\n\n"
+        failure = _failure(record)
+        error = {"message": failure.message, "type": failure.type, "code": failure.code}
+        lines = [f"data: {json.dumps({'error': error})}\n\n"]
+    return [*lines, "data: [DONE]\n\n"]
+
+
+async def _api_user(request: HttpRequest) -> Any:
+    """The authenticated user of a /v1 request; `OpenAIError` 401 otherwise."""
+    try:
+        user = await authenticate(request)
+    except AuthenticationError as exc:
+        raise OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key") from None
+    if not user.is_authenticated:
+        raise OpenAIError(401, "missing API key", type="authentication_error", code="invalid_api_key")
+    return user
+
+
+def _model_data(agent: Any) -> dict[str, Any]:
+    return {
+        "id": agent.name, "object": "model", "created": 0, "owned_by": "agentsite",
+        "description": agent.description, "backing_model": agent.model_name,
+    }
 
 
 @require_GET
 async def list_models(request: HttpRequest) -> HttpResponse:
     try:
-        user = await authenticate(request)
-    except AuthenticationError as exc:
-        return OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key").response()
-    if not user.is_authenticated:
-        return OpenAIError(401, "missing API key", type="authentication_error", code="invalid_api_key").response()
+        await _api_user(request)
+    except OpenAIError as exc:
+        return exc.response()
     runner = run_manager().runner
-    data = []
-    for agent in runner.agents.values():
-        data.append({
-            "id": agent.name, "object": "model", "created": 0, "owned_by": "agentsite",
-            "description": agent.description, "backing_model": agent.model_name,
-        })
-    return JsonResponse({"object": "list", "data": data})
+    return JsonResponse({"object": "list", "data": [_model_data(agent) for agent in runner.agents.values()]})
+
+
+@require_GET
+async def retrieve_model(request: HttpRequest, model_id: str) -> HttpResponse:
+    """`GET /v1/models/<id>`: the agent of that name as a model, 404 in OpenAI's format."""
+    try:
+        await _api_user(request)
+        agent = run_manager().runner.agents.get(model_id)
+        if agent is None:
+            raise OpenAIError(404, f"the model {model_id!r} does not exist (models are agent names; see /v1/models)",
+                              param="model", code="model_not_found")
+    except OpenAIError as exc:
+        return exc.response()
+    return JsonResponse(_model_data(agent))

@@ -7,6 +7,9 @@ from typing import Any
 from runs import models as orm
 from runs.backends import record_from_row
 from runs.core.records import RunRecord
+from sessions_app import models as session_orm
+from sessions_app.core.events import Event
+from sessions_app.mapping import event_from_row
 
 
 def run_get(*, user: Any, run_id: str) -> RunRecord | None:
@@ -22,3 +25,15 @@ def run_list(*, user: Any, session_id: str | None = None, status: str | None = N
     if status:
         rows = rows.filter(status=status)
     return [record_from_row(r) for r in rows.order_by("-created_at")[:limit]]
+
+
+def run_by_request(*, user: Any, request_id: str) -> RunRecord | None:
+    """The user's run made under a request id (the client's idempotency key), if any."""
+    row = orm.Run.objects.filter(user=user, request_id=request_id).first()
+    return record_from_row(row) if row is not None else None
+
+
+def run_turn(*, record: RunRecord) -> list[Event]:
+    """The ledger events of a run's turn (its input and what the run wrote), oldest first."""
+    rows = session_orm.Event.objects.filter(session_id=record.session_id, request_id=record.request_id).order_by("seq")
+    return [event_from_row(row) for row in rows]

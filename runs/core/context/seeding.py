@@ -7,6 +7,14 @@ never be summarized, compacted or recalled like history (the active turn is alwa
 so each seeded turn (a user message and what followed it) gets an invocation and request
 id of its own, and its last answer is marked `done`: to the projection, compaction, the
 summary and recall it is one more completed turn before the current one.
+
+Tool rounds in a seeded history (an assistant message's tool calls and the `tool` results
+answering them) were the client's: its own model called its own functions, which ran on the
+client (a LangGraph ReAct loop, an Agents SDK handoff). They are stored as tool-call and
+tool-result events of their own kind, authored by `SEED_TOOL_AUTHOR`, not by the agent: the
+projection then shows them to the agent as "For context:" messages (SPEC 4.5, foreign
+events), never as calls the agent itself made of tools it may not have. The text an
+assistant message carries beside its calls stays the agent's, in an event before the calls.
 """
 
 from __future__ import annotations
@@ -18,10 +26,14 @@ from sessions_app.core.events import OBJECT_COMPLETION, OBJECT_TOOL_RESPONSE, Ev
 SEED_EXTENSION = "seed"
 """`Event.extensions[SEED_EXTENSION]` is True on every seeded event."""
 
+SEED_TOOL_AUTHOR = "client"
+"""The author of seeded tool calls and results: the client that ran them, not the agent."""
+
 
 def seeded_events(seed: Sequence[Message], *, agent: str, branch: str, filter_key: str) -> Iterator[Event]:
     """The ledger events of `seed`, oldest first: a new turn at each user message (and at
-    the first message), the user's messages authored `user`, the rest by `agent`."""
+    the first message), the user's messages authored `user`, tool calls and results by
+    `SEED_TOOL_AUTHOR`, the rest by `agent`."""
     turn: list[Event] = []
 
     def close(events: list[Event]) -> list[Event]:
@@ -35,14 +47,29 @@ def seeded_events(seed: Sequence[Message], *, agent: str, branch: str, filter_ke
         if message.role == "user" or not turn:
             yield from close(turn)
             turn, invocation_id, request_id = [], new_id(), new_id()
-        turn.append(Event(
-            author="user" if message.role == "user" else agent,
-            object=OBJECT_TOOL_RESPONSE if message.role == "tool" else OBJECT_COMPLETION,
-            message=message,
-            invocation_id=invocation_id,
-            request_id=request_id,
-            branch=branch,
-            filter_key=filter_key,
-            extensions={SEED_EXTENSION: True},
-        ))
+        for author, part in _authored(message, agent):
+            turn.append(Event(
+                author=author,
+                object=OBJECT_TOOL_RESPONSE if part.role == "tool" else OBJECT_COMPLETION,
+                message=part,
+                invocation_id=invocation_id,
+                request_id=request_id,
+                branch=branch,
+                filter_key=filter_key,
+                extensions={SEED_EXTENSION: True},
+            ))
     yield from close(turn)
+
+
+def _authored(message: Message, agent: str) -> Iterator[tuple[str, Message]]:
+    """`message` as (author, message) events: an assistant's text and its tool calls apart."""
+    if message.role == "user":
+        yield "user", message
+    elif message.role == "tool":
+        yield SEED_TOOL_AUTHOR, message
+    elif message.tool_calls:
+        if message.content:
+            yield agent, Message(role="assistant", content=message.content)
+        yield SEED_TOOL_AUTHOR, Message(role="assistant", tool_calls=message.tool_calls)
+    else:
+        yield agent, message
