@@ -1,13 +1,19 @@
-"""OpenAI-compatible endpoint: `POST /v1/chat/completions` and `GET /v1/models` (SPEC 12.3).
+"""OpenAI-compatible endpoint: `POST /v1/chat/completions`, `GET /v1/models` and
+`GET /v1/models/<id>` (SPEC 12.3).
 
 `model` names an agent; the API token is the SDK's `api_key`. The last message is the
-run's input; earlier messages seed a new, empty session; `X-Session-Id` continues a session
-and is echoed back. Streaming sends `chat.completion.chunk` events (role first, then text
-deltas) and, unlike the reference, keeps streaming through tool rounds until the run's final
-answer, then `finish_reason` and `data: [DONE]`. Errors use OpenAI's error format. Sampling
-parameters are accepted and ignored: they are settings of the agent, not of the request.
+run's input; earlier messages seed a new, empty session, in the whole message grammar
+(assistant `tool_calls` and `tool` results too: the client's tool rounds, stored as such and
+shown to the agent as context, runs.core.context.seeding); `X-Session-Id` continues a
+session and is echoed back. The content of an answer is the text of each assistant message
+of the run, separated by a blank line, the final answer last, whether streamed or not
+(`answer_text`); streaming sends `chat.completion.chunk` events (role first, then text
+deltas) through tool rounds until the run's final answer, then `finish_reason`, a usage
+chunk when asked, and `data: [DONE]`. `Idempotency-Key` makes a repeated request answer
+with the first run's result (joining it while it runs); a run that failed answers 422, which
+SDKs do not retry. Errors use OpenAI's error format. Sampling parameters are accepted and
+ignored: they are settings of the agent, not of the request.
 """
-
 from __future__ import annotations
 
 import asyncio
