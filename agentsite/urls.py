@@ -49,6 +49,7 @@ api = [
 openai_compatible = [
     path("v1/chat/completions", openai_compat.chat_completions, name="openai-chat-completions"),
     path("v1/models", openai_compat.list_models, name="openai-models"),
+    path("v1/models/<path:model_id>", openai_compat.retrieve_model, name="openai-model"),
 ]
 
 agui = [
