@@ -7,8 +7,9 @@
 `plan` picks the service and host from the user's message; the logs and the certificate
 are read at once (one superstep, two tool calls); `decide` waits for both, then either
 drafts an incident report or says all is well; `approve` pauses the run until a human
-approves or rejects the draft (`POST /api/runs/<id>/resume/`, or the buttons in the chat),
-also after a server restart: the pause lives in the database checkpoint.
+approves or rejects the draft (`POST /api/runs/<id>/resume/`, the buttons in the chat, or
+the next message on the session, e.g. "approve", on any surface: docs/routing.md), also
+after a server restart: the pause lives in the database checkpoint.
 
 Every step is plain code over the demo tools: the route, the evidence and the report are
 the same with or without a language model.
@@ -218,8 +219,11 @@ def build_troubleshoot_graph() -> StateGraph:
 def build_troubleshoot_agent(
     *, checkpoints: CheckpointStore | None = None, governance: ContextGovernance | None = None
 ) -> GraphAgent:
-    """The demo graph agent; `checkpoints` should be the database store in the site."""
+    """The demo graph agent; `checkpoints` should be the database store in the site.
+
+    Its approval pause routes the session's next message back to it (docs/routing.md): a
+    reply such as "approve" answers it on every surface, besides the resume endpoint."""
     return GraphAgent(
         name=GRAPH_NAME, graph=build_troubleshoot_graph(), description=DESCRIPTION, checkpoints=checkpoints,
-        governance=governance,
+        governance=governance, await_user_reply=True,
     )

@@ -4,6 +4,7 @@ agent choice clears the route, a stale or invalid route is cleared and ignored."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -283,3 +284,102 @@ def test_over_rest_the_reply_continues_the_chain_at_the_agent_that_asked(
     assert alice_api.get(f"/api/sessions/{session_id}/").json()["state"][ROUTE_STATE_KEY] is None
     # Someone else's session stays theirs: bob cannot post into it, so cannot take the route.
     assert bob_api.post("/api/runs/", {"message": "x", "session_id": session_id}, format="json").status_code == 404
+
+
+# -- the demo graph's pause, answered by the next message on each surface (issue 19, item 4) ---
+
+
+APPROVED = "Approved: this report is final."
+
+
+async def paused_demo_run(token: str) -> dict[str, Any]:
+    """A troubleshoot run waiting for approval, started over REST."""
+    from django.test import AsyncClient
+
+    response = await AsyncClient().post(
+        "/api/runs/", data=json.dumps({"message": "payments TLS handshake failures", "agent": "troubleshoot", "wait": True}),
+        content_type="application/json", headers={"Authorization": f"Bearer {token}"},
+    )
+    assert response.status_code == 201, response.content
+    run = response.json()
+    assert run["status"] == "completed" and run["answer"].startswith("Approve this incident report?")
+    return run
+
+
+@pytest.fixture
+def alice_token(alice: Any) -> str:
+    from rest_framework.authtoken.models import Token
+
+    return Token.objects.get_or_create(user=alice)[0].key
+
+
+@pytest.fixture
+def demo_runner(use_model: Callable[[Any], None], settings: Any) -> None:
+    settings.AGENTSITE_MEMORY_AUTO = False  # no post-run extraction asks the empty script
+    use_model(ScriptedModel.of())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_over_v1_the_next_message_on_the_session_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+    from django.test import AsyncClient
+
+    run = await paused_demo_run(alice_token)
+    response = await AsyncClient().post(
+        "/v1/chat/completions",
+        data=json.dumps({"model": "troubleshoot", "messages": [{"role": "user", "content": "approve"}]}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {alice_token}", "X-Session-Id": run["session_id"]},
+    )
+    assert response.status_code == 200, response.content
+    assert response["X-Session-Id"] == run["session_id"]
+    assert response.json()["choices"][0]["message"]["content"].endswith(APPROVED)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_over_agui_the_next_message_on_the_thread_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+    from django.test import AsyncClient
+
+    run = await paused_demo_run(alice_token)
+    body = {
+        "threadId": run["session_id"], "runId": "client-2", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "messages": [{"id": "u2", "role": "user", "content": "approve"}],
+    }
+    response = await AsyncClient().post(
+        "/agui/troubleshoot", data=json.dumps(body), content_type="application/json",
+        headers={"Authorization": f"Bearer {alice_token}"},
+    )
+    assert response.status_code == 200
+    text = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    frames = [json.loads(block[len("data: "):]) for block in text.split("\n\n") if block.strip()]
+    assert frames[-1]["type"] == "RUN_FINISHED" and frames[-1].get("outcome") in (None, {"type": "success"})
+    assert APPROVED in "".join(f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_over_the_websocket_the_next_message_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+    from channels.testing import WebsocketCommunicator
+
+    from agentsite.asgi import application
+
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        await layer.flush()  # process-wide: no members of older tests' loops
+    run = await paused_demo_run(alice_token)
+    socket = WebsocketCommunicator(
+        application, f"/ws/sessions/{run['session_id']}/", headers=[(b"authorization", f"Bearer {alice_token}".encode())],
+    )
+    connected, _ = await socket.connect(timeout=10)
+    assert connected
+    await socket.send_json_to({"type": "run", "message": "approve"})
+    frames: list[dict[str, Any]] = []
+    accepted: str | None = None
+    # The socket first replays the session (the paused run); read until the new run ends.
+    while not (frames and frames[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR", "error") and frames[-1].get("runId", accepted) == accepted):
+        frames.append(await socket.receive_json_from(timeout=10))
+        if frames[-1]["type"] == "run.accepted":
+            accepted = frames[-1]["run_id"]
+    await socket.disconnect()
+    assert accepted is not None and frames[-1]["type"] == "RUN_FINISHED"
+    live = frames[next(i for i, f in enumerate(frames) if f["type"] == "RUN_STARTED" and f["runId"] == accepted):]
+    assert APPROVED in "".join(f["delta"] for f in live if f["type"] == "TEXT_MESSAGE_CONTENT")
