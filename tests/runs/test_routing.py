@@ -383,3 +383,15 @@ async def test_over_the_websocket_the_next_message_resumes_the_paused_graph(alic
     assert accepted is not None and frames[-1]["type"] == "RUN_FINISHED"
     live = frames[next(i for i, f in enumerate(frames) if f["type"] == "RUN_STARTED" and f["runId"] == accepted):]
     assert APPROVED in "".join(f["delta"] for f in live if f["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_over_a2a_the_next_message_on_the_context_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+    from tests.security.support import a2a, a2a_message, rpc
+
+    run = await paused_demo_run(alice_token)
+    response = await a2a("troubleshoot", rpc("SendMessage", a2a_message("approve", context_id=run["session_id"])), alice_token)
+    assert response.status_code == 200, response.text[:300]
+    task = response.json()["result"]["task"]
+    assert task["contextId"] == run["session_id"] and task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert APPROVED in json.dumps(task)
