@@ -36,6 +36,7 @@ from sessions_app.core.summary import (
     SummaryEngine,
     SummaryLock,
     SummaryScheduler,
+    TimeThreshold,
     checks_any,
 )
 from sessions_app.recall_backends import DjangoRecallIndex
@@ -124,6 +125,8 @@ def summary_engine(summary_model: Model | None = None, *, window: int | None = N
     )
     if knobs["summary_event_threshold"]:
         trigger = checks_any(trigger, EventThreshold(events=knobs["summary_event_threshold"]))
+    if settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S:
+        trigger = checks_any(trigger, TimeThreshold(seconds=settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S))
     lock = _redis_lock(settings.REDIS_URL) if settings.AGENTSITE_SUMMARY_LOCK == "redis" else DatabaseSummaryLock(
         ttl_s=settings.AGENTSITE_SUMMARY_LOCK_TTL_S
     )

@@ -904,9 +904,30 @@ class ExtractiveSummarizer:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RequestGap:
+    """The idle gap before the newest request among the events to summarize (SPEC 3.3 step
+    5, 3.5): from the last event of the request before it to its first event. Not
+    `available` when that boundary cannot be told safely: no earlier request, the previous
+    summary's last event in the same request, or that summary cut off at or after the
+    request started."""
+
+    request_id: str
+    started_at: datetime
+    previous_ended_at: datetime | None = None
+    available: bool = False
+
+    @property
+    def elapsed_s(self) -> float:
+        if not self.available or self.previous_ended_at is None:
+            return 0.0
+        return (self.started_at - self.previous_ended_at).total_seconds()
+
+
+@dataclass(frozen=True, kw_only=True)
 class TriggerInput:
     """What a check sees: the new events, the previous summary, token counts and the
-    window of the model the summary is for."""
+    window of the model the summary is for; `request_gap` when the events carry request ids
+    (None: no observation, as when a summarizer is used on its own)."""
 
     events: tuple[Event, ...]
     previous: Summary | None
@@ -914,6 +935,7 @@ class TriggerInput:
     request_tokens: int | None = None
     context_window: int | None = None
     now: datetime = field(default_factory=utcnow)
+    request_gap: RequestGap | None = None
 
 
 Checker = Callable[[TriggerInput], bool]
@@ -972,14 +994,48 @@ class ContextThreshold:
 
 @dataclass(frozen=True, kw_only=True)
 class TimeThreshold:
-    """Fires when the newest event to summarize is older than `seconds`."""
+    """Fires when the idle gap before the newest request is longer than `seconds` (SPEC
+    3.5): the user came back after a pause, so the history before it is worth folding.
+    Without a request-gap observation (a summarizer used on its own), when the newest event
+    to summarize is older than `seconds`; with one that is not available, never."""
 
     seconds: float
 
     def __call__(self, check: TriggerInput) -> bool:
+        if check.request_gap is not None:
+            return check.request_gap.available and check.request_gap.elapsed_s > self.seconds
         if not check.events:
             return False
         return (check.now - check.events[-1].created_at).total_seconds() > self.seconds
+
+
+def observe_request_gap(
+    events: Sequence[Event], previous: Summary | None, *, boundary_request_id: str | None = None
+) -> RequestGap | None:
+    """The request gap before the newest request in `events` (the events after the previous
+    summary's boundary that the check looks at, oldest first). None when the newest event
+    has no request id. `boundary_request_id`: the request of the event the previous boundary
+    ends on, when the caller read it (else a gap reaching back to the boundary is not
+    available: the boundary may cut the current request)."""
+    if not events or not events[-1].request_id:
+        return None
+    request_id = events[-1].request_id
+    first = next(i for i, e in enumerate(events) if e.request_id == request_id)
+    started_at = events[first].created_at
+    gap = RequestGap(request_id=request_id, started_at=started_at)
+    cutoff = previous.boundary.cutoff_at if previous is not None and previous.boundary is not None else None
+    if cutoff is not None and cutoff >= started_at:
+        return gap  # the previous summary reaches into this request (SPEC 3.3 step 5)
+    # The request starts at its first event here (not at the newest run of them: two runs of
+    # one session may interleave); the events before it belong to other requests.
+    for event in reversed(events[:first]):
+        if event.created_at < started_at:
+            return dataclasses.replace(gap, previous_ended_at=event.created_at, available=True)
+    if previous is None or previous.boundary is None or cutoff is None:
+        return gap  # nothing before this request: no gap to speak of
+    if boundary_request_id is None or boundary_request_id == request_id:
+        return gap
+    return dataclasses.replace(gap, previous_ended_at=cutoff, available=cutoff < started_at)
 
 
 @dataclass(frozen=True)
@@ -1293,6 +1349,7 @@ async def _summarize_locked(
         return TargetOutcome(reason="no_delta", **base)
     if not run.force and run.checker is not None:
         checked = delta if check_key is None else tuple(e for e in delta if filter_matches(e.filter_key, check_key))
+        gap = None if _counts_only(run.checker) else await _request_gap(run, checked, previous)
         check = TriggerInput(
             events=checked,
             previous=previous,
@@ -1300,6 +1357,7 @@ async def _summarize_locked(
             request_tokens=run.request_tokens,
             context_window=run.context_window,
             now=run.now(),
+            request_gap=gap,
         )
         if not run.checker(check):
             return TargetOutcome(reason="not_triggered", **base)
@@ -1326,6 +1384,21 @@ async def _summarize_locked(
     if stored is None:
         return TargetOutcome(reason="stale", **base)
     return TargetOutcome(reason="updated", summary=stored, **base)
+
+
+async def _request_gap(run: _Run, events: Sequence[Event], previous: Summary | None) -> RequestGap | None:
+    """`observe_request_gap`, reading the event the previous boundary ends on when the gap
+    reaches back to it (one read, only for checkers that look at time)."""
+    gap = observe_request_gap(events, previous)
+    if gap is None or gap.available or previous is None or previous.boundary is None:
+        return gap
+    if previous.boundary.cutoff_at >= gap.started_at or events[0].request_id != gap.request_id:
+        return gap  # unavailable for a reason the boundary event does not change
+    found = await run.service.list_events(run.key, after_seq=previous.boundary.last_seq - 1, limit=1)
+    boundary_event = found[0] if found and found[0].seq == previous.boundary.last_seq else None
+    if boundary_event is None:
+        return gap
+    return observe_request_gap(events, previous, boundary_request_id=boundary_event.request_id)
 
 
 def anchored_text(result: SummaryResult, *, last_seq: int) -> str:

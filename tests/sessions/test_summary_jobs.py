@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,15 +14,16 @@ from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner
 from runs.core.tools.function import FunctionTool
-from sessions_app.core.events import Event, EventError, Message, ToolCall
+from sessions_app.core.events import Event, EventError, Message, ToolCall, utcnow
 from sessions_app.core.inmemory import InMemorySessionService
-from sessions_app.core.session import SessionKey
+from sessions_app.core.session import SessionKey, Summary
 from sessions_app.core.summary import (
     InProcessSummaryScheduler,
     SummaryEngine,
     SummaryJob,
     SummaryRequest,
     SummaryResult,
+    TimeThreshold,
     should_enqueue_summary,
     tool_round_complete,
 )
@@ -346,3 +348,45 @@ def test_spec_2_6_the_summary_filter_allowlist_is_a_setting(settings: Any) -> No
     assert summary_engine().allowlist == ("agentsite/research",)
     settings.AGENTSITE_SUMMARY_FILTER_KEYS = []
     assert summary_engine().allowlist is None
+
+
+# -- SPEC 3.5: the time trigger on the job path -------------------------------------------------------
+
+
+async def test_spec_3_5_the_time_trigger_fires_on_the_job_path_after_an_idle_gap() -> None:
+    summaries: dict[timedelta, Summary | None] = {}
+    for idle in (timedelta(hours=2), timedelta(seconds=10)):
+        service = InMemorySessionService()
+        session = await service.create_session(app=APP, user_id="alice")
+        then = utcnow() - idle
+        await service.append_events(session, [
+            Event(author="user", message=Message(role="user", content="earlier question"), request_id="earlier",
+                  filter_key=APP, created_at=then - timedelta(seconds=1)),
+            Event(author="support", message=Message(role="assistant", content="earlier answer"), request_id="earlier",
+                  filter_key=APP, created_at=then),
+        ])
+        engine = SummaryEngine(summarizer=CountingSummarizer(), checker=TimeThreshold(seconds=3600))
+        scheduler = InProcessSummaryScheduler(engine, service)
+        runner = Runner(
+            app=APP, agents=[LLMAgent(name="support", model=ScriptedModel.of("welcome back"))],
+            session_service=service, summary_scheduler=scheduler,
+        )
+        handle = await runner.start(user_id="alice", message="I'm back", session_id=session.id)
+        await handle.wait()
+        await scheduler.join()
+        assert scheduler.outcomes, "the answer enqueued a job"
+        summaries[idle] = await service.get_summary(session.key, filter_key=APP)
+    # Two hours since the previous request: the job summarizes (before the gap was measured a
+    # job never fired, its newest event being seconds old); ten seconds: it does not.
+    assert summaries[timedelta(hours=2)] is not None
+    assert summaries[timedelta(seconds=10)] is None
+
+
+def test_spec_3_5_the_time_threshold_is_a_setting(settings: Any) -> None:
+    from agentsite.composition import summary_engine
+
+    settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S = 3600
+    checker = summary_engine().checker
+    assert TimeThreshold(seconds=3600) in getattr(checker, "checks", ())
+    settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S = 0
+    assert TimeThreshold(seconds=3600) not in getattr(summary_engine().checker, "checks", ())
