@@ -50,6 +50,7 @@ def build_model(name: str | None = None) -> Model:
         from runs.core.llm.offline import OfflineModel
 
         return OfflineModel(context_window=settings.AGENTSITE_CONTEXT_WINDOW)
+    from agentsite.demo.extensions import Redactor
     from runs.core.llm.openai_provider import OpenAIModel
 
     return OpenAIModel(
@@ -59,6 +60,9 @@ def build_model(name: str | None = None) -> Model:
         context_window=settings.AGENTSITE_CONTEXT_WINDOW,
         timeout_s=float(settings.AGENTSITE_MODEL_TIMEOUT_S),
         max_retries=settings.AGENTSITE_MODEL_MAX_RETRIES,
+        # Issue 20: secrets and card numbers never leave in any upstream request (agent
+        # steps, summaries, memory extraction, evolution review all come through here).
+        request_filters=(Redactor().filter,),
     )
 
 
@@ -179,7 +183,7 @@ def build_summary_scheduler(engine: SummaryEngine, sessions: SessionService | No
 def build_runner(model: Model | None = None, summary_model: Model | None = None) -> Runner:
     """The Runner with the demo agents on `model` (default: the configured one), governed
     as the settings say; summaries on `summary_model` (default: AGENTSITE_SUMMARY_MODEL)."""
-    from agentsite.demo.agents import build_demo_agents
+    from agentsite.demo.agents import build_demo_agents, demo_runner_callbacks
 
     model = model or build_model()
     engine = summary_engine(summary_model, window=settings.AGENTSITE_CONTEXT_WINDOW or model.info().context_window)
@@ -205,6 +209,7 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
         post_run=post_run_hooks(),
         admission=active_runs_admission(settings.AGENTSITE_MAX_ACTIVE_RUNS_PER_USER),
         max_events_per_run=settings.AGENTSITE_MAX_RUN_EVENTS,
+        callbacks=demo_runner_callbacks(),
     )
 
 

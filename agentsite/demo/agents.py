@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentsite.demo.tools import support_tools
+from agentsite.demo.extensions import ApprovalPolicy, Redactor
+from agentsite.demo.tools import DESTRUCTIVE_TOOLS, support_tools
 from runs.core.agents.llm import LLMAgent
+from runs.core.callbacks import Callbacks
 from runs.core.context.governance import ContextGovernance
 from runs.core.llm.base import Model
 from runs.core.tools.base import Tool
@@ -63,6 +65,12 @@ DEMO_GOVERNANCE = {
 }
 
 
+def demo_runner_callbacks() -> Callbacks:
+    """Run-wide extensions of the demo (issue 20): the redactor before every model call of
+    every agent, each masking recorded on the step's assistant event."""
+    return Callbacks(before_model=[Redactor()])
+
+
 def build_support_agent(
     model: Model,
     governance: ContextGovernance | None = None,
@@ -83,6 +91,8 @@ def build_support_agent(
         "memory_preload": memory_preload,
         "parallel_tools": True,
         "governance": governance,
+        # Issue 20: a destructive tool runs only once the user approved it in their message.
+        "callbacks": Callbacks(before_tool=[ApprovalPolicy(DESTRUCTIVE_TOOLS)]),
     }
     return SkillsLLMAgent(skills=skills, **common) if skills is not None else LLMAgent(**common)
 

@@ -357,6 +357,27 @@ def inspect_certificate(host: str) -> dict[str, Any]:
     return certificate_report(host)
 
 
+def restart_service(name: str) -> dict[str, Any]:
+    """Restart a production process by name; destructive: it drops the requests in flight.
+
+    Runs only when the user approved it in their message (the demo's approval policy).
+
+    Args:
+        name: The process to restart (one of the three the logs cover).
+    """
+    if name not in known_services():
+        raise ValueError(f"unknown process {name!r}; use one of {known_services()!r}")
+    # A demo: nothing is restarted, but the result reads as an operator's tool would answer.
+    return {"service": name, "restarted": True, "dropped_requests": 0}
+
+
+# Tools the demo's approval policy holds back until the user approves them (issue 20).
+DESTRUCTIVE_TOOLS = frozenset({"restart_service"})
+
+
 def support_tools() -> list[FunctionTool]:
     """The support agent's tools, in the order they are offered to the model."""
-    return [FunctionTool(search_logs), FunctionTool(lookup_ticket), FunctionTool(inspect_certificate)]
+    return [
+        FunctionTool(search_logs), FunctionTool(lookup_ticket), FunctionTool(inspect_certificate),
+        FunctionTool(restart_service),
+    ]

@@ -192,7 +192,7 @@ def callback_name(callback: Any) -> str:
     name = getattr(callback, "name", None)
     if isinstance(name, str) and name:
         return name
-    return getattr(callback, "__qualname__", None) or type(callback).__name__
+    return getattr(callback, "__name__", None) or type(callback).__name__
 
 
 def change_record(point: Point, callback: Any, change: str, note: str = "") -> dict[str, Any]:
