@@ -21,18 +21,30 @@ Client frames (JSON text)
         answer is first `{"type": "run.accepted", "run_id": str}`, then the run's events.
     {"type": "cancel", "run_id": str}
         cancel a run of this session; its events end with RUN_FINISHED.
+    {"type": "message", "run_id": str, "message": str}
+        steer a running run of this session (SPEC 1.5): the message is queued for the run's
+        next model step. Answered with `{"type": "message.queued", "run_id", "id",
+        "message"}`; later `message.consumed` says where it went (below).
+    {"type": "withdraw", "run_id": str}
+        withdraw the messages still queued for the run; answered with
+        `{"type": "message.withdrawn", "run_id", "ids": [str]}`.
     A bad frame (not JSON, not an object, unknown `type`, missing or empty `message`,
     wrong types, unknown agent or run) is answered with
     `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
     socket stays open. Codes: malformed_json, invalid_frame, unknown_type, live_unavailable,
     message_too_large, unknown_agent, not_found, run_not_active, too_many_runs, invalid_request,
-    internal_error (the server failed; the socket stays open).
+    queue_full, run_unreachable, internal_error (the server failed; the socket stays open).
 
 Server frames (JSON text)
     One AG-UI event per frame (`ag_ui.core` models, camelCase: `{"type": "RUN_STARTED",
     "threadId", "runId", ...}`), translated by `AguiTranslator` (see
-    runs/core/protocols/agui.py for the mapping), plus the two control frames above
-    (`run.accepted`, `error`), told apart by their lower-case `type`.
+    runs/core/protocols/agui.py for the mapping), plus the control frames above
+    (`run.accepted`, `error`, `message.queued`, `message.withdrawn`) and two about queued
+    messages, told apart by their lower-case `type`: after the user message a queued one
+    became, `{"type": "message.consumed", "run_id", "id", "messageId", "state"}` (`state`
+    "consumed": taken by that run; "carried": it opened the next run; `messageId` is the
+    TEXT_MESSAGE's), and after a cancelled run's RUN_FINISHED, `{"type": "message.dropped",
+    "run_id", "ids": [str]}` for the queued messages the cancel dropped.
     - Each run is framed by RUN_STARTED ... RUN_FINISHED (completed, or cancelled with
       `outcome: {"type": "cancelled"}`) or RUN_ERROR (failed, interrupted).
     - User messages appear as TEXT_MESSAGE_START/CONTENT/END with `role: "user"`
@@ -79,7 +91,16 @@ from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.protocols.agui import AguiTranslator
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
-from runs.fanout import request_cancel, session_group, token_digest, user_group
+from runs.core.steering import DROPPED, QUEUED, QUEUED_ID, QueueFullError, RunNotActiveError
+from runs.fanout import (
+    RunUnreachableError,
+    request_cancel,
+    request_enqueue,
+    request_withdraw,
+    session_group,
+    token_digest,
+    user_group,
+)
 from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import mapping
 from sessions_app import models as orm
@@ -336,6 +357,18 @@ class SessionConsumer(AsyncWebsocketConsumer):
             elif item.type in _RUN_END:
                 self.open_runs.discard(run_id)
             await self.send(text_data=item.model_dump_json(by_alias=True))
+        # Steering (SPEC 1.5): where each queued message went, for a client that showed it
+        # as queued.
+        if event.extensions.get(QUEUED) and event.extensions.get(QUEUED_ID):
+            await self.send(text_data=json.dumps({
+                "type": "message.consumed", "run_id": run_id, "id": event.extensions[QUEUED_ID],
+                "messageId": event.id, "state": event.extensions[QUEUED],
+            }))
+        elif event.is_runner_completion and event.extensions.get(DROPPED):
+            await self.send(text_data=json.dumps({
+                "type": "message.dropped", "run_id": run_id,
+                "ids": [item.get("id") for item in event.extensions[DROPPED] if isinstance(item, dict)],
+            }))
 
     async def _watch_ledger(self) -> None:
         """Re-read the ledger while a run is open and nothing has come live for a while."""
@@ -426,8 +459,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self._run(frame)
             elif kind == "cancel":
                 await self._cancel(frame)
+            elif kind == "message":
+                await self._steer(frame)
+            elif kind == "withdraw":
+                await self._withdraw(frame)
             else:
-                raise FrameError("unknown_type", f"unknown frame type {kind!r}; expected 'run' or 'cancel'", "type")
+                raise FrameError(
+                    "unknown_type", f"unknown frame type {kind!r}; expected 'run', 'cancel', 'message' or 'withdraw'", "type",
+                )
         except FrameError as exc:
             await self.send(text_data=json.dumps(exc.frame))
         except Exception:
@@ -438,12 +477,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )))
 
     async def _run(self, frame: dict[str, Any]) -> None:
-        message = _checked_text(frame, "message")
-        if not isinstance(message, str) or not message.strip():
-            raise FrameError("invalid_frame", "message must be a non-empty string", "message")
-        limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
-        if len(message) > limit:
-            raise FrameError("message_too_large", f"message is {len(message)} characters; the limit is {limit}", "message")
+        message = _frame_message(frame)
         agent = _checked_text(frame, "agent")
         if agent is not None and (not isinstance(agent, str) or not agent):
             raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
@@ -474,3 +508,55 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if record.finished:
             raise FrameError("run_not_active", f"run {run_id!r} already ended ({record.status})", "run_id")
         await run_manager().acall(lambda runner: request_cancel(runner, run_id))
+
+    async def _live_run(self, frame: dict[str, Any]) -> str:
+        """The frame's run_id, when it names a live run of this session and user."""
+        run_id = _checked_text(frame, "run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise FrameError("invalid_frame", "run_id must be a non-empty string", "run_id")
+        record = await _run_of_session(self.session_id, self.user.pk, run_id)
+        if record is None:
+            raise FrameError("not_found", f"run {run_id!r} not found in this session", "run_id")
+        if record.finished:
+            raise FrameError("run_not_active", f"run {run_id!r} already ended ({record.status})", "run_id")
+        return run_id
+
+    async def _steer(self, frame: dict[str, Any]) -> None:
+        message = _frame_message(frame)
+        run_id = await self._live_run(frame)
+        try:
+            queued = await run_manager().acall(lambda runner: request_enqueue(runner, run_id, message))
+        except QueueFullError as exc:
+            raise FrameError("queue_full", str(exc), "run_id") from None
+        except RunUnreachableError as exc:
+            raise FrameError("run_unreachable", str(exc), "run_id") from None
+        except RunNotActiveError:
+            raise FrameError("run_not_active", f"run {run_id!r} already ended", "run_id") from None
+        except UsageError as exc:
+            raise FrameError("invalid_frame", str(exc), "message") from None
+        await self.send(text_data=json.dumps({
+            "type": "message.queued", "run_id": run_id, "id": queued.id, "message": queued.message.content,
+        }))
+
+    async def _withdraw(self, frame: dict[str, Any]) -> None:
+        run_id = await self._live_run(frame)
+        try:
+            withdrawn = await run_manager().acall(lambda runner: request_withdraw(runner, run_id))
+        except RunUnreachableError as exc:
+            raise FrameError("run_unreachable", str(exc), "run_id") from None
+        except RunNotActiveError:
+            raise FrameError("run_not_active", f"run {run_id!r} already ended", "run_id") from None
+        await self.send(text_data=json.dumps({
+            "type": "message.withdrawn", "run_id": run_id, "ids": [item.id for item in withdrawn],
+        }))
+
+
+def _frame_message(frame: dict[str, Any]) -> str:
+    """The frame's `message`: a non-empty string within the size limit."""
+    message = _checked_text(frame, "message")
+    if not isinstance(message, str) or not message.strip():
+        raise FrameError("invalid_frame", "message must be a non-empty string", "message")
+    limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+    if len(message) > limit:
+        raise FrameError("message_too_large", f"message is {len(message)} characters; the limit is {limit}", "message")
+    return message
