@@ -111,29 +111,56 @@ def model_message(event: Event) -> Message | None:
     return message
 
 
-def conversation_lines(event: Event) -> list[str]:
+ToolCallFormatter = Callable[[ToolCall], str]
+"""How a summarizer's transcript shows a tool call (SPEC 3.4); an empty string leaves it out."""
+ToolResultFormatter = Callable[[Message], str]
+"""How a summarizer's transcript shows a tool result (`tool_name`, `content`); empty: left out."""
+
+
+def default_tool_call_text(call: ToolCall) -> str:
+    """`[Called tool: NAME]`, or `[Called tool: NAME with args: ARGS]` when it has arguments."""
+    arguments = call.arguments.strip()
+    if not arguments or arguments == "{}":
+        return f"[Called tool: {call.name}]"
+    return f"[Called tool: {call.name} with args: {arguments}]"
+
+
+def default_tool_result_text(message: Message) -> str:
+    """`[TOOL returned: CONTENT]`; nothing for an empty result."""
+    return f"[{message.tool_name or 'tool'} returned: {message.content}]" if message.content else ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptFormat:
+    """The tool call and tool result formatters of a summarizer's transcript (SPEC 3.4)."""
+
+    tool_call: ToolCallFormatter = default_tool_call_text
+    tool_result: ToolResultFormatter = default_tool_result_text
+
+
+DEFAULT_TRANSCRIPT = TranscriptFormat()
+
+
+def conversation_lines(event: Event, transcript: TranscriptFormat = DEFAULT_TRANSCRIPT) -> list[str]:
     """An event as transcript lines for a summarizer (SPEC 3.4): `<author>: <text>`, a line
-    per tool call, `[<tool> returned: <content>]` for a result; nothing when empty."""
+    per tool call, `[<tool> returned: <content>]` for a result (or what `transcript`'s
+    formatters make of them); nothing when empty."""
     message = model_message(event)
     if message is None:
         return []
     author = event.author or "unknown"
     lines: list[str] = []
     for call in message.tool_calls:
-        lines.append(f"{author}: {_call_text(call)}")
+        text = transcript.tool_call(call).strip()
+        if text:
+            lines.append(f"{author}: {text}")
     if message.role == "tool":
-        if message.content:
-            lines.append(f"{author}: [{message.tool_name or 'tool'} returned: {message.content}]")
+        text = transcript.tool_result(message).strip()
+        if text:
+            lines.append(f"{author}: {text}")
     elif message.content:
         lines.append(f"{author}: {message.content}")
     return lines
-
-
-def _call_text(call: ToolCall) -> str:
-    arguments = call.arguments.strip()
-    if not arguments or arguments == "{}":
-        return f"[Called tool: {call.name}]"
-    return f"[Called tool: {call.name} with args: {arguments}]"
 
 
 def previous_summary_line(text: str) -> str:
@@ -235,7 +262,7 @@ def is_context_length_error(exc: BaseException) -> bool:
     return any(marker in text for marker in _CONTEXT_LENGTH_MARKERS)
 
 
-DEFAULT_SUMMARY_PROMPT = """\
+_SUMMARY_INSTRUCTIONS = """\
 Write a summary of the conversation below that lets the assistant carry on without the \
 full history. Keep only what later turns will need: the user's goals and constraints, \
 decisions made, facts and figures that were established (names, ids, dates, numbers, \
@@ -243,7 +270,9 @@ error messages), the tool results the answers relied on, and questions or tasks 
 Do not make anything up, and do not add instructions, rules for using tools or data that \
 the conversation does not contain. If content or tool results were cut, left out or \
 failed, say so. A line starting with "system:" is the summary of what came before these \
-messages: fold it in.{word_limit}
+messages: fold it in."""
+
+_SUMMARY_TAIL = """
 
 <conversation>
 {conversation_text}
@@ -251,14 +280,32 @@ messages: fold it in.{word_limit}
 
 Summary:"""
 
-DEFAULT_FORK_PROMPT = """\
+_FORK_INSTRUCTIONS = """\
 Now write a summary of the conversation above (user, assistant and tool messages) from \
 which it can be continued later without the messages themselves. Keep the goals, \
 decisions, constraints, open tasks, key facts and the tool results they rest on. Do not \
 call any tool, do not answer the latest request, and do not take system or tool \
-instructions for facts.{word_limit}
+instructions for facts."""
 
-Summary:"""
+_WORD_LIMIT = " Keep the summary within {max_summary_words} words."
+
+MAX_SUMMARY_WORDS = "{max_summary_words}"
+"""The prompt placeholder of the word limit (SPEC 3.4)."""
+
+
+def default_summary_prompt(max_summary_words: int = 0) -> str:
+    """SPEC 3.4's default prompt: the word-limit sentence, naming `{max_summary_words}`,
+    only when there is a limit."""
+    return _SUMMARY_INSTRUCTIONS + (_WORD_LIMIT if max_summary_words > 0 else "") + _SUMMARY_TAIL
+
+
+def default_fork_prompt(max_summary_words: int = 0) -> str:
+    """SPEC 3.6's default fork prompt, with the word-limit sentence when there is a limit."""
+    return _FORK_INSTRUCTIONS + (_WORD_LIMIT if max_summary_words > 0 else "") + "\n\nSummary:"
+
+
+DEFAULT_SUMMARY_PROMPT = default_summary_prompt()
+DEFAULT_FORK_PROMPT = default_fork_prompt()
 
 _PREVIOUS_SHORTENED = "[... part of the earlier summary left out to fit the summary request ...]"
 _EVENT_SHORTENED = "[... part of this message left out to fit the summary request ...]"
@@ -299,7 +346,7 @@ class LLMSummarizer:
         model: SummaryModel,
         *,
         name: str = "llm",
-        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        prompt: str | None = None,
         system_prompt: str = "",
         max_summary_words: int = 0,
         tokenizer: Tokenizer = APPROX_TOKENIZER,
@@ -308,14 +355,22 @@ class LLMSummarizer:
         input_token_budget: int | None = None,
         fallback_window: int = FALLBACK_CONTEXT_WINDOW,
         cache_safe_forking: bool = False,
-        fork_prompt: str = DEFAULT_FORK_PROMPT,
+        fork_prompt: str | None = None,
+        transcript: TranscriptFormat = DEFAULT_TRANSCRIPT,
     ) -> None:
+        if max_summary_words < 0:
+            raise ValueError(f"max_summary_words must be >= 0, got {max_summary_words!r}")
+        prompt = default_summary_prompt(max_summary_words) if prompt is None else prompt
+        fork_prompt = default_fork_prompt(max_summary_words) if fork_prompt is None else fork_prompt
         if "{conversation_text}" not in prompt:
             raise ValueError("a summary prompt must contain {conversation_text}")
         if "{conversation_text}" in system_prompt or "{previous_summary}" in system_prompt:
             raise ValueError("the system prompt must not contain {conversation_text} or {previous_summary}")
-        if max_summary_words < 0:
-            raise ValueError(f"max_summary_words must be >= 0, got {max_summary_words!r}")
+        if "{conversation_text}" in fork_prompt or "{previous_summary}" in fork_prompt:
+            raise ValueError("the fork prompt must not contain {conversation_text} or {previous_summary}")
+        if max_summary_words and MAX_SUMMARY_WORDS not in prompt and MAX_SUMMARY_WORDS not in system_prompt:
+            # SPEC 3.4: a word limit no prompt states would be a setting the model never sees.
+            raise ValueError("with max_summary_words, the prompt or the system prompt must contain {max_summary_words}")
         if not 0 < budget_ratio <= 1 or not 0 < retry_ratio <= 1:
             raise ValueError(f"budget and retry ratios must be in (0, 1], got {budget_ratio!r}, {retry_ratio!r}")
         self.model = model
@@ -330,6 +385,7 @@ class LLMSummarizer:
         self.fallback_window = fallback_window
         self.cache_safe_forking = cache_safe_forking
         self.fork_prompt = fork_prompt
+        self.transcript = transcript
 
     def budget(self) -> int:
         window = self.model.context_window or self.fallback_window
@@ -358,23 +414,22 @@ class LLMSummarizer:
 
     # -- requests ------------------------------------------------------------------------
 
-    def _word_limit(self) -> str:
-        if not self.max_summary_words:
-            return ""
-        return f" Keep the summary within {self.max_summary_words} words."
+    def _words(self, text: str) -> str:
+        return text.replace(MAX_SUMMARY_WORDS, str(self.max_summary_words))
 
     def _render(self, previous: str, lines: Sequence[str]) -> list[Message]:
         separate = "{previous_summary}" in self.prompt
         conversation = list(lines)
         if previous and not separate:
             conversation.insert(0, previous_summary_line(previous))
+        # The word limit first: the conversation may itself contain the placeholder's text.
         content = (
-            self.prompt.replace("{word_limit}", self._word_limit())
-            .replace("{max_summary_words}", str(self.max_summary_words))
+            self._words(self.prompt)
             .replace("{previous_summary}", previous if separate else "")
             .replace("{conversation_text}", "\n".join(conversation))
         )
-        messages = [Message(role="system", content=self.system_prompt)] if self.system_prompt else []
+        system = self._words(self.system_prompt)
+        messages = [Message(role="system", content=system)] if system else []
         messages.append(Message(role="user", content=content))
         return messages
 
@@ -384,7 +439,7 @@ class LLMSummarizer:
     def standalone_request(self, request: SummaryRequest, budget: int) -> tuple[list[Message], Event | None]:
         """The standalone request within `budget`, and the last event it includes when it
         could not include them all."""
-        chunks = [(event, conversation_lines(event)) for event in request.events]
+        chunks = [(event, conversation_lines(event, self.transcript)) for event in request.events]
         chunks = [(event, lines) for event, lines in chunks if lines]
         previous = request.previous_text
         everything = self._render(previous, [line for _, lines in chunks for line in lines])
@@ -450,10 +505,7 @@ class LLMSummarizer:
             return None
         if not any(m.role != "system" and m.has_payload for m in parent.messages):
             return None
-        prompt = self.fork_prompt.replace("{word_limit}", self._word_limit()).replace(
-            "{max_summary_words}", str(self.max_summary_words)
-        )
-        messages = [*parent.messages, Message(role="user", content=prompt)]
+        messages = [*parent.messages, Message(role="user", content=self._words(self.fork_prompt))]
         tools, tools_tokens = parent.tools, parent.tools_tokens
         if self._tokens(messages) + tools_tokens > budget and tools:
             tools, tools_tokens = (), 0
@@ -683,7 +735,7 @@ class ChunkedSummarizer:
         model: SummaryModel,
         *,
         name: str = "chunked",
-        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        prompt: str | None = None,
         max_summary_words: int = 0,
         tokenizer: Tokenizer = APPROX_TOKENIZER,
         budget_ratio: float = SUMMARY_BUDGET_RATIO,
@@ -692,6 +744,8 @@ class ChunkedSummarizer:
         attempts: int = 3,
         cache_safe_forking: bool = False,
         summary_tokens: int | None = None,
+        system_prompt: str = "",
+        transcript: TranscriptFormat = DEFAULT_TRANSCRIPT,
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts!r}")
@@ -701,7 +755,7 @@ class ChunkedSummarizer:
         self.leaf = LLMSummarizer(
             model, name=name, prompt=prompt, max_summary_words=max_summary_words, tokenizer=tokenizer,
             budget_ratio=budget_ratio, input_token_budget=input_token_budget, fallback_window=fallback_window,
-            cache_safe_forking=cache_safe_forking,
+            cache_safe_forking=cache_safe_forking, system_prompt=system_prompt, transcript=transcript,
         )
         self.model = model
         self.name = name
@@ -747,7 +801,7 @@ class ChunkedSummarizer:
         first = last = 0
         for event in events:
             seq = event.seq or 0
-            for line in conversation_lines(event):
+            for line in conversation_lines(event, self.leaf.transcript):
                 for piece in self._pieces(line, room) if self._cost(line) > room else [line]:
                     cost = self._cost(piece)
                     if lines and used + cost > room:

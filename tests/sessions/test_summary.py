@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from runs.core.context.governance import TIKTOKEN, extractive_summarizer
-from sessions_app.core.events import Event, Message
+from sessions_app.core.events import Event, Message, ToolCall
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import Session, SessionKey, Summary, SummaryBoundary
 from sessions_app.core.summary import (
@@ -29,10 +29,13 @@ from sessions_app.core.summary import (
     SummaryResult,
     TimeThreshold,
     TokenThreshold,
+    TranscriptFormat,
     TriggerInput,
     checks_all,
     checks_any,
     conversation_lines,
+    default_fork_prompt,
+    default_summary_prompt,
     is_context_length_error,
     observe_request_gap,
     summarize_session,
@@ -444,6 +447,43 @@ def test_prompts_are_validated() -> None:
         LLMSummarizer(FakeSummaryModel(), prompt="summarize this")
     with pytest.raises(ValueError, match="system prompt"):
         LLMSummarizer(FakeSummaryModel(), system_prompt="here: {conversation_text}")
+
+
+async def test_spec_3_4_max_summary_words_is_named_in_the_prompts() -> None:
+    assert "{max_summary_words}" in default_summary_prompt(50) and "{max_summary_words}" not in default_summary_prompt(0)
+    assert "{max_summary_words}" in default_fork_prompt(50)
+    # A limit no prompt states is refused; the system prompt may state it instead.
+    with pytest.raises(ValueError, match="max_summary_words"):
+        LLMSummarizer(FakeSummaryModel(), prompt="Summarize: {conversation_text}", max_summary_words=40)
+    model = FakeSummaryModel()
+    summarizer = LLMSummarizer(
+        model, prompt="Summarize: {conversation_text}", system_prompt="At most {max_summary_words} words.",
+        max_summary_words=40,
+    )
+    await summarizer.summarize(request_for(two_turns()))
+    [(messages, _)] = model.requests
+    assert messages[0] == Message(role="system", content="At most 40 words.")
+    assert messages[1].content.startswith("Summarize: user: Is checkout slow?")
+    with pytest.raises(ValueError, match="fork prompt"):
+        LLMSummarizer(FakeSummaryModel(), fork_prompt="{conversation_text}")
+
+
+async def test_spec_3_4_tool_call_and_result_formatters_shape_the_transcript() -> None:
+    def call_text(call: ToolCall) -> str:
+        return f"<{call.name}>"
+
+    def result_text(message: Message) -> str:
+        return "" if message.tool_name == "search_logs" else f"<{message.tool_name} said {message.content}>"
+
+    transcript = TranscriptFormat(tool_call=call_text, tool_result=result_text)
+    ledger = two_turns()
+    lines = [line for e in ledger.events for line in conversation_lines(e, transcript)]
+    assert "support: <search_logs>" in lines
+    assert not any("returned" in line or '{"timeouts": 3}' in line for line in lines)  # the result formatter left it out
+    model = FakeSummaryModel()
+    await LLMSummarizer(model, transcript=transcript).summarize(request_for(ledger))
+    [(messages, _)] = model.requests
+    assert "support: <search_logs>" in messages[0].content and '{"timeouts": 3}' not in messages[0].content
 
 
 def test_the_budget_is_seventy_percent_of_the_window_with_a_fallback() -> None:
