@@ -4,8 +4,11 @@ In: a `RunAgentInput` (camelCase JSON). `threadId` is the session id: the caller
 session, or a new one with that id. The last message is the run's input: a `user` message
 (its text), or a trailing run of `tool` messages, the results of client-side tools, which
 answer tool calls of the thread that have no result yet; they go into the ledger and the
-agent continues with them. `tools`, `state`, `context` and `forwardedProps` are accepted
-and not used: the agent brings its own tools and state.
+agent continues with them. `tools`, `state` and `context` are accepted and not used: the
+agent brings its own tools and state. `forwardedProps.outputSchema`, a JSON Schema, makes
+the final answer structured output (issue 20, docs/extensions.md): validated, retried with
+feedback, its JSON the last text message; an invalid schema answers 400 before anything is
+stored. Other `forwardedProps` are ignored.
 
 Out: `text/event-stream` of AG-UI events, encoded with `ag_ui.encoder.EventEncoder`:
 RUN_STARTED, TOOL_CALL_RESULT for each tool message sent in, then the run translated by
@@ -13,6 +16,17 @@ RUN_STARTED, TOOL_CALL_RESULT for each tool message sent in, then the run transl
 or stopped after `AGENTSITE_AGUI_RUN_TIMEOUT_S`). The run is detached from the request: a
 client that goes away does not stop it. One active run per thread: a second POST while one
 runs answers 409.
+
+Steering (SPEC 1.5): a client that sets `forwardedProps.agentsite.steer` to true asks that
+its user message go into the thread's active run instead of a 409: the message is queued for
+that run's next model step (in whichever process runs it) and the answer streams that run
+from now on: RUN_STARTED with its runId, CUSTOM `agentsite.message.queued` `{"id", "runId",
+"message"}`, the run's events (the message itself as a user TEXT_MESSAGE once the run takes
+it, then CUSTOM `agentsite.message.consumed` `{"id", "messageId", "state": "consumed"}`),
+RUN_FINISHED. A message the run had no model step left for opens the next run of the
+thread (`agentsite.message.consumed` with `state: "carried"` before RUN_FINISHED); a cancel
+drops it (`agentsite.message.dropped`). With no active run, the input starts a run as usual.
+429 `queue_full` when the run holds as many queued messages as it may.
 
 `POST /agui/<agent>/cancel` `{"threadId", "runId"?}` cancels the thread's active run (in
 whichever process runs it); its stream then ends with RUN_FINISHED.
@@ -28,12 +42,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pydantic
-from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
+from ag_ui.core import CustomEvent, RunAgentInput, ToolMessage, UserMessage
 from ag_ui.encoder import EventEncoder
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -52,10 +66,21 @@ from runs.auth import BearerTokenAuthentication, SessionAuthentication
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.manager import RunManager
+from runs.core.output import OutputSpec, SchemaError
 from runs.core.protocols.agui import AguiTranslator, history_messages, text_of
 from runs.core.records import RunRecord
 from runs.core.runner import RunHandle, Runner
-from runs.fanout import request_cancel
+from runs.core.steering import (
+    CARRIED,
+    CARRIED_IDS,
+    DROPPED,
+    QUEUED,
+    QUEUED_ID,
+    QueuedMessage,
+    QueueFullError,
+    RunNotActiveError,
+)
+from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event, EventError, Message
@@ -94,6 +119,8 @@ class AguiTurn:
     tool_indexes: tuple[int, ...] = ()  # their positions in `messages`, to name a bad field
     history: tuple[Message, ...] = ()
     """The messages before the input: seeded history for a new thread (SPEC 1.4)."""
+    output: OutputSpec | None = None
+    """`forwardedProps.outputSchema`: the answer's required shape (issue 20)."""
 
 
 # -- authentication --------------------------------------------------------------------------
@@ -167,6 +194,7 @@ def parse_run_input(body: Any) -> AguiTurn:
         first = exc.errors()[0]
         field = _field_path(first["loc"])
         raise _invalid(f"{field or 'input'}: {first['msg']}", field or None) from None
+    output = _output_schema(run_input.forwarded_props)
     thread_id = run_input.thread_id
     if not thread_id.strip() or len(thread_id) > _SESSION_ID_MAX:
         raise _invalid(f"threadId must be 1 to {_SESSION_ID_MAX} characters, got {thread_id!r}", "threadId")
@@ -184,7 +212,7 @@ def parse_run_input(body: Any) -> AguiTurn:
             raise _invalid(f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content")
         return AguiTurn(
             thread_id=thread_id, client_run_id=run_input.run_id, text=text,
-            history=history_messages(messages[:last_index]),
+            history=history_messages(messages[:last_index]), output=output,
         )
     if isinstance(last, ToolMessage):
         start = last_index
@@ -201,10 +229,23 @@ def parse_run_input(body: Any) -> AguiTurn:
         return AguiTurn(
             thread_id=thread_id, client_run_id=run_input.run_id, tool_messages=tuple(tools),
             tool_indexes=tuple(range(start, last_index + 1)), history=history_messages(messages[:start]),
+            output=output,
         )
     raise _invalid(
         f"the last message must have role 'user' or 'tool', got {last.role!r}", f"messages.{last_index}.role"
     )
+
+
+def _output_schema(props: Any) -> OutputSpec | None:
+    """`forwardedProps.outputSchema` as an output spec; 400 naming the problem when it is not
+    a valid JSON Schema."""
+    schema = props.get("outputSchema") if isinstance(props, dict) else None
+    if schema is None:
+        return None
+    try:
+        return OutputSpec.of(schema)
+    except SchemaError as exc:
+        raise AguiRequestError(400, "invalid_output_schema", str(exc), "forwardedProps.outputSchema") from None
 
 
 def _text(content: Any, index: int) -> str:
@@ -289,9 +330,13 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
     manager = run_manager()
     try:
         user = await authenticate(request)
-        turn = parse_run_input(_load_json(request))
+        body = _load_json(request)
+        turn = parse_run_input(body)
+        steer = wants_steering(body)
         await _check_agent(manager, agent)
         await _check_thread(user, turn.thread_id)
+        if steer and turn.text is not None and (steered := await _steer(request, manager, user, turn)) is not None:
+            return steered
         listener, events = manager.bridge()
         deadline = _Deadline()
         timeout_s = float(settings.AGENTSITE_AGUI_RUN_TIMEOUT_S)
@@ -315,7 +360,7 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
                     session_id=turn.thread_id,
                     agent=agent,
                     seed=turn.history,  # stored only when the thread is new
-                    options=RunOptions(metadata={"agui_run_id": turn.client_run_id}),
+                    options=RunOptions(metadata={"agui_run_id": turn.client_run_id}, output=turn.output),
                     listeners=[listener],
                 )
             finally:
@@ -431,3 +476,143 @@ async def agui_cancel(request: HttpRequest, agent: str) -> HttpResponse:
     target = record.id
     await manager.acall(lambda runner: request_cancel(runner, target))
     return JsonResponse({"threadId": thread_id, "runId": target, "status": "cancelling"}, status=202)
+
+
+# -- steering (SPEC 1.5) ----------------------------------------------------------------------
+
+STEER_QUEUED_EVENT = "agentsite.message.queued"
+STEER_CONSUMED_EVENT = "agentsite.message.consumed"
+STEER_DROPPED_EVENT = "agentsite.message.dropped"
+_FOLLOW_POLL_S = 0.5
+
+
+def wants_steering(body: Any) -> bool:
+    """Whether the input opts in to steering: `forwardedProps.agentsite.steer` is true (422
+    when it is there and not a boolean)."""
+    props = body.get("forwardedProps") if isinstance(body, dict) else None
+    ours = props.get("agentsite") if isinstance(props, dict) else None
+    if ours is None:
+        return False
+    if not isinstance(ours, dict):
+        raise _invalid("forwardedProps.agentsite must be an object", "forwardedProps.agentsite")
+    steer = ours.get("steer", False)
+    if not isinstance(steer, bool):
+        raise _invalid(f"forwardedProps.agentsite.steer must be true or false, got {steer!r}", "forwardedProps.agentsite.steer")
+    return steer
+
+
+@db_call
+def _last_seq(session_id: str) -> int:
+    from sessions_app import models as session_orm
+
+    row = session_orm.Event.objects.filter(session_id=session_id).order_by("-seq").values_list("seq", flat=True).first()
+    return int(row or 0)
+
+
+@db_call
+def _saved_after(session_id: str, request_id: str, after_seq: int) -> list[Event]:
+    from sessions_app import mapping
+    from sessions_app import models as session_orm
+
+    rows = session_orm.Event.objects.filter(session_id=session_id, request_id=request_id, seq__gt=after_seq).order_by("seq")
+    return [mapping.event_from_values(p, s, i) for p, s, i in rows.values_list("payload", "seq", "event_id")[:500]]
+
+
+async def _steer(request: HttpRequest, manager: RunManager, user: Any, turn: AguiTurn) -> HttpResponse | None:
+    """Queue the input's message into the thread's active run and stream that run; None when
+    the thread has no active run (the caller starts one)."""
+    active = await active_run(user, turn.thread_id)
+    if active is None:
+        return None
+    text = turn.text or ""
+    after_seq = await _last_seq(turn.thread_id)
+    listener, events = manager.bridge()
+
+    async def enqueue(runner: Runner) -> tuple[QueuedMessage, bool, Runner, asyncio.AbstractEventLoop]:
+        queued = await request_enqueue(runner, active.id, text)
+        # Nothing awaited since the queueing: the run cannot have taken it before we listen.
+        following = runner.add_listener(active.id, listener)
+        return queued, following, runner, asyncio.get_running_loop()
+
+    try:
+        queued, following, runner, loop = await manager.acall(enqueue)
+    except RunNotActiveError:
+        return None  # it ended meanwhile: the message starts the next run
+    except QueueFullError as exc:
+        raise AguiRequestError(429, "queue_full", str(exc), "threadId") from None
+    except RunUnreachableError as exc:
+        raise AguiRequestError(503, "run_unreachable", str(exc), "threadId") from None
+    except UsageError as exc:
+        raise _invalid(str(exc), "messages") from None
+    encoder = EventEncoder(accept=request.headers.get("Accept", ""))
+    live = events if following else _follow_ledger(active, after_seq)
+    response = StreamingHttpResponse(
+        _steer_stream(manager, active, queued, live, encoder, stop=lambda: loop.call_soon_threadsafe(
+            runner.remove_listener, active.id, listener)),
+        content_type=encoder.get_content_type(),
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _follow_ledger(record: RunRecord, after_seq: int) -> AsyncIterator[Event]:
+    """The saved events of a run another process runs, as they land (no text deltas)."""
+    deadline = asyncio.get_running_loop().time() + float(settings.AGENTSITE_AGUI_RUN_TIMEOUT_S)
+    while asyncio.get_running_loop().time() < deadline:
+        saved = await _saved_after(record.session_id, record.request_id, after_seq)
+        for event in saved:
+            after_seq = max(after_seq, event.seq or 0)
+            yield event
+            if event.is_runner_completion:
+                return
+        if not saved:
+            await asyncio.sleep(_FOLLOW_POLL_S)
+
+
+async def _steer_stream(
+    manager: RunManager, record: RunRecord, queued: QueuedMessage, events: AsyncIterator[Event],
+    encoder: EventEncoder, *, stop: Callable[[], Any],
+) -> AsyncIterator[str]:
+    run_id = record.id
+    translator = AguiTranslator(thread_id=record.session_id, include_user_messages=True)
+    joined = False  # deltas of a message that began before we joined are skipped; it comes whole
+    try:
+        for item in translator.run_started(run_id):
+            yield encoder.encode(item)
+        yield encoder.encode(CustomEvent(name=STEER_QUEUED_EVENT, value={
+            "id": queued.id, "runId": run_id, "message": queued.message.content,
+        }))
+        async for event in events:
+            if event.partial and not joined:
+                continue
+            joined = True
+            if event.is_runner_completion:
+                for item in _queued_outcome(event, queued.id):
+                    yield encoder.encode(item)
+            for item in translator.translate(event, run_id=run_id):
+                yield encoder.encode(item)
+            if event.extensions.get(QUEUED_ID) == queued.id:
+                yield encoder.encode(CustomEvent(name=STEER_CONSUMED_EVENT, value={
+                    "id": queued.id, "messageId": event.id, "state": event.extensions.get(QUEUED),
+                }))
+        if not translator.is_finished(run_id):
+            final = await manager.await_run(run_id, 5.0) or record
+            error = None
+            if final.status not in ("completed", "cancelled"):
+                details = final.error or {}
+                error = (str(details.get("type") or final.status), str(details.get("message") or f"the run ended as {final.status!r}"))
+            for item in translator.finish(run_id, error=error):
+                yield encoder.encode(item)
+    finally:
+        with contextlib.suppress(RuntimeError):
+            stop()
+
+
+def _queued_outcome(completion: Event, queued_id: str) -> list[CustomEvent]:
+    """What became of the message when the run ended without taking it."""
+    if queued_id in (completion.extensions.get(CARRIED_IDS) or []):
+        return [CustomEvent(name=STEER_CONSUMED_EVENT, value={"id": queued_id, "state": CARRIED})]
+    if any(isinstance(d, dict) and d.get("id") == queued_id for d in completion.extensions.get(DROPPED) or []):
+        return [CustomEvent(name=STEER_DROPPED_EVENT, value={"id": queued_id})]
+    return []

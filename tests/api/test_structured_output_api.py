@@ -216,3 +216,44 @@ def test_the_offline_model_answers_the_rest_schema_with_a_valid_object(alice_api
     run = response.json()
     assert run["status"] == "completed", run
     assert set(run["output"]) == {"host", "expired", "severity"} and run["output"]["severity"] == "low"
+
+
+def _agui_input(thread_id: str, forwarded: dict[str, Any]) -> dict[str, Any]:
+    return {"threadId": thread_id, "runId": "r1", "state": {}, "tools": [], "context": [], "forwardedProps": forwarded,
+            "messages": [{"id": "u1", "role": "user", "content": "Is the payments certificate expired?"}]}
+
+
+async def _agui_post(alice: Any, body: dict[str, Any]) -> Any:
+    from django.test import AsyncClient
+
+    token = await _token(alice)
+    return await AsyncClient().post("/agui/support", data=json.dumps(body), content_type="application/json",
+                                    headers={"Authorization": f"Bearer {token}"})
+
+
+async def test_agui_forwarded_props_output_schema_makes_the_answer_structured(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script('{"host": 5}', json.dumps(GOOD))
+    _agents_on(openai_server, use_model)
+    response = await _agui_post(alice, _agui_input("agui-structured", {"outputSchema": INCIDENT_SCHEMA}))
+    assert response.status_code == 200
+    stream = b"".join([chunk async for chunk in response.streaming_content]).decode()
+    openai_server.assert_consumed()
+    assert "RUN_FINISHED" in stream
+    assert openai_server.requests[0]["response_format"]["json_schema"]["schema"] == INCIDENT_SCHEMA
+    run = await sync_to_async(run_orm.Run.objects.get)(session_id="agui-structured")
+    assert run.status == "completed" and run.output == GOOD
+
+
+async def test_agui_invalid_output_schema_is_a_400_and_stores_nothing(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    _agents_on(openai_server, use_model)
+    response = await _agui_post(alice, _agui_input("agui-bad", {"outputSchema": {"type": "banana"}}))
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_output_schema" and error["field"] == "forwardedProps.outputSchema"
+    assert "invalid JSON Schema at $.type" in error["message"]
+    assert await _stored(alice) == (0, 0)
+    assert openai_server.requests == []
