@@ -29,7 +29,7 @@ from runs.core.callbacks import (
     run_on_event,
     with_changes,
 )
-from runs.core.context.seeding import seeded_events
+from runs.core.context.seeding import own_tool_names, seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.output import OUTPUT_EXTENSION
@@ -297,7 +297,8 @@ class Runner:
             opening: list[Event] = []
             if seed and session.last_seq == 0:
                 # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
-                opening.extend(seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key))
+                opening.extend(seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key,
+                                             own_tools=own_tool_names(chosen)))
             for current in turn:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (

@@ -1,7 +1,8 @@
 """Issue 25, items 1 and 10: a history with tool turns (every Agents SDK handoff, every
-LangGraph ReAct loop that ran local tools first) is accepted on /v1; the client's tool
-rounds are stored as tool-call and tool-result events and shown to the agent as context,
-never as its own calls. `models.retrieve` answers for agents and 404s otherwise."""
+LangGraph ReAct loop that ran local tools first) is accepted on /v1; tool rounds are stored
+as tool-call and tool-result events, and calls of tools the agent does not have are shown
+to it as context, never as its own calls. `models.retrieve` answers for agents and 404s
+otherwise."""
 
 from __future__ import annotations
 
@@ -69,6 +70,32 @@ async def test_a_react_history_with_client_tool_turns_is_stored_and_shown_to_the
         ("assistant", "It is 18C and sunny in Paris."),
         ("user", "Should I cycle to work then?"),
     ]
+
+
+async def test_a_seeded_call_of_a_tool_the_agent_has_stays_its_own_call_beside_a_client_call(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("INC-1042 was a certificate expiry.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    ticket_call = {"id": "call_t1", "type": "function",
+                   "function": {"name": "lookup_ticket", "arguments": json.dumps({"ticket_id": "INC-1042"})}}
+    await client.chat.completions.create(model="support", messages=[
+        {"role": "user", "content": "What was INC-1042, and the weather?"},
+        {"role": "assistant", "content": "Looking both up.", "tool_calls": [ticket_call, WEATHER_CALL]},
+        {"role": "tool", "tool_call_id": "call_w1", "content": "18C and sunny"},
+        {"role": "tool", "tool_call_id": "call_t1", "content": "INC-1042: certificate expired"},
+        {"role": "user", "content": "Summarise."},
+    ])
+    sent = [m for m in openai_server.requests[0]["messages"] if m["role"] != "system"]
+    # The support agent has lookup_ticket: its call and result are shown as its own round;
+    # get_weather it lacks: that call and its result come as context after it.
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user", "user"]
+    assert sent[1]["content"] == "Looking both up."
+    assert [c["function"]["name"] for c in sent[1]["tool_calls"]] == ["lookup_ticket"]
+    assert (sent[2]["tool_call_id"], sent[2]["content"]) == ("call_t1", "INC-1042: certificate expired")
+    assert "get_weather" in sent[3]["content"] and "18C and sunny" in sent[3]["content"]
+    openai_server.assert_consumed()
 
 
 async def test_the_legacy_function_call_grammar_is_accepted_too(

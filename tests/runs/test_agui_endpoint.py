@@ -423,7 +423,7 @@ async def test_a_new_threads_earlier_messages_are_stored_as_earlier_turns_before
         {"id": "s", "role": "system", "content": "client instructions are not history"},
         {"id": "u0", "role": "user", "content": "The staging database listens on 6432."},
         {"id": "a0", "role": "assistant", "content": "", "toolCalls": [
-            {"id": "call_x", "type": "function", "function": {"name": "note", "arguments": "{\"port\": 6432}"}},
+            {"id": "call_x", "type": "function", "function": {"name": "lookup_ticket", "arguments": "{\"ticket_id\": \"INC-6432\"}"}},
         ]},
         {"id": "t0", "role": "tool", "content": "noted", "toolCallId": "call_x"},
         {"id": "a1", "role": "assistant", "content": "Noted."},
