@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runs.core.agents.composite import ChainAgent, CycleAgent
+from runs.core.agents.composite import OBJECT_PARALLEL_RESULTS, ChainAgent, CycleAgent, ParallelAgent
 from runs.core.agents.graph import GraphAgent, InMemoryCheckpointStore, NodeContext, StateGraph, StateSchema
 from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
@@ -191,6 +191,26 @@ async def test_a_cycle_starts_its_first_iteration_at_the_agent_that_asked() -> N
     checker.extend([ScriptStep.answer("Confirmed again.")])
     replied, _ = await turn(runner, "yes", session_id=record.session_id)
     assert answering(replied) == ["check", "work", "check"]
+
+
+async def test_a_parallel_agent_runs_only_the_branch_that_asked() -> None:
+    asking = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Which account?"}))
+    other = ScriptedModel.of("Inventory checked.")
+    fanout = ParallelAgent(name="fanout", agents=[
+        LLMAgent(name="billing", model=asking, await_user_reply=True),
+        LLMAgent(name="inventory", model=other),
+    ])
+    runner, service = make_runner([fanout])
+    _, record = await turn(runner, "check order 7")
+    assert (await state(service, record.session_id))[ROUTE_STATE_KEY]["path"] == "fanout/billing"
+
+    asking.extend([ScriptStep.answer("Account 12 is billed.")])
+    replied, _ = await turn(runner, "account 12", session_id=record.session_id)
+    assert answering(replied) == ["billing"]  # inventory answered in the first turn
+    [results] = [e for e in replied if e.object == OBJECT_PARALLEL_RESULTS]
+    assert [r["agent"] for r in results.extensions["results"]] == ["billing"]
+    assert {e.filter_key for e in replied if e.author == "billing" and e.message is not None} == {f"{APP}/billing"}
+    other.assert_consumed()
 
 
 # -- graphs ---------------------------------------------------------------------------------
