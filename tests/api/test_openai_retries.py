@@ -8,11 +8,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
+from agentsite.asgi import application
 from runs.core.llm.base import Model
-from tests.support.openai_asgi import agents_on, client_for, runs_of, stored_events
+from tests.support.openai_asgi import agents_on, client_for, runs_of, stored_events, token_of
 from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,3 +138,42 @@ async def test_keys_are_per_user(
         answers.append(completion.choices[0].message.content)
     assert answers == ["Alice's answer.", "Bob's answer."]
     openai_server.assert_consumed()
+
+
+class ImpatientTransport(httpx.AsyncBaseTransport):
+    """The ASGI app behind a client that gives up after `patience_s`, as an SDK whose
+    timeout is shorter than the run does; it records the headers of every attempt."""
+
+    def __init__(self, patience_s: float) -> None:
+        self.inner = httpx.ASGITransport(app=application)
+        self.patience_s = patience_s
+        self.attempts: list[httpx.Headers] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.attempts.append(request.headers)
+        try:
+            response = await asyncio.wait_for(self.inner.handle_async_request(request), self.patience_s)
+        except TimeoutError:
+            raise httpx.ReadTimeout("gave up waiting", request=request) from None
+        return response
+
+
+async def test_a_request_the_sdk_retries_after_a_timeout_with_its_key_joins_the_run_in_flight(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script(ServerStep.delay(2.0, then=ServerStep.answer("Renew the certificate.")))
+    agents_on(openai_server, use_model)
+    transport = ImpatientTransport(patience_s=0.5)
+    client = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=await token_of(alice), max_retries=6,
+                                http_client=httpx.AsyncClient(transport=transport))
+    completion = await client.chat.completions.create(
+        model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "slow-1"})  # type: ignore[arg-type]
+
+    assert completion.choices[0].message.content == "Renew the certificate."
+    assert len(transport.attempts) >= 2  # the first attempt timed out; the SDK retried
+    assert {a["Idempotency-Key"] for a in transport.attempts} == {"slow-1"}
+    assert [a["x-stainless-retry-count"] for a in transport.attempts][:2] == ["0", "1"]
+    runs = await runs_of(alice)
+    assert len(runs) == 1
+    assert [e.text for e in await stored_events(runs[0].session_id) if e.role == "user"] == [QUESTION[0]["content"]]
+    openai_server.assert_consumed()  # one upstream call: one run did the work
