@@ -250,6 +250,34 @@ async def test_a_graph_interrupt_routes_the_next_message_to_resume_it_inside_a_c
     assert (await state(service, record.session_id))[ROUTE_STATE_KEY] is None
 
 
+async def test_a_forged_route_to_another_sessions_checkpoint_starts_the_graph_afresh() -> None:
+    effects: list[str] = []
+    store = InMemoryCheckpointStore()
+    runner, service = make_runner([GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=store, await_user_reply=True)])
+    bobs = await runner.start(user_id="bob", message="go", stream=True)
+    [e async for e in bobs.events()]
+    bob_session = await service.get_session(SessionKey(app=APP, user_id="bob", session_id=bobs.session_id))
+    assert bob_session is not None
+    stolen = bob_session.state[ROUTE_STATE_KEY]
+    # Session state is the client's to write (PATCH .../state/): alice plants bob's route.
+    mine = await service.create_session(app=APP, user_id="alice", state={ROUTE_STATE_KEY: stolen})
+    _, record = await turn(runner, "yes", session_id=mine.id)
+    assert record.answer == "Publish the report?"  # a fresh run that asks again, in alice's session
+    assert effects == ["ask", "ask"]  # bob's graph did not go on to publish
+    waiting = await store.get(stolen["checkpoint_id"])
+    assert waiting is not None and waiting.waiting  # still bob's to answer
+
+
+async def test_a_routed_reply_finds_the_question_outside_the_loaded_window() -> None:
+    effects: list[str] = []
+    service = InMemorySessionService()
+    graph = GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=InMemoryCheckpointStore(), await_user_reply=True)
+    runner = Runner(app=APP, agents=[graph], session_service=service, history_event_limit=1)
+    _, record = await turn(runner, "go")
+    _, record2 = await turn(runner, "yes", session_id=record.session_id)
+    assert effects == ["ask", "ask", "publish:yes"] and record2.status == "completed"
+
+
 async def test_a_graph_without_routing_records_no_route() -> None:
     runner, service = make_runner([GraphAgent(name="approve", graph=approval_graph([]), checkpoints=InMemoryCheckpointStore())])
     _, record = await turn(runner, "go")

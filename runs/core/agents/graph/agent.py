@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -37,9 +38,14 @@ from runs.core.routing import Route, is_route_target, route_delta
 from runs.core.runner import EventListener, RunHandle, Runner
 from sessions_app.core.events import OBJECT_ERROR, Event, EventError, new_id
 
+logger = logging.getLogger(__name__)
+
 RESUME_OPTION = "graph_resume"
 """`RunOptions.metadata` key of a resuming run: `{"checkpoint_id": str, "value": Any}`."""
 DEFAULT_WINDOW = 8192
+# How far back a routed reply looks for the question it answers when the loaded window
+# does not hold it.
+ROUTE_LOOKBACK_EVENTS = 100
 
 
 class RunNotFoundError(UsageError):
@@ -109,7 +115,7 @@ class GraphAgent:
             routed = is_route_target(invocation)
             if not isinstance(resume, Mapping) and routed is not None and routed.checkpoint_id:
                 # The user's reply to this graph's question answers it.
-                resume = {"checkpoint_id": routed.checkpoint_id, "value": invocation.message.content}
+                resume = await self._routed_resume(invocation, routed.checkpoint_id)
             if isinstance(resume, Mapping):
                 checkpoint = await self._claimed_checkpoint(invocation, resume)
                 events = executor.resume(checkpoint, value=resume.get("value"), has_value="value" in resume)
@@ -138,6 +144,34 @@ class GraphAgent:
             question=event.text, checkpoint_id=info.checkpoint_id,
         )
         return event.replace(state_delta={**event.state_delta, **route_delta(route)})
+
+    async def _routed_resume(self, invocation: Invocation, checkpoint_id: str) -> dict[str, Any] | None:
+        """The resume a route asks for, or None (the graph starts afresh) when the route
+        cannot be trusted or is spent: session state is the client's to write too, so the
+        checkpoint must be one this graph's own question in this session's ledger names,
+        and still waiting."""
+        def asks(e: Event) -> bool:
+            info = graph_info(e)
+            return (
+                e.object == OBJECT_INTERRUPT and e.branch == invocation.branch
+                and info is not None and info.checkpoint_id == checkpoint_id
+            )
+
+        asked = any(asks(e) for e in invocation.session.events)
+        if not asked:
+            # Not in the loaded window (a summary boundary past it): the question is among
+            # the newest events of the ledger, as the pause ended the turn before this one.
+            session = invocation.session
+            tail = await invocation.session_service.list_events(
+                session.key, after_seq=max(0, session.last_seq - ROUTE_LOOKBACK_EVENTS), limit=ROUTE_LOOKBACK_EVENTS,
+            )
+            asked = any(asks(e) for e in tail)
+        checkpoint = await self.checkpoints.get(checkpoint_id) if asked and self.checkpoints is not None else None
+        if checkpoint is None or not checkpoint.waiting or checkpoint.graph != self.graph.name:
+            logger.warning("graph %r: route to checkpoint %r is not a waiting question of this session; starting afresh",
+                           self.name, checkpoint_id)
+            return None
+        return {"checkpoint_id": checkpoint_id, "value": invocation.message.content}
 
     async def _claimed_checkpoint(self, invocation: Invocation, resume: Mapping[str, Any]) -> Checkpoint:
         if self.checkpoints is None:
