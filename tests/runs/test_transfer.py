@@ -5,13 +5,14 @@ ledger and the AG-UI stream, and the target answers in the same run on its own b
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 from ag_ui.core import CustomEvent, EventType
 from asgiref.sync import sync_to_async
 
+from runs.core.agents.graph import GraphAgent, InMemoryCheckpointStore, NodeContext, StateGraph, StateSchema
 from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.protocols.agui import TRANSFER_EVENT, AguiTranslator
@@ -182,3 +183,26 @@ async def service_events(app: str, user_id: str, session_id: str) -> list[Event]
     from sessions_app.backends import DjangoSessionService
 
     return await DjangoSessionService().list_events(SessionKey(app=app, user_id=user_id, session_id=session_id), limit=100)
+
+
+async def test_a_transfer_to_a_graph_that_pauses_is_answered_by_the_next_message() -> None:
+    effects: list[str] = []
+    graph = StateGraph("approve", StateSchema.of(decision="overwrite"))
+
+    def ask(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"decision": ctx.interrupt({"question": "Restart the service?"})}
+
+    graph.add_node("ask", ask)
+    graph.add_node("act", lambda s: effects.append(f"act:{s['decision']}") or None)
+    graph.set_entry_point("ask").add_edge("ask", "act").set_finish_point("act")
+    target = GraphAgent(name="runbook", graph=graph, checkpoints=InMemoryCheckpointStore(), await_user_reply=True,
+                        description="restarts services")
+    support_model = ScriptedModel.of(ScriptStep.call("transfer_to_agent", {"agent_name": "runbook"}))
+    runner, _ = make_runner([LLMAgent(name="support", model=support_model, sub_agents=[target])])
+
+    events, record = await turn(runner, "restart payments")
+    assert record.answer == "Restart the service?"
+    assert [e.branch for e in events if e.object == "graph.interrupt"] == ["support/runbook"]
+    _, record2 = await turn(runner, "yes", session_id=record.session_id)
+    assert record2.status == "completed" and effects == ["act:yes"]
+    support_model.assert_consumed()  # the reply went to the graph, not back to support's model
