@@ -206,3 +206,46 @@ async def test_a_transfer_to_a_graph_that_pauses_is_answered_by_the_next_message
     _, record2 = await turn(runner, "yes", session_id=record.session_id)
     assert record2.status == "completed" and effects == ["act:yes"]
     support_model.assert_consumed()  # the reply went to the graph, not back to support's model
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_over_the_websocket_the_transfer_is_a_custom_frame(alice: Any) -> None:
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+    from channels.testing import WebsocketCommunicator
+    from django.conf import settings
+    from rest_framework.authtoken.models import Token
+
+    from agentsite.asgi import application
+    from agentsite.composition import build_runner, run_manager
+    from runs.backends import DjangoRunStore
+    from sessions_app import services as session_services
+    from sessions_app.backends import DjangoSessionService
+
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        await layer.flush()  # process-wide: no members of older tests' loops
+    support, support_model, troubleshoot_model = support_desk(troubleshoot_steps=["The certificate expired."])
+    run_manager().reset(lambda: Runner(
+        app=settings.AGENTSITE_APP, agents=[support], session_service=DjangoSessionService(), run_store=DjangoRunStore(),
+    ))
+    try:
+        token = (await sync_to_async(Token.objects.get_or_create)(user=alice))[0].key
+        session_id = (await sync_to_async(session_services.session_create)(user=alice, agent="support")).id
+        socket = WebsocketCommunicator(
+            application, f"/ws/sessions/{session_id}/", headers=[(b"authorization", f"Bearer {token}".encode())],
+        )
+        connected, _ = await socket.connect(timeout=10)
+        assert connected
+        await socket.send_json_to({"type": "run", "message": "payments fail TLS"})
+        frames: list[dict[str, Any]] = []
+        while not frames or frames[-1]["type"] not in ("RUN_FINISHED", "RUN_ERROR", "error"):
+            frames.append(await socket.receive_json_from(timeout=10))
+        await socket.disconnect()
+    finally:
+        run_manager().reset(build_runner)
+    support_model.assert_consumed()
+    troubleshoot_model.assert_consumed()
+    assert frames[-1]["type"] == "RUN_FINISHED"
+    [custom] = [f for f in frames if f["type"] == "CUSTOM" and f["name"] == TRANSFER_EVENT]
+    assert custom["value"] == {"from": "support", "to": "troubleshoot", "branch": "support/troubleshoot",
+                               "message": "TLS errors on payments"}
