@@ -99,6 +99,7 @@ def chat(request: HttpRequest, session_id: str | None = None) -> HttpResponse:
             "ledger": reverse("session-ledger", args=["SESSION_ID"]),
             "runs": reverse("run-create"),
             "runCancel": reverse("run-cancel", args=["RUN_ID"]),
+            "runMessages": reverse("run-messages", args=["RUN_ID"]),
             "runDetail": reverse("run-detail", args=["RUN_ID"]),
             "websocket": "/ws/sessions/SESSION_ID/",
         },

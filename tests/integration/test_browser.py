@@ -345,3 +345,62 @@ def test_the_troubleshooting_graph_shows_its_nodes_waits_for_approval_and_finish
     assert {"plan", "collect_logs", "check_certificate", "decide", "draft_report", "publish"} <= steps
     shoot(page, "graph-finished.png")
     assert page.js_errors == []
+
+
+def test_a_message_typed_while_the_reply_streams_is_queued_then_taken_by_the_same_run(
+    slow_server: LiveServer, scripted_model: ScriptedOpenAIServer, browser: Any
+) -> None:
+    """Issue 19, item 1: the message box stays open while a run streams; what is sent shows
+    as queued, can be withdrawn, and moves into the conversation when the run takes it,
+    before its next model step."""
+    import dataclasses
+
+    from playwright.sync_api import expect
+
+    slow_lookup = dataclasses.replace(
+        ServerStep.calls(("lookup_ticket", {"ticket_id": "INC-1042"}, "call_inc1042"), text="Let me check that ticket for you. "),
+        chunk_size=2, fragment_size=1, chunk_delay_s=0.12,
+    )
+    scripted_model.script(slow_lookup, ServerStep.answer("INC-1042 is open, and so is INC-1187.", chunk_size=4, chunk_delay_s=0.05))
+    page = open_page(browser, color_scheme="light")
+    frames = Frames(page)
+    log_in(page, slow_server)
+    send(page, "Is ticket INC-1042 open?")
+    expect(page.locator(".msg-assistant.msg-streaming .msg-bubble")).to_contain_text("Let me")
+    run_id = frames.wait_for(page, "run.accepted")[-1]["run_id"]
+
+    # The box stays open: a message sent now is queued, and can be taken back.
+    composer = page.get_by_label("Message", exact=True)
+    expect(composer).to_be_enabled()
+    send(page, "never mind this one")
+    tray = page.locator("#queued-tray")
+    first = tray.locator(".queued-item", has_text="never mind this one")
+    expect(first.locator(".queued-state")).to_have_text("Queued")
+    first.get_by_role("button", name="Withdraw").click()
+    expect(first).to_have_count(0)
+    expect(composer).to_have_value("never mind this one")  # back in the box
+
+    composer.fill("")
+    send(page, "And is INC-1187 open too?")
+    queued = tray.locator(".queued-item", has_text="And is INC-1187 open too?")
+    expect(queued.locator(".queued-state")).to_have_text("Queued")
+    shoot(page, "chat-queued.png")
+
+    # Taken before the run's next model step: it moves into the conversation, after the tool call.
+    expect(queued).to_have_count(0)
+    expect(tray).to_be_hidden()
+    users = page.locator(".msg-user .msg-bubble")
+    expect(users).to_have_count(2)
+    expect(users.nth(1)).to_have_text("And is INC-1187 open too?")
+    expect(page.locator(".msg-assistant .msg-bubble").last).to_contain_text("so is INC-1187")
+    expect(page.get_by_role("button", name="Send message")).to_be_enabled()
+    shoot(page, "chat-queued-taken.png")
+
+    assert {"type": "message", "run_id": run_id, "message": "And is INC-1187 open too?"} in frames.sent
+    consumed = frames.of_type("message.consumed")
+    assert [(f["run_id"], f["state"]) for f in consumed] == [(run_id, "consumed")]
+    assert len(frames.of_type("run.accepted")) == 1  # one run did it all
+    second = scripted_model.requests[1]["messages"]
+    assert second[-2]["role"] == "tool" and second[-1] == {"role": "user", "content": "And is INC-1187 open too?"}
+    assert all(m.get("content") != "never mind this one" for m in second)
+    assert page.js_errors == []

@@ -7,6 +7,12 @@
  * socket, a replay or a second tab never draws anything twice.
  *
  * Model text is only ever set with textContent / text nodes, never as HTML.
+ *
+ * While a reply runs, the message box stays open: what is sent then is queued for the run's
+ * next model step (SPEC 1.5, a `message` frame) and shown in the tray above the box as
+ * "Queued" until the run takes it (`message.consumed`): then it appears in its place in the
+ * conversation. Queued messages can be withdrawn (DELETE /api/runs/<id>/messages/); they come
+ * back into the message box, as do those a cancel dropped.
  */
 (() => {
   "use strict";
@@ -35,6 +41,7 @@
     runStatus: $("run-status"),
     emptyAgentName: $("empty-agent-name"),
     emptyAgentDescription: $("empty-agent-description"),
+    queuedTray: $("queued-tray"),
   };
 
   const REPAIRED_ERROR_TEXT = "An error occurred during execution. Please contact the service provider.";
@@ -65,6 +72,8 @@
     graphs: new Map(), // runId -> graph progress card (node steps of a graph run)
     approvals: new Map(), // interruptId -> approval card of a paused graph run
     pendingUsers: [], // user bubbles sent from here, not yet seen in the ledger
+    queued: [], // messages sent into the running reply, not yet taken by it (steering)
+    steerPending: [], // of those, the ones whose `message` frame awaits its answer, in order
     liveErrors: [], // error notices from the socket, not yet seen in the ledger
     erroredInvocations: new Set(),
     thinking: null,
@@ -688,13 +697,21 @@
   // -- run state ------------------------------------------------------------------------------
 
   function setSendMode(mode) {
-    const label = { send: "Send", cancel: "Cancel", cancelling: "Cancelling…" }[mode];
+    const label = { send: "Send", cancel: "Cancel", cancelling: "Cancelling…", queue: "Queue" }[mode];
     els.send.dataset.mode = mode;
-    els.send.classList.toggle("primary", mode === "send");
-    els.send.classList.toggle("danger", mode !== "send");
+    els.send.classList.toggle("primary", mode === "send" || mode === "queue");
+    els.send.classList.toggle("danger", mode === "cancel" || mode === "cancelling");
     els.send.disabled = mode === "cancelling";
     els.send.querySelector(".send-label").textContent = label;
-    els.send.setAttribute("aria-label", mode === "send" ? "Send message" : mode === "cancel" ? "Cancel the running reply" : "Cancelling");
+    els.send.setAttribute("aria-label", {
+      send: "Send message", cancel: "Cancel the running reply", cancelling: "Cancelling", queue: "Queue the message for the running reply",
+    }[mode]);
+  }
+
+  /** While a reply runs, the button queues what is typed, or cancels when the box is empty. */
+  function updateSendMode() {
+    if (!state.running || state.cancelRequested) return;
+    setSendMode(els.input.value.trim() ? "queue" : "cancel");
   }
 
   function setRunStatus(text, busy = false) {
@@ -711,6 +728,7 @@
     if (running) {
       state.lastFrameAt = Date.now();
       setSendMode("cancel");
+      updateSendMode();
       setRunStatus("Working…", true);
       showThinking();
     } else {
@@ -734,6 +752,8 @@
     state.runId = null;
     state.cancelRequested = false;
     state.cancelAfterAccept = false;
+    // Queued before the run was even accepted: never sent, so back into the message box.
+    returnQueued([], "", "", state.queued.filter((e) => e.deferred));
     setRunning(false);
     touchSidebar();
     syncHistory();
@@ -913,9 +933,27 @@
         state.awaitingAcceptSince = 0;
         setRunning(true);
         if (state.cancelAfterAccept) requestCancel();
+        for (const entry of state.queued.filter((e) => e.deferred)) sendQueued(entry);
+        break;
+      case "message.queued":
+        queuedAccepted(frame);
+        break;
+      case "message.consumed":
+      case "message.withdrawn":
+        for (const id of frame.ids || [frame.id]) dropQueued(id);
+        break;
+      case "message.dropped":
+        returnQueued(frame.ids || [], "Queued messages were not sent", "The run was cancelled; they are back in the message box.");
         break;
       case "error": {
         const error = frame.error || {};
+        if (state.steerPending.length && STEER_ERRORS.has(error.code)) {
+          // A queued message the server refused: it goes back into the message box.
+          const entry = state.steerPending.shift();
+          returnQueued([], "", "", [entry]);
+          notice(`frame:${Date.now()}:${error.code}`, "The message was not queued", errorText(error.message || "unknown error", error.code));
+          break;
+        }
         if (state.cancelRequested && error.field === "run_id") {
           finishRun(); // the run ended before the cancel reached it
           break;
@@ -1099,6 +1137,93 @@
     sendFrame({ type: "run", message: text, agent: state.agent });
   }
 
+  // -- steering: messages into the running reply ---------------------------------------------------
+
+  const STEER_ERRORS = new Set(["queue_full", "run_not_active", "run_unreachable", "message_too_large", "invalid_frame", "not_found"]);
+
+  function renderTray() {
+    els.queuedTray.hidden = state.queued.length === 0;
+  }
+
+  function queueMessage(raw) {
+    const text = raw.trim();
+    if (!text || !state.running || state.cancelRequested) return;
+    els.input.value = "";
+    autoGrow();
+    stickToBottom = true;
+    const entry = { text, id: null, runId: null, deferred: false, withdrawWhenQueued: false };
+    entry.state = h("span", { className: "queued-state", text: "Sending…" });
+    entry.button = h("button", { type: "button", className: "button", text: "Withdraw", title: "Take the queued messages back into the message box" });
+    entry.button.addEventListener("click", () => withdrawQueued(entry));
+    entry.element = h("div", { className: "queued-item", dataset: { queued: "" } }, h("span", { className: "queued-text", text }), entry.state, entry.button);
+    state.queued.push(entry);
+    els.queuedTray.appendChild(entry.element);
+    renderTray();
+    updateSendMode();
+    if (state.runId) sendQueued(entry);
+    else entry.deferred = true; // sent as soon as the run is accepted
+  }
+
+  function sendQueued(entry) {
+    entry.deferred = false;
+    entry.runId = state.runId;
+    state.steerPending.push(entry);
+    sendFrame({ type: "message", run_id: entry.runId, message: entry.text });
+  }
+
+  function queuedAccepted(frame) {
+    const index = state.steerPending.findIndex((e) => e.text === frame.message);
+    const entry = state.steerPending.splice(index >= 0 ? index : 0, 1)[0];
+    if (!entry) return;
+    entry.id = frame.id;
+    entry.element.dataset.queued = frame.id;
+    entry.state.textContent = "Queued";
+    if (entry.withdrawWhenQueued) withdrawQueued(entry);
+  }
+
+  /** The run took the message (it is now in the conversation), or it was withdrawn. */
+  function dropQueued(id) {
+    const index = state.queued.findIndex((e) => e.id === id);
+    if (index < 0) return null;
+    const [entry] = state.queued.splice(index, 1);
+    entry.element.remove();
+    renderTray();
+    return entry;
+  }
+
+  /** Put queued messages back into the message box (withdrawn, dropped or refused). */
+  function returnQueued(ids, title, message, entries = []) {
+    const back = [...entries, ...ids.map(dropQueued).filter(Boolean)];
+    for (const entry of entries) {
+      const index = state.queued.indexOf(entry);
+      if (index >= 0) state.queued.splice(index, 1);
+      entry.element.remove();
+    }
+    renderTray();
+    if (!back.length) return;
+    const texts = back.map((e) => e.text).join("\n\n");
+    els.input.value = els.input.value.trim() ? `${els.input.value}\n\n${texts}` : texts;
+    autoGrow();
+    updateSendMode();
+    if (title) notice(`queued:${back[0].id || Date.now()}`, title, message, { muted: true });
+  }
+
+  async function withdrawQueued(entry) {
+    if (!entry.id) {
+      entry.withdrawWhenQueued = true; // withdrawn once the server says it is queued
+      return;
+    }
+    entry.button.disabled = true;
+    try {
+      const answer = await api("DELETE", url("runMessages", { RUN_ID: entry.runId }));
+      returnQueued((answer.withdrawn || []).map((w) => w.id), "", "");
+    } catch (error) {
+      // The run ended meanwhile: the message went into the next run (or a cancel dropped it).
+      entry.button.disabled = false;
+      notice(`withdraw:${Date.now()}`, "Could not withdraw", errorText(error.message, error.code), { muted: true });
+    }
+  }
+
   async function requestCancel() {
     if (!state.running) return;
     state.cancelRequested = true;
@@ -1170,16 +1295,21 @@
 
   els.form.addEventListener("submit", (event) => {
     event.preventDefault();
-    if (state.running) requestCancel();
+    if (state.running && els.input.value.trim() && !state.cancelRequested) queueMessage(els.input.value);
+    else if (state.running) requestCancel();
     else sendMessage(els.input.value);
   });
 
   els.input.addEventListener("keydown", (event) => {
     if (event.key !== "Enter" || event.shiftKey || event.altKey || event.isComposing) return;
     event.preventDefault();
-    if (!state.running) sendMessage(els.input.value);
+    if (state.running) queueMessage(els.input.value);
+    else sendMessage(els.input.value);
   });
-  els.input.addEventListener("input", autoGrow);
+  els.input.addEventListener("input", () => {
+    autoGrow();
+    updateSendMode();
+  });
 
   for (const button of document.querySelectorAll("[data-suggestion]")) {
     button.addEventListener("click", () => {
