@@ -209,6 +209,7 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
         post_run=post_run_hooks(),
         admission=active_runs_admission(settings.AGENTSITE_MAX_ACTIVE_RUNS_PER_USER),
         max_events_per_run=settings.AGENTSITE_MAX_RUN_EVENTS,
+        max_queued_messages=settings.AGENTSITE_MAX_QUEUED_MESSAGES,
         callbacks=demo_runner_callbacks(),
     )
 

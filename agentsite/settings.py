@@ -223,6 +223,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("AGENTSITE_MAX_BODY_BYTES", 1_048_576)
 AGENTSITE_MAX_ACTIVE_RUNS_PER_USER = env.integer("AGENTSITE_MAX_ACTIVE_RUNS_PER_USER", 256, minimum=0)
 # Ledger events one run may write (0: no limit); a run past it stops, failed with `event_limit`.
 AGENTSITE_MAX_RUN_EVENTS = env.integer("AGENTSITE_MAX_RUN_EVENTS", 2000, minimum=0)
+# Messages one run may hold queued for its next model step (SPEC 1.5 steering; 429 past it).
+AGENTSITE_MAX_QUEUED_MESSAGES = env.integer("AGENTSITE_MAX_QUEUED_MESSAGES", 20, minimum=1)
 
 # -- long-term memory and artifacts (SPEC 6, 7) ----------------------------------------------------
 AGENTSITE_MEMORY_MAX_PER_USER = env.integer("AGENTSITE_MEMORY_MAX_PER_USER", 1000)

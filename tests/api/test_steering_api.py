@@ -49,15 +49,11 @@ def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     return error
 
 
-def start_slow_run(client: Any, use_model: Callable[[Model], None], *, words: int = 400, max_queued: int = 0) -> dict[str, Any]:
+def start_slow_run(client: Any, use_model: Callable[[Model], None], *, words: int = 400) -> dict[str, Any]:
     """A run whose only model step streams for a few seconds; returns once it streams (a
     message queued before the first step would be taken by it)."""
     model = ScriptedModel.of(ScriptStep.answer("slow words " * words, chunk_size=4, delay_s=0.01))
     use_model(model)
-    if max_queued:
-        from agentsite.composition import run_manager
-
-        run_manager().runner.max_queued_messages = max_queued
     run = client.post("/api/runs/", {"message": "talk slowly"}, format="json").json()
     wait_until(lambda: model.requests)
     return run
@@ -139,9 +135,10 @@ def test_bad_input_is_refused_with_a_clear_error(
 
 
 def test_a_flood_of_queued_messages_is_refused_past_the_limit(
-    alice_api: Any, use_model: Callable[[Model], None]
+    alice_api: Any, use_model: Callable[[Model], None], settings: Any
 ) -> None:
-    run = start_slow_run(alice_api, use_model, max_queued=3)
+    settings.AGENTSITE_MAX_QUEUED_MESSAGES = 3  # read when the runner is built
+    run = start_slow_run(alice_api, use_model)
     url = f"/api/runs/{run['id']}/messages/"
     for n in range(3):
         assert alice_api.post(url, {"message": f"m{n}"}, format="json").status_code == 202
