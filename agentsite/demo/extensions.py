@@ -150,8 +150,12 @@ class ApprovalPolicy:
 
     @staticmethod
     def approved(text: str, tool: str) -> bool:
-        """Whether `text` approves `tool`: 'approve restart_service' (also 'I approve ...')."""
-        return re.search(rf"(?i)\bapproved?\b[^.\n]*\b{re.escape(tool)}\b", text) is not None
+        """Whether `text` approves `tool`: 'approve restart_service' (also 'I approve ...'),
+        not 'do not approve restart_service'."""
+        for match in re.finditer(rf"(?i)\bapproved?\b[^.\n]*\b{re.escape(tool)}\b", text):
+            if not re.search(r"(?i)\b(?:not|never|don't|do\s+not)\s+$", text[:match.start()]):
+                return True
+        return False
 
     def __call__(self, context: ToolCallContext, call: ToolCall) -> Veto | None:
         if not self.needs_approval(context, call):

@@ -250,6 +250,15 @@ def test_the_redactor_leaves_other_numbers_and_words_alone(text: str) -> None:
     assert Redactor().redact_text(text) == (text, Counter())
 
 
+@pytest.mark.parametrize(
+    ("text", "approved"),
+    [("approve restart_service", True), ("I approve restart_service for payments", True),
+     ("do not approve restart_service", False), ("approve it", False), ("restart_service approved", False)],
+)
+def test_what_counts_as_an_approval(text: str, approved: bool) -> None:
+    assert ApprovalPolicy.approved(text, "restart_service") is approved
+
+
 def test_luhn() -> None:
     assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
 
