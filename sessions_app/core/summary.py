@@ -1688,6 +1688,7 @@ class SummaryGate:
     context_window: int | None = None
     tokenizer: Tokenizer = APPROX_TOKENIZER
     cascade: bool = True
+    allowlist: tuple[str, ...] | None = None
     backlogs: dict[str, SummaryBacklog] = field(default_factory=dict)
 
     def due(
@@ -1696,6 +1697,8 @@ class SummaryGate:
     ) -> bool:
         """Whether a job for `filter_key` may do something. `summaries`: the session's
         summaries when newer than the loaded ones (a job of this run already advanced them)."""
+        if not summary_targets(filter_key, allowlist=self.allowlist, cascade=self.cascade):
+            return False  # a key outside the allowlist, without the cascade: the job would do nothing
         window = context_window or self.context_window
         known = session.summaries if summaries is None else summaries
         keys = [filter_key] + ([FULL_SESSION] if self.cascade and filter_key != FULL_SESSION else [])
@@ -1809,7 +1812,8 @@ def summary_gate(scheduler: SummaryScheduler) -> SummaryGate | None:
 def engine_gate(engine: SummaryEngine) -> SummaryGate:
     """The gate of the jobs `engine` runs: its checker, window, tokenizer and cascade."""
     return SummaryGate(
-        checker=engine.checker, context_window=engine.context_window, tokenizer=engine.tokenizer, cascade=engine.cascade
+        checker=engine.checker, context_window=engine.context_window, tokenizer=engine.tokenizer, cascade=engine.cascade,
+        allowlist=engine.allowlist,
     )
 
 

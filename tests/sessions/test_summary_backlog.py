@@ -175,3 +175,18 @@ def test_the_gate_asks_no_job_for_events_a_job_of_the_run_already_summarized() -
         assert gate.due(session, "app")  # without them, the loaded view still counts five events
 
     asyncio.run(play())
+
+
+def test_spec_2_6_the_gate_asks_no_job_for_a_key_outside_the_allowlist_without_the_cascade() -> None:
+    async def play() -> None:
+        service = InMemorySessionService()
+        session = await service.create_session(app="app", user_id="alice")
+        for n in range(5):
+            await service.append_event(session, Event(author="agent", filter_key="app/a", message=Message(role="assistant", content=f"fact {n}")))
+        checker = EventThreshold(events=3)
+        assert SummaryGate(checker=checker, cascade=False).due(session, "app/a")
+        assert not SummaryGate(checker=checker, cascade=False, allowlist=("app/b",)).due(session, "app/a")
+        # With the cascade the full session is still rolled (its check on the branch's events).
+        assert SummaryGate(checker=checker, allowlist=("app/b",)).due(session, "app/a")
+
+    asyncio.run(play())
