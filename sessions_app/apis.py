@@ -17,7 +17,7 @@ from agentsite.errors import ApplicationError
 from sessions_app import models as orm
 from sessions_app import selectors, services
 from sessions_app.backends import session_state_view_sync, update_session_state_sync
-from sessions_app.core.session import SessionKey, StateKeyError
+from sessions_app.core.session import SessionKey, StateKeyError, session_scope_keys
 
 MAX_EVENT_PAGE = 500
 
@@ -104,6 +104,9 @@ class SessionListCreateApi(APIView):
     class InputSerializer(serializers.Serializer):
         agent = StrictCharField(required=False, max_length=128)
         title = StrictCharField(required=False, allow_blank=True, max_length=200)
+        state = serializers.DictField(
+            required=False, help_text="the session's initial state (its own keys: no `app:` or `user:` keys)"
+        )
 
     @extend_schema(responses=SessionOutput(many=True))
     def get(self, request: Request) -> Response:
@@ -115,7 +118,10 @@ class SessionListCreateApi(APIView):
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         agent = run_manager().runner.agent(body.validated_data.get("agent"))
-        row = services.session_create(user=request.user, agent=agent.name, title=body.validated_data.get("title", ""))
+        state = _session_state_input(body.validated_data.get("state") or {})
+        row = services.session_create(
+            user=request.user, agent=agent.name, title=body.validated_data.get("title", ""), state=state
+        )
         return Response(SessionOutput(row).data, status=status.HTTP_201_CREATED)
 
 
@@ -156,11 +162,17 @@ class SessionStateApi(APIView):
         session = get_owned_session(request, session_id)
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            view = update_session_state_sync(_key_of(session), body.validated_data["state"])
-        except StateKeyError as exc:
-            raise ApplicationError("invalid_state_key", str(exc), field=f"state.{exc.key}") from None
+        view = update_session_state_sync(_key_of(session), _session_state_input(body.validated_data["state"]))
         return Response({"state": view})
+
+
+def _session_state_input(state: dict[str, Any]) -> dict[str, Any]:
+    """A client's session state: its own keys only (SPEC 2.1). App state is every user's and
+    user state has its own operations, so `app:` and `user:` keys are refused with a 400."""
+    try:
+        return session_scope_keys(state)
+    except StateKeyError as exc:
+        raise ApplicationError("invalid_state_key", str(exc), field=f"state.{exc.key}") from None
 
 
 def _key_of(session: orm.Session) -> SessionKey:

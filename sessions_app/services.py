@@ -14,10 +14,11 @@ from sessions_app.signals import session_deleted, session_deleting
 
 
 @transaction.atomic
-def session_create(*, user: Any, agent: str, title: str = "") -> orm.Session:
+def session_create(*, user: Any, agent: str, title: str = "", state: dict[str, Any] | None = None) -> orm.Session:
+    """`state`: the new session's own initial state (the caller has checked its keys)."""
     now = utcnow()
     return orm.Session.objects.create(
-        id=new_id(), app=settings.AGENTSITE_APP, user=user, agent=agent, title=title,
+        id=new_id(), app=settings.AGENTSITE_APP, user=user, agent=agent, title=title, state=state or {},
         created_at=now, updated_at=now,
     )
 

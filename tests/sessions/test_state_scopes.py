@@ -122,3 +122,15 @@ def test_spec_2_1_the_state_view_adds_no_statement_to_a_session_read(alice: Any,
     assert loaded is not None and loaded.state == expected
     assert len(head_reads) == 1  # the session row, its summaries and both scopes: one statement
     assert len(window_reads) == 3  # the row with both scopes, its summaries, the window (as before)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_spec_2_5_a_new_session_over_rest_starts_with_its_initial_state(alice_api: Any) -> None:
+    created = alice_api.post("/api/sessions/", {"title": "t", "state": {"plan": "A", "step": 1}}, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["state"] == {"plan": "A", "step": 1}
+    assert alice_api.get(f"/api/sessions/{created.json()['id']}/state/").json() == {"state": {"plan": "A", "step": 1}}
+    _assert_error(alice_api.post("/api/sessions/", {"state": {"app:banner": "x"}}, format="json"), 400,
+                  "invalid_state_key", "state.app:banner")
+    _assert_error(alice_api.post("/api/sessions/", {"state": "plan"}, format="json"), 400, "invalid", "state")
+    assert len(alice_api.get("/api/sessions/").json()["results"]) == 1
