@@ -452,3 +452,17 @@ async def test_spec_2_1_a_cached_session_never_shows_stale_user_state(backend: B
     loaded = await service.get_session(session.key)
     assert loaded is not None and loaded.state == {"user:lang": "fr", "app:mode": "beta"}
     assert [e.text for e in loaded.events] == ["hello"]
+
+
+async def test_spec_2_1_concurrent_writers_of_one_users_state_lose_no_key(backend: Backend) -> None:
+    alice = backend.user("alice")
+    service = backend.service
+    sessions = [await service.create_session(app=APP, user_id=alice) for _ in range(4)]
+    await asyncio.gather(*(
+        service.append_event(session, assistant_event(f"{i}", state_delta={f"user:k{i}": i, "app:seen": True}))
+        for i, session in enumerate(sessions)
+    ), *(service.update_user_state(app=APP, user_id=alice, state={f"direct{i}": i}) for i in range(4)))
+    assert await service.list_user_states(app=APP, user_id=alice) == {
+        **{f"k{i}": i for i in range(4)}, **{f"direct{i}": i for i in range(4)}
+    }
+    assert await service.list_app_states(app=APP) == {"seen": True}
