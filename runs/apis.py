@@ -24,7 +24,7 @@ from runs.core.output import OutputSpec, SchemaError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
-from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_withdraw
+from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
 from sessions_app import selectors as session_selectors
 
 # The completion event lands within a second of a cancel (SPEC 1.9); the reply waits a
@@ -248,6 +248,11 @@ class WithdrawnOutput(serializers.Serializer):
     withdrawn = QueuedMessageOutput(many=True)
 
 
+class QueuedListOutput(serializers.Serializer):
+    run_id = serializers.CharField()
+    queued = QueuedMessageOutput(many=True)
+
+
 class RunMessagesApi(APIView):
     """Steer a run while it goes (SPEC 1.5): queue a message for its next model step, or
     withdraw the messages still queued.
@@ -279,6 +284,24 @@ class RunMessagesApi(APIView):
         if record.finished:
             raise _ended(run_id, record.status)
         return record
+
+    @extend_schema(responses={200: QueuedListOutput}, summary="The messages queued for a run and not yet taken")
+    def get(self, request: Request, run_id: str) -> Response:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        queued: list[Any] = []
+        if not record.finished:
+            try:
+                queued = run_manager().call(lambda runner: request_queued(runner, run_id))
+            except RunNotActiveError:
+                queued = []  # ending: what it held is carried or dropped (see its completion event)
+            except RunUnreachableError as exc:
+                raise ApplicationError("run_unreachable", str(exc), status_code=503) from None
+        return Response({
+            "run_id": run_id,
+            "queued": [{**item.to_dict(), "status": "queued", "run_id": run_id} for item in queued],
+        })
 
     @extend_schema(request=InputSerializer, responses={202: QueuedMessageOutput}, summary="Queue a message into a running run")
     def post(self, request: Request, run_id: str) -> Response:

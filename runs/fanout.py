@@ -38,6 +38,7 @@ EVENT_MESSAGE = "run.event"
 CANCEL_MESSAGE = "run.cancel"
 STEER_MESSAGE = "run.steer"
 STEER_WITHDRAW_MESSAGE = "run.steer.withdraw"
+STEER_LIST_MESSAGE = "run.steer.list"
 STEER_REPLY_MESSAGE = "run.steer.reply"
 STEER_REPLY_S = 2.0
 """How long a process waits for the owner of a run to answer a steering request."""
@@ -134,9 +135,7 @@ async def request_enqueue(
         return runner.enqueue_message(run_id, message, message_id=message_id)
     reply = await _ask_owner(run_id, {"type": STEER_MESSAGE, "run_id": run_id, "message": message, "id": message_id},
                              layer=layer, timeout_s=timeout_s)
-    data = reply["queued"]
-    return QueuedMessage(id=data["id"], message=Message(role="user", content=data["message"]),
-                         queued_at=datetime.fromisoformat(data["queued_at"]))
+    return _queued(reply["queued"])
 
 
 async def request_withdraw(
@@ -146,11 +145,22 @@ async def request_withdraw(
     if not _elsewhere(runner, run_id):
         return runner.cancel_queued(run_id)
     reply = await _ask_owner(run_id, {"type": STEER_WITHDRAW_MESSAGE, "run_id": run_id}, layer=layer, timeout_s=timeout_s)
-    return [
-        QueuedMessage(id=d["id"], message=Message(role="user", content=d["message"]),
-                      queued_at=datetime.fromisoformat(d["queued_at"]))
-        for d in reply["dropped"]
-    ]
+    return [_queued(d) for d in reply["dropped"]]
+
+
+async def request_queued(
+    runner: Runner, run_id: str, *, layer: BaseChannelLayer | None = None, timeout_s: float = STEER_REPLY_S,
+) -> list[QueuedMessage]:
+    """The messages queued for the run and not yet taken, here or on the process that owns it."""
+    if not _elsewhere(runner, run_id):
+        return runner.queued_messages(run_id)
+    reply = await _ask_owner(run_id, {"type": STEER_LIST_MESSAGE, "run_id": run_id}, layer=layer, timeout_s=timeout_s)
+    return [_queued(d) for d in reply["queued"]]
+
+
+def _queued(data: dict[str, Any]) -> QueuedMessage:
+    return QueuedMessage(id=data["id"], message=Message(role="user", content=data["message"]),
+                         queued_at=datetime.fromisoformat(data["queued_at"]))
 
 
 def _elsewhere(runner: Runner, run_id: str) -> bool:
@@ -180,7 +190,8 @@ async def _ask_owner(run_id: str, request: dict[str, Any], *, layer: BaseChannel
 
 
 async def _answer_steering(runner: Runner, layer: BaseChannelLayer, message: dict[str, Any]) -> None:
-    """The owner's side of `request_enqueue` / `request_withdraw`; silent for others' runs."""
+    """The owner's side of `request_enqueue` / `request_withdraw` / `request_queued`;
+    silent for others' runs."""
     run_id, reply_to = message.get("run_id"), message.get("reply_to")
     if not isinstance(run_id, str) or not isinstance(reply_to, str) or run_id not in runner.active_run_ids():
         return
@@ -189,6 +200,8 @@ async def _answer_steering(runner: Runner, layer: BaseChannelLayer, message: dic
         if message.get("type") == STEER_MESSAGE:
             queued = runner.enqueue_message(run_id, str(message.get("message") or ""), message_id=message.get("id"))
             reply["queued"] = queued.to_dict()
+        elif message.get("type") == STEER_LIST_MESSAGE:
+            reply["queued"] = [item.to_dict() for item in runner.queued_messages(run_id)]
         else:
             reply["dropped"] = [item.to_dict() for item in runner.cancel_queued(run_id)]
     except QueueFullError as exc:
@@ -238,5 +251,5 @@ async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None =
         if message.get("type") == CANCEL_MESSAGE and isinstance(message.get("run_id"), str):
             if runner.cancel(message["run_id"]):
                 logger.info("run %s cancelled on request from another process", message["run_id"])
-        elif message.get("type") in (STEER_MESSAGE, STEER_WITHDRAW_MESSAGE):
+        elif message.get("type") in (STEER_MESSAGE, STEER_WITHDRAW_MESSAGE, STEER_LIST_MESSAGE):
             await _answer_steering(runner, layer, message)

@@ -103,13 +103,21 @@ def test_a_cancel_drops_queued_messages_and_the_ledger_lists_them(
                  409, "run_not_active")
 
 
-def test_queued_messages_can_be_withdrawn(alice_api: Any, use_model: Callable[[Model], None]) -> None:
+def withdrawn_none(client: Any, run_id: str) -> bool:
+    return client.get(f"/api/runs/{run_id}/messages/").json()["queued"] == []
+
+
+def test_queued_messages_can_be_listed_and_withdrawn(alice_api: Any, use_model: Callable[[Model], None]) -> None:
     run = start_slow_run(alice_api, use_model, words=200)
     ids = [alice_api.post(f"/api/runs/{run['id']}/messages/", {"message": m}, format="json").json()["id"]
            for m in ("one", "two")]
+    listed = alice_api.get(f"/api/runs/{run['id']}/messages/").json()["queued"]
+    assert [(q["id"], q["message"]) for q in listed] == [(ids[0], "one"), (ids[1], "two")]
+    assert withdrawn_none(alice_api, run["id"]) is False
     withdrawn = alice_api.delete(f"/api/runs/{run['id']}/messages/")
     assert withdrawn.status_code == 200, withdrawn.content
     assert [w["id"] for w in withdrawn.json()["withdrawn"]] == ids
+    assert withdrawn_none(alice_api, run["id"]) is True
     assert finished(alice_api, run["id"])["status"] == "completed"
     # Nothing was carried into a next run.
     assert len(alice_api.get("/api/runs/", {"session_id": run["session_id"]}).json()["results"]) == 1
@@ -122,6 +130,7 @@ def test_bad_input_is_refused_with_a_clear_error(
     url = f"/api/runs/{run['id']}/messages/"
     assert_error(bob_api.post(url, {"message": "hi"}, format="json"), 404, "not_found")
     assert_error(bob_api.delete(url), 404, "not_found")
+    assert_error(bob_api.get(url), 404, "not_found")
     assert_error(alice_api.post("/api/runs/nope/messages/", {"message": "hi"}, format="json"), 404, "not_found")
     for bad in ({}, {"message": ""}, {"message": "   "}, {"message": 42}, {"message": ["a"]}):
         assert alice_api.post(url, bad, format="json").status_code == 400, bad

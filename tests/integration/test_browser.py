@@ -358,8 +358,9 @@ def test_a_message_typed_while_the_reply_streams_is_queued_then_taken_by_the_sam
     from playwright.sync_api import expect
 
     slow_lookup = dataclasses.replace(
-        ServerStep.calls(("lookup_ticket", {"ticket_id": "INC-1042"}, "call_inc1042"), text="Let me check that ticket for you. "),
-        chunk_size=2, fragment_size=1, chunk_delay_s=0.12,
+        ServerStep.calls(("lookup_ticket", {"ticket_id": "INC-1042"}, "call_inc1042"),
+                         text="Let me check that ticket for you, one moment please. "),
+        chunk_size=2, fragment_size=1, chunk_delay_s=0.2,  # about 10 s
     )
     scripted_model.script(slow_lookup, ServerStep.answer("INC-1042 is open, and so is INC-1187.", chunk_size=4, chunk_delay_s=0.05))
     page = open_page(browser, color_scheme="light")
@@ -385,6 +386,9 @@ def test_a_message_typed_while_the_reply_streams_is_queued_then_taken_by_the_sam
     queued = tray.locator(".queued-item", has_text="And is INC-1187 open too?")
     expect(queued.locator(".queued-state")).to_have_text("Queued")
     shoot(page, "chat-queued.png")
+    # A reload while it waits keeps it in the tray (GET /api/runs/<id>/messages/).
+    page.reload()
+    expect(queued.locator(".queued-state")).to_have_text("Queued")
 
     # Taken before the run's next model step: it moves into the conversation, after the tool call.
     expect(queued).to_have_count(0)

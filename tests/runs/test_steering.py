@@ -27,7 +27,7 @@ from runs.core.steering import (
     RunNotActiveError,
 )
 from runs.core.tools.function import FunctionTool
-from runs.fanout import RunUnreachableError, listen_for_cancels, request_enqueue, request_withdraw
+from runs.fanout import RunUnreachableError, listen_for_cancels, request_enqueue, request_queued, request_withdraw
 from sessions_app.core.events import Event
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
@@ -283,6 +283,7 @@ async def test_a_message_queued_from_another_process_arrives_once() -> None:
         again = await request_enqueue(other, handle.run_id, "from node B", message_id="b-1")  # a retry
         assert queued.id == again.id == "b-1"
         assert [q.message.content for q in owner.queued_messages(handle.run_id)] == ["from node B"]
+        assert [q.id for q in await request_queued(other, handle.run_id)] == ["b-1"]
         assert [q.id for q in await request_withdraw(other, handle.run_id)] == ["b-1"]
         await request_enqueue(other, handle.run_id, "from node B, again", message_id="b-2")
         gate.set()

@@ -1151,17 +1151,35 @@
     els.input.value = "";
     autoGrow();
     stickToBottom = true;
-    const entry = { text, id: null, runId: null, deferred: false, withdrawWhenQueued: false };
-    entry.state = h("span", { className: "queued-state", text: "Sending…" });
-    entry.button = h("button", { type: "button", className: "button", text: "Withdraw", title: "Take the queued messages back into the message box" });
-    entry.button.addEventListener("click", () => withdrawQueued(entry));
-    entry.element = h("div", { className: "queued-item", dataset: { queued: "" } }, h("span", { className: "queued-text", text }), entry.state, entry.button);
-    state.queued.push(entry);
-    els.queuedTray.appendChild(entry.element);
-    renderTray();
+    const entry = queuedEntry(text);
     updateSendMode();
     if (state.runId) sendQueued(entry);
     else entry.deferred = true; // sent as soon as the run is accepted
+  }
+
+  /** A message in the tray above the box: sending (no id yet) or queued (with its id). */
+  function queuedEntry(text, { id = null, runId = null } = {}) {
+    const entry = { text, id, runId, deferred: false, withdrawWhenQueued: false };
+    entry.state = h("span", { className: "queued-state", text: id ? "Queued" : "Sending…" });
+    entry.button = h("button", { type: "button", className: "button", text: "Withdraw", title: "Take the queued messages back into the message box" });
+    entry.button.addEventListener("click", () => withdrawQueued(entry));
+    entry.element = h("div", { className: "queued-item", dataset: { queued: id || "" } }, h("span", { className: "queued-text", text }), entry.state, entry.button);
+    state.queued.push(entry);
+    els.queuedTray.appendChild(entry.element);
+    renderTray();
+    return entry;
+  }
+
+  /** After a reload mid-run: the messages still queued for the run come back into the tray. */
+  async function showQueuedOf(runId) {
+    try {
+      const listed = await api("GET", url("runMessages", { RUN_ID: runId }));
+      for (const item of listed.queued || []) {
+        if (!state.queued.some((e) => e.id === item.id)) queuedEntry(item.message, { id: item.id, runId });
+      }
+    } catch (_) {
+      // Not fatal: the run takes them all the same; they show when it does.
+    }
   }
 
   function sendQueued(entry) {
@@ -1353,6 +1371,7 @@
       if (run && !state.runId) {
         state.runId = run.id;
         setRunning(true);
+        await showQueuedOf(run.id);
       }
     } catch (error) {
       // Not fatal: the run still streams; only the Cancel button stays hidden.
