@@ -261,7 +261,8 @@ class SessionService(Protocol):
         ...
 
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
-        """The user's sessions in the app, newest first, without events."""
+        """The user's sessions in the app, newest first, without events; their `state` is the
+        session's own (no app or user keys)."""
         ...
 
     async def delete_session(self, key: SessionKey) -> bool:
