@@ -98,6 +98,43 @@ class EventAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return event.text[:120]
 
 
+@admin.register(orm.AppState)
+class AppStateAdmin(admin.ModelAdmin):
+    """The app's `app:` state (SPEC 2.1): shared by every user, so set here by an operator
+    (or by agents through state deltas), never through a user's API."""
+
+    list_display = ["app", "updated_at"]
+    fields = ["app", "state", "updated_at"]
+    readonly_fields = ["updated_at"]
+
+    def save_model(self, request: HttpRequest, obj: orm.AppState, form: Any, change: bool) -> None:
+        from sessions_app.core.events import utcnow
+
+        obj.updated_at = utcnow()
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(orm.UserState)
+class UserStateAdmin(admin.ModelAdmin):
+    """A user's `user:` state (SPEC 2.1), shared by the user's sessions."""
+
+    list_display = ["user", "app", "updated_at"]
+    list_filter = ["app"]
+    search_fields = ["user__username"]
+    list_select_related = ["user"]
+    fields = ["app", "user", "state", "updated_at"]
+    readonly_fields = ["app", "user", "updated_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a user's state starts with that user's sessions
+
+    def save_model(self, request: HttpRequest, obj: orm.UserState, form: Any, change: bool) -> None:
+        from sessions_app.core.events import utcnow
+
+        obj.updated_at = utcnow()
+        super().save_model(request, obj, form, change)
+
+
 # -- long-term memory and artifacts ------------------------------------------------------------------
 
 

@@ -134,3 +134,16 @@ def test_spec_2_5_a_new_session_over_rest_starts_with_its_initial_state(alice_ap
                   "invalid_state_key", "state.app:banner")
     _assert_error(alice_api.post("/api/sessions/", {"state": "plan"}, format="json"), 400, "invalid", "state")
     assert len(alice_api.get("/api/sessions/").json()["results"]) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_spec_2_1_an_operator_sets_app_state_in_the_admin_and_every_user_sees_it(admin_client: Any, alice_api: Any) -> None:
+    from django.conf import settings
+
+    session = alice_api.post("/api/sessions/", {}, format="json").json()
+    response = admin_client.post(
+        "/admin/sessions_app/appstate/add/", {"app": settings.AGENTSITE_APP, "state": '{"notice": "maintenance at 6"}'}
+    )
+    assert response.status_code == 302, response.content
+    assert alice_api.get(f"/api/sessions/{session['id']}/state/").json() == {"state": {"app:notice": "maintenance at 6"}}
+    assert admin_client.get("/admin/sessions_app/userstate/").status_code == 200
