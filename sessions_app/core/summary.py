@@ -72,7 +72,7 @@ def _approx_text(text: str) -> int:
 
 
 def _approx_message(message: Message) -> int:
-    total = 3 + _approx_text(message.content)
+    total = 3 + _approx_text(message.content) + message.part_tokens
     for call in message.tool_calls:
         total += _approx_text(call.name) + _approx_text(call.arguments) + 3
     return total
@@ -1403,6 +1403,11 @@ async def _summarize_locked(
         return TargetOutcome(reason="no_delta", **base)
     if not run.force and run.checker is not None:
         checked = delta if check_key is None else tuple(e for e in delta if filter_matches(e.filter_key, check_key))
+        # SPEC 3.4: a summarizer that leaves some events for later (skip-recent) is triggered
+        # by the events it would summarize.
+        select = getattr(run.summarizer, "trigger_events", None)
+        if callable(select):
+            checked = tuple(select(checked))
         gap = None if _counts_only(run.checker) else await _request_gap(run, checked, previous)
         check = TriggerInput(
             events=checked,

@@ -108,6 +108,14 @@ class HookedSummarizer:
         self.skip_recent = skip_recent
         self.report_hook = report_hook
 
+    def trigger_events(self, events: Sequence[Event]) -> Sequence[Event]:
+        """The events a trigger check looks at (SPEC 3.4): those it would summarize, the
+        newest ones skip-recent leaves for later taken off (`summarize_session` asks)."""
+        if self.skip_recent is None:
+            return events
+        skipped = min(len(events), max(0, int(self.skip_recent(events))))
+        return events[: len(events) - skipped]
+
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         report: dict[str, Any] = {
             "events_given": len(request.events), "events_skipped": 0, "events_summarized": 0,
@@ -123,12 +131,8 @@ class HookedSummarizer:
 
     async def _summarize(self, request: SummaryRequest, report: dict[str, Any]) -> SummaryResult:
         """The summary; `report` is filled in on the way."""
-        events = request.events
-        if self.skip_recent is not None:
-            skipped = min(len(events), max(0, int(self.skip_recent(events))))
-            if skipped:
-                events = events[: len(events) - skipped]
-                report["events_skipped"] = skipped
+        events = tuple(self.trigger_events(request.events))
+        report["events_skipped"] = len(request.events) - len(events)
         kept = events
         if not _worth_summarizing(kept, request.previous_text):
             return SummaryResult(text="")

@@ -165,3 +165,17 @@ def test_skip_last_refuses_a_negative_count() -> None:
     with pytest.raises(ValueError, match="-1"):
         skip_last(-1)
 
+
+
+async def test_spec_3_4_the_trigger_looks_at_the_events_skip_recent_leaves_in() -> None:
+    from sessions_app.core.summary import EventThreshold
+
+    ledger = two_turns()
+    total = len(ledger.events)
+    for skipped, reason in ((total - 4, "not_triggered"), (total - 5, "updated")):
+        service, session = await stored(ledger)
+        summarizer = HookedSummarizer(Recording(), skip_recent=skip_last(skipped))
+        outcome = await summarize_session(
+            service, session.key, filter_key=APP, summarizer=summarizer, checker=EventThreshold(events=4), cascade=False
+        )
+        assert outcome.primary.reason == reason  # more than four events left in: it fires
