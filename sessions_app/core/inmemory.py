@@ -78,12 +78,12 @@ class InMemorySessionService:
         if user_delta:
             self._user_states.setdefault((app, user_id), {}).update(copy.deepcopy(dict(user_delta)))
 
-    def _copy(self, session: Session, events: list[Event]) -> Session:
+    def _copy(self, session: Session, events: list[Event], *, view: bool = True) -> Session:
         clone = copy.copy(session)
         clone.state = copy.deepcopy(state_view(
             session.state,
-            app_state=self._app_states.get(session.app),
-            user_state=self._user_states.get((session.app, session.user_id)),
+            app_state=self._app_states.get(session.app) if view else None,
+            user_state=self._user_states.get((session.app, session.user_id)) if view else None,
         ))
         clone.events = list(events)
         clone.summaries = dict(session.summaries)
@@ -108,7 +108,7 @@ class InMemorySessionService:
 
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
         found = [
-            self._copy(s.session, [])
+            self._copy(s.session, [], view=False)
             for (a, _), s in self._sessions.items()
             if a == app and s.session.user_id == user_id
         ]

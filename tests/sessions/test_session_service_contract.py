@@ -353,6 +353,9 @@ async def test_spec_2_1_user_state_is_shared_by_the_users_sessions(backend: Back
     assert await backend.service.list_user_states(app=APP, user_id=alice) == {"lang": "fr"}
     assert await backend.service.list_user_states(app=APP, user_id=bob) == {}
     assert await backend.service.list_user_states(app="other-app", user_id=alice) == {}
+    # A listing shows each session's own state, without the scopes.
+    listed = {s.id: s.state for s in await backend.service.list_sessions(app=APP, user_id=alice)}
+    assert listed == {first.id: {"step": 1}, second.id: {}}
 
 
 async def test_spec_2_1_app_state_is_shared_by_every_user_of_the_app(backend: Backend) -> None:
