@@ -245,6 +245,11 @@ AGENTSITE_MEMORY_EXTRACT_INTERVAL_S = env.integer("AGENTSITE_MEMORY_EXTRACT_INTE
 # preload step (`sessions_app.core.memory_tools.memory_preload_block`); nothing reads it until that is wired.
 AGENTSITE_MEMORY_PRELOAD = env.integer("AGENTSITE_MEMORY_PRELOAD", 0, minimum=-1)
 AGENTSITE_ARTIFACT_MAX_BYTES = env.integer("AGENTSITE_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
+# Images and files in messages (issue 20): bytes per attachment (stored as a session artifact, so
+# AGENTSITE_ARTIFACT_MAX_BYTES also bounds it) and attachments per message. A JSON body carrying them is
+# bounded by AGENTSITE_MAX_BODY_BYTES first (base64 is 4/3 of the bytes).
+AGENTSITE_UPLOAD_MAX_BYTES = env.integer("AGENTSITE_UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+AGENTSITE_UPLOAD_MAX_COUNT = env.integer("AGENTSITE_UPLOAD_MAX_COUNT", 10, minimum=1)
 
 # -- context governance (DESIGN 6; README "Configuration") ----------------------------------------
 

@@ -33,6 +33,8 @@ from agentsite.api.auth import AuthenticationError, authenticate
 from agentsite.api.json_input import InputError, check_text, parse_json
 from agentsite.composition import run_manager
 from runs import selectors as run_selectors
+from runs.attachment_input import openai_parts
+from runs.core.attachments import AttachmentError
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.output import OutputSpec, SchemaError, output_from_response_format
@@ -40,7 +42,7 @@ from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
-from sessions_app.core.events import OBJECT_CHUNK, Event, Message, ToolCall
+from sessions_app.core.events import OBJECT_CHUNK, ContentPart, Event, Message, ToolCall
 from sessions_app.core.session import SessionNotFoundError
 
 SESSION_HEADER = "X-Session-Id"
@@ -93,6 +95,8 @@ def _content_text(content: Any, index: int) -> str:
     if isinstance(content, list):
         parts = []
         for part in content:
+            if isinstance(part, dict) and part.get("type") in ("image_url", "file"):
+                continue  # images and files: attachment_parts (issue 20)
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise OpenAIError(400, "only text content parts are supported", param=f"messages[{index}].content",
                                   code="unsupported_content")
@@ -101,6 +105,15 @@ def _content_text(content: Any, index: int) -> str:
     if content is None:
         return ""
     raise OpenAIError(400, "content must be a string or a list of text parts", param=f"messages[{index}].content")
+
+
+def _attachment_parts(content: Any, index: int, role: str) -> tuple[ContentPart, ...]:
+    """The images and files of a message's content array (issue 20, item 3): checked here,
+    so a refused one stores nothing; stored as session artifacts by the runner."""
+    try:
+        return openai_parts(content, field=f"messages[{index}].content", role=role)
+    except AttachmentError as exc:
+        raise OpenAIError(exc.status, exc.message, param=exc.field, code=exc.code) from None
 
 
 def _tool_calls(item: dict[str, Any], index: int) -> tuple[ToolCall, ...]:
@@ -159,6 +172,7 @@ def parse_messages(messages: list[Any]) -> list[Message]:
                               param=f"messages[{index}].role")
         role = item["role"]
         content = _content_text(item.get("content"), index)
+        parts = _attachment_parts(item.get("content"), index, role)
         if role == "assistant":
             calls = _tool_calls(item, index)
             for number, call in enumerate(calls):
@@ -178,7 +192,7 @@ def parse_messages(messages: list[Any]) -> list[Message]:
             call_id = _answered_call(item, index, unanswered)
             parsed.append(Message(role="tool", content=content, tool_call_id=call_id, tool_name=unanswered.pop(call_id)))
         else:
-            parsed.append(Message(role="system" if role == "developer" else role, content=content))
+            parsed.append(Message(role="system" if role == "developer" else role, content=content, parts=parts))
     return parsed
 
 
@@ -239,7 +253,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
 
     parsed = parse_messages(messages)
     last = parsed[-1]
-    if last.role != "user" or not last.content.strip():
+    if last.role != "user" or not (last.content.strip() or last.attachments):
         raise OpenAIError(400, "the last message must be a non-empty user message", param=f"messages[{len(parsed) - 1}]")
     limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
     if len(last.content) > limit:

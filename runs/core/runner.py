@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
+from runs.core.attachments import store_turn_attachments
 from runs.core.callbacks import (
     CALLBACKS_SERVICE,
     CallbackContext,
@@ -292,6 +293,14 @@ class Runner:
             raise
         handle = RunHandle(record=record, invocation=invocation, agent=chosen, steering=steering)
         try:
+            # Uploaded images and files become artifacts of the session first: the ledger
+            # references them, never holds their bytes (issue 20, item 3).
+            turn = await store_turn_attachments(turn, services=self.services, app=self.app, user_id=user_id,
+                                                session_id=session.id)
+            invocation.message = turn[-1]
+            if seed and session.last_seq == 0:
+                seed = await store_turn_attachments(seed, services=self.services, app=self.app, user_id=user_id,
+                                                    session_id=session.id)
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
             opening: list[Event] = []
@@ -868,7 +877,7 @@ def _answer_pending_calls(session: Session, results: Sequence[Message]) -> list[
 def _normalize_message(message: str | Message) -> Message:
     if isinstance(message, str):
         message = Message(role="user", content=message)
-    if not message.content.strip():
+    if not message.content.strip() and not message.attachments:
         raise UsageError("message is empty")
     if message.role != "user":
         raise UsageError(f"the run message must have role 'user', got {message.role!r}")

@@ -53,7 +53,7 @@ def count_text(text: str) -> int:
 
 
 def count_message(message: Message) -> int:
-    total = _MESSAGE_OVERHEAD + count_text(message.content)
+    total = _MESSAGE_OVERHEAD + count_text(message.content) + message.part_tokens
     for call in message.tool_calls:
         total += count_text(call.name) + count_text(call.arguments) + 3
     return total

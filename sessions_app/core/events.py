@@ -74,15 +74,105 @@ class ToolCall:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "{}")))
 
 
+PartType = Literal["image", "file", "text"]
+
+# Fixed context-budget estimates of an attachment (issue 20, item 3): what a model charges
+# for an image depends on its size and the provider; one figure keeps the budget simple and
+# on the safe side (OpenAI's high-detail 512px-tile formula gives 765 for a 1024x1024 image).
+IMAGE_TOKEN_ESTIMATE = 765
+FILE_TOKEN_ESTIMATE = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactRef:
+    """A stored artifact version an attachment points at (its bytes live in the artifact
+    store, never in the ledger)."""
+
+    filename: str
+    version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"filename": self.filename, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArtifactRef:
+        return cls(filename=str(data["filename"]), version=int(data["version"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContentPart:
+    """A non-text part of a message: an image (an artifact, or a URL the client gave) or a
+    file (an artifact), or a text part a request builder adds (the "Attached files" note).
+
+    `data` holds bytes only in memory: an upload not stored yet, or the bytes loaded for a
+    model request. It is never serialized: `to_dict` refuses a part whose bytes have no
+    artifact, so base64 never reaches the ledger.
+    """
+
+    type: PartType
+    name: str = ""
+    mime: str = ""
+    size: int = 0
+    artifact: ArtifactRef | None = None
+    url: str | None = None
+    detail: str | None = None
+    text: str = ""
+    data: bytes | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def token_estimate(self) -> int:
+        if self.type == "text":
+            return len(self.text) // 4 + 1  # SPEC's characters / 4 estimate
+        return IMAGE_TOKEN_ESTIMATE if self.type == "image" else FILE_TOKEN_ESTIMATE
+
+    def without_data(self) -> ContentPart:
+        return dataclasses.replace(self, data=None) if self.data is not None else self
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.data is not None and self.artifact is None:
+            raise ValueError(f"attachment {self.name!r} must be stored as an artifact before it is serialized")
+        data: dict[str, Any] = {"type": self.type}
+        if self.type == "text":
+            data["text"] = self.text
+            return data
+        data.update(name=self.name, mime=self.mime, size=self.size)
+        if self.artifact is not None:
+            data["artifact"] = self.artifact.to_dict()
+        if self.url is not None:
+            data["url"] = self.url
+        if self.detail is not None:
+            data["detail"] = self.detail
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ContentPart:
+        artifact = data.get("artifact")
+        return cls(
+            type=data.get("type", "file"),
+            name=str(data.get("name") or ""),
+            mime=str(data.get("mime") or ""),
+            size=int(data.get("size") or 0),
+            artifact=ArtifactRef.from_dict(artifact) if artifact else None,
+            url=data.get("url"),
+            detail=data.get("detail"),
+            text=str(data.get("text") or ""),
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Message:
-    """A chat message in the OpenAI sense: role, text, tool calls or a tool result."""
+    """A chat message in the OpenAI sense: role, text, tool calls or a tool result.
+
+    `content` is the text; `parts` are the message's images and files (issue 20, item 3).
+    A message without parts serializes as it always did (no `parts` key).
+    """
 
     role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     tool_name: str | None = None
+    parts: tuple[ContentPart, ...] = ()
 
     def __post_init__(self) -> None:
         # What a tool or model produced may hold characters no database text column takes
@@ -94,7 +184,17 @@ class Message:
 
     @property
     def has_payload(self) -> bool:
-        return bool(self.content or self.tool_calls or self.tool_call_id)
+        return bool(self.content or self.tool_calls or self.tool_call_id or self.attachments)
+
+    @property
+    def attachments(self) -> tuple[ContentPart, ...]:
+        """The images and files (not the text parts a request builder added)."""
+        return tuple(p for p in self.parts if p.type != "text")
+
+    @property
+    def part_tokens(self) -> int:
+        """The fixed context-budget estimate of the message's attachments."""
+        return sum(p.token_estimate for p in self.parts)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -104,6 +204,8 @@ class Message:
             data["tool_call_id"] = self.tool_call_id
         if self.tool_name is not None:
             data["tool_name"] = self.tool_name
+        if self.parts:
+            data["parts"] = [part.to_dict() for part in self.parts]
         return data
 
     @classmethod
@@ -114,6 +216,7 @@ class Message:
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
             tool_call_id=data.get("tool_call_id"),
             tool_name=data.get("tool_name"),
+            parts=tuple(ContentPart.from_dict(p) for p in data.get("parts") or ()),
         )
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from runs.core.agents.base import Agent
+from runs.core.attachments import with_attachment_bytes
 from runs.core.callbacks import (
     CallbackContext,
     Callbacks,
@@ -278,6 +279,8 @@ class LLMAgent:
             if gate.response is not None:
                 # A callback answered for the model: no call, and the ledger says so.
                 final = ModelResponse(id=message_id, partial=False, message=gate.response)
+            if gate.response is None:  # images and files: their bytes, for this call only (issue 20)
+                request = await with_attachment_bytes(request, invocation)
             try:
                 async for response in self.model.generate(request) if gate.response is None else _nothing():
                     if response.partial:

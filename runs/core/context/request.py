@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runs.core.attachments import describe_part, with_attached_note
 from runs.core.context.compaction import (
     CompactionStats,
     compact_resume_tail,
@@ -37,7 +38,7 @@ from runs.core.context.projection import ProjectedItem, Projection, SummaryInjec
 from runs.core.context.seeding import SEED_EXTENSION
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelRequest, ToolSpec
-from sessions_app.core.events import Event, Message
+from sessions_app.core.events import ContentPart, Event, Message
 from sessions_app.core.session import Session
 from sessions_app.core.summary import ForkParent, Tokenizer, model_message
 
@@ -230,6 +231,8 @@ class BuiltRequest:
                 "active": item.active,
                 "preview": _preview(message.content),
             }
+            if message.attachments:
+                block["attachments"] = [_attachment_block(p) for p in message.attachments]
             if message.tool_calls:
                 block["tool_calls"] = [{"id": c.id, "name": c.name} for c in message.tool_calls]
             if message.tool_call_id:
@@ -246,6 +249,16 @@ class BuiltRequest:
                 block["merged_events"] = len(item.events)
             blocks.append(block)
         return blocks
+
+
+def _attachment_block(part: ContentPart) -> dict[str, Any]:
+    """An image or file as the inspector shows it: name, type, size, the artifact (the
+    page links it for download) or the URL, and the fixed token estimate."""
+    return {
+        "type": part.type, "name": part.name, "mime": part.mime, "size": part.size, "tokens": part.token_estimate,
+        "artifact": part.artifact.to_dict() if part.artifact is not None else None, "url": part.url,
+        "label": describe_part(part),
+    }
 
 
 def _preview(text: str) -> str:
@@ -277,7 +290,11 @@ def build_context(
     mode: SummaryInjection = governance.summary_injection if governance is not None else "system"
     prefix = (Message(role="system", content=instruction),) if instruction else ()
     projection = project(session, filter_key=filter_key, active_invocation_id=active_invocation_id, agent_name=agent_name)
-    items = list(projection.items)
+    # SPEC 4.3 step 6: a user message with images or files names them in a text part.
+    items = [
+        dataclasses.replace(item, message=with_attached_note(item.message)) if item.message.attachments else item
+        for item in projection.items
+    ]
     stats = CompactionStats()
     if governance is not None:
         items, tail_stats = compact_resume_tail(

@@ -21,6 +21,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
+from runs.core.attachments import openai_content
 from runs.core.errors import ModelError, TransientModelError
 from runs.core.llm.base import FinalResponseBuilder, ModelInfo, ModelRequest, ModelResponse, ToolSpec
 from runs.core.llm.catalog import context_window_for
@@ -320,7 +321,7 @@ def to_openai_message(message: Message) -> dict[str, Any]:
                 for call in message.tool_calls
             ],
         }
-    return {"role": message.role, "content": message.content}
+    return {"role": message.role, "content": openai_content(message)}
 
 
 def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
