@@ -390,3 +390,30 @@ def test_spec_3_5_the_time_threshold_is_a_setting(settings: Any) -> None:
     assert TimeThreshold(seconds=3600) in getattr(checker, "checks", ())
     settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S = 0
     assert TimeThreshold(seconds=3600) not in getattr(summary_engine().checker, "checks", ())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_spec_3_5_the_time_trigger_fires_in_the_celery_task_after_an_idle_gap(
+    django_user_model: Any, counting_summarizer: CountingSummarizer, settings: Any
+) -> None:
+    from asgiref.sync import async_to_sync
+
+    from sessions_app.backends import DjangoSessionService
+    from sessions_app.tasks import session_summarize_task
+
+    settings.AGENTSITE_SUMMARY_TRIGGER_RATIO = 1.0
+    settings.AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS = 10**9  # only the time trigger can fire
+    settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S = 3600
+    user = django_user_model.objects.create_user(username="alice")
+    reasons = []
+    for gap in (timedelta(hours=2), timedelta(minutes=1)):
+        ledger = Ledger()
+        ledger.simple_turn("Is checkout slow?", "Yes.")
+        second = len(ledger.events)
+        ledger.simple_turn("Back again: any news?", "Still slow.")
+        ledger.events[second:] = [e.replace(created_at=e.created_at + gap) for e in ledger.events[second:]]
+        service = DjangoSessionService()
+        session = async_to_sync(service.create_session)(app=APP, user_id=str(user.pk))
+        async_to_sync(ledger.append_to)(service, session)
+        reasons.append(session_summarize_task(session.id, APP, len(ledger.events)))
+    assert reasons == ["updated", "not_triggered"]
