@@ -25,8 +25,9 @@ def _no_auto_memory(settings: Any) -> None:
     settings.AGENTSITE_MEMORY_AUTO = False
 
 
-def slow(step: ServerStep, delay_s: float = 0.05) -> ServerStep:
-    return dataclasses.replace(step, chunk_delay_s=delay_s, fragment_size=2, chunk_size=2)
+def slow(step: ServerStep, delay_s: float = 0.15) -> ServerStep:
+    """`step` streamed over a few seconds: a message posted meanwhile lands before the next step."""
+    return dataclasses.replace(step, chunk_delay_s=delay_s, fragment_size=1, chunk_size=2)
 
 
 def wait_until(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:

@@ -37,7 +37,7 @@ def slow_tool_step() -> ScriptStep:
     """A model step that talks for a while before it calls a tool."""
     return dataclasses.replace(
         ScriptStep.call("lookup_ticket", {"ticket_id": "T-100"}, id="call_1"),
-        text="Let me look that ticket up. " * 4, chunk_size=4, delay_s=0.03,
+        text="Let me look that ticket up. " * 4, chunk_size=4, delay_s=0.08,
     )
 
 

@@ -63,7 +63,7 @@ async def test_a_message_frame_mid_run_reaches_the_next_model_request_of_the_sam
 ) -> None:
     openai_server.script(
         dataclasses.replace(ServerStep.call("lookup_ticket", {"ticket_id": "T-100"}, id="call_1"),
-                            chunk_delay_s=0.05, fragment_size=2),
+                            chunk_delay_s=0.15, fragment_size=1),
         "Both are open.",
     )
     use_model(OpenAIModel(model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test"))
