@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runs.core.attachments import describe_part
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
 from runs.core.output import OutputSpec, minimal_instance
 from runs.core.tokens import count_messages, count_text
@@ -695,6 +696,17 @@ def _turn(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
     return None, []
 
 
+def _attachments_notice(messages: Sequence[Message]) -> str:
+    """Issue 20: the planner reads text only, and says so plainly when the user's message
+    came with images or files, naming what it received ("" when there were none)."""
+    user = next((m for m in reversed(messages) if m.role == "user"), None)
+    if user is None or not user.attachments:
+        return ""
+    received = "; ".join(describe_part(p) for p in user.attachments)
+    return (f"I cannot see images or read attached files: the offline planner works on text only. "
+            f"I received: {received}.\n\n")
+
+
 def _turn_results(after_user: Sequence[Message]) -> list[_Result]:
     calls: dict[str, ToolCall] = {}
     results: list[_Result] = []
@@ -746,8 +758,9 @@ class OfflineModel:
                 content="The offline planner found no user request to act on.\n\n(Composed by the offline planner.)",
             )
         results = _turn_results(after_user)
+        notice = _attachments_notice(request.messages)
         if results:
-            return self._answer(request.output, _compose_answer(results), len(results))
+            return self._answer(request.output, notice + _compose_answer(results), len(results))
         calls, blocked = plan_tool_calls(user_text, request.tools) if request.tools else ([], [])
         if calls:
             first = sum(len(m.tool_calls) for m in request.messages) + 1
@@ -759,7 +772,7 @@ class OfflineModel:
                 )
                 for i, plan in enumerate(calls)
             ))
-        return self._answer(request.output, _compose_no_tool_answer(request.tools, blocked), 0)
+        return self._answer(request.output, notice + _compose_no_tool_answer(request.tools, blocked), 0)
 
     @staticmethod
     def _answer(output: OutputSpec | None, text: str, count: int) -> Message:
