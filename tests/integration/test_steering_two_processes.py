@@ -41,7 +41,7 @@ def test_a_message_posted_to_another_process_reaches_the_run_once(tmp_path: Path
     with ScriptedOpenAIServer() as model, private_redis() as redis_server:
         model.script(
             dataclasses.replace(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
-                                fragment_size=1, chunk_delay_s=0.1),  # about 3 s
+                                fragment_size=1, chunk_delay_s=0.2),  # about 5 s
             "INC-1042 and INC-1187 are both open.",
         )
         env = {
@@ -78,7 +78,7 @@ def test_an_ag_ui_steer_sent_to_another_process_follows_the_run_from_its_ledger(
     with ScriptedOpenAIServer() as model, private_redis() as redis_server:
         model.script(
             dataclasses.replace(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
-                                fragment_size=1, chunk_delay_s=0.1),
+                                fragment_size=1, chunk_delay_s=0.2),
             "Both are open.",
         )
         env = {
