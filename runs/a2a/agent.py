@@ -4,9 +4,11 @@
 current user message to the remote agent (streaming when its card allows) and turns what
 comes back into our events:
 
-- artifact text -> `chat.completion.chunk` partial events (one message id per run), so the
+- artifact text, and an Agentsite server's text deltas (`agentsite_progress` status
+  metadata) -> `chat.completion.chunk` partial events (one message id per run), so the
   answer streams to every consumer like a model's;
-- `working` status messages -> partial `a2a.status` events (progress, never persisted);
+- `working` status messages, and an Agentsite server's tool progress -> partial
+  `a2a.status` events (progress, never persisted);
 - the end -> one complete assistant event with the answer (the final status message, else
   the last artifact's text); `failed`, `canceled` or `rejected` -> an error event instead.
 
@@ -42,6 +44,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import A2AError
+from google.protobuf.json_format import MessageToDict
 
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ToolSpec
@@ -78,6 +81,17 @@ def _text(parts: Any) -> str:
     return "".join(part.text for part in parts if part.HasField("text"))
 
 
+PROGRESS_KEY = "agentsite_progress"
+"""Status-update metadata key under which an Agentsite server reports a task's progress."""
+
+
+def _progress(metadata: Any) -> Mapping[str, Any] | None:
+    if PROGRESS_KEY not in metadata.fields:
+        return None
+    value = MessageToDict(metadata).get(PROGRESS_KEY)
+    return value if isinstance(value, Mapping) else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class RemoteUpdate:
     """One step of a remote exchange, in our terms."""
@@ -104,6 +118,7 @@ class _Exchange:
     task_id: str = ""
     context_id: str = ""
     artifacts: dict[str, str] = field(default_factory=dict)
+    streamed: set[str] = field(default_factory=set)  # message ids whose text came as progress deltas
     done: bool = False
 
     def answer(self, status_text: str) -> str:
@@ -248,12 +263,31 @@ class A2AAgent:
             artifact, text = update.artifact, _text(update.artifact.parts)
             before = seen.artifacts.get(artifact.artifact_id, "") if update.append else ""
             seen.artifacts[artifact.artifact_id] = before + text
+            if artifact.artifact_id in seen.streamed:
+                return []  # an Agentsite answer whose text already streamed as progress
             return [RemoteUpdate(kind="delta", text=text, **ids)] if text else []
         if response.HasField("status_update"):
             update = response.status_update
             seen.task_id = update.task_id or seen.task_id
             seen.context_id = update.context_id or seen.context_id
+            progress = _progress(update.metadata) if update.status.state == TaskState.TASK_STATE_WORKING else None
+            if progress is not None:
+                return self._progress_updates(progress, seen)
             return self._status(update.status, seen)
+        return []
+
+    @staticmethod
+    def _progress_updates(progress: Mapping[str, Any], seen: _Exchange) -> list[RemoteUpdate]:
+        """An Agentsite server's progress (status metadata, never a message): text deltas
+        stream like artifact chunks; tool calls and results become status lines."""
+        ids = {"task_id": seen.task_id, "context_id": seen.context_id}
+        text = progress.get("text")
+        if progress.get("kind") == "text_delta" and isinstance(text, str) and text:
+            seen.streamed.add(str(progress.get("messageId") or ""))
+            return [RemoteUpdate(kind="delta", text=text, **ids)]
+        summary = progress.get("summary")
+        if isinstance(summary, str) and summary:
+            return [RemoteUpdate(kind="status", text=summary, state=TaskState.TASK_STATE_WORKING, **ids)]
         return []
 
     @staticmethod

@@ -27,13 +27,18 @@ the ledger, and the run's events become the task's updates:
 | our event | A2A |
 | --- | --- |
 | run started | status `working` (metadata: run id, session id) |
-| text delta | artifact update (one artifact per assistant message, chunks appended, batched) |
-| complete assistant text | the artifact's last chunk |
-| assistant tool calls | status `working`, message: a line per call + a data part per call |
-| tool result | status `working`, message: what the tool returned + a data part |
-| completion `completed` | status `completed`, message: the final answer |
-| completion `failed` | status `failed`, message: the error (metadata: error type, message) |
+| text delta | status `working`, no message; `metadata.agentsite_progress` `{kind: text_delta, messageId, text}` (batched) |
+| assistant tool calls | status `working`, no message; `agentsite_progress` `{kind: tool_calls, messageId, text, calls, summary}` |
+| tool result | status `working`, no message; `agentsite_progress` `{kind: tool_result, id, name, response, summary}` |
+| completion `completed` | the answer as the task's one artifact (`name: answer`; a data part when the message asked for `metadata.outputSchema`), then status `completed` without a message |
+| completion `completed` after a pause (`ask_user`, a graph interrupt) | status `input-required`, message: the question; `metadata.agentsite_pause` `{kind, question}`; no artifact. The next message on the task (same `taskId`) answers it and the task goes on |
+| completion `failed` | status `failed`, message: the error (metadata: error type, message); no artifact |
 | completion `cancelled` | status `canceled` |
+
+Progress is never a message: a client that stores status messages as the agent's words
+(ADK's `RemoteA2aAgent` keeps `working` ones as thoughts) stores none of it, and the answer
+is stored once, the same whether the task was sent or streamed. `agentsite_progress` merges
+into the task's metadata as the SDK merges every update's; the end sets it to null.
 
 Tasks live in our database (`DjangoTaskStore`). `CancelTask` stops the run, in this process
 or, through the channel layer, in the one that runs it. With
@@ -98,7 +103,7 @@ from a2a.utils.errors import (
 )
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -106,14 +111,18 @@ from starlette.responses import JSONResponse, Response
 from agentsite.api.auth import AuthenticationError
 from agentsite.api.json_input import InputError, parse_json
 from agentsite.composition import run_manager
+from runs.a2a.agent import PROGRESS_KEY
 from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
 from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor
 from runs.a2a.task_store import DjangoTaskStore
 from runs.a2a.validation import check_request, protocol_major
 from runs.core.agents.base import Agent
+from runs.core.agents.graph.events import OBJECT_INTERRUPT
 from runs.core.errors import UsageError
 from runs.core.invocation import RunOptions
 from runs.core.manager import RunManager
+from runs.core.output import OUTPUT_EXTENSION, OutputSpec, SchemaError
+from runs.core.routing import ROUTE_STATE_KEY
 from runs.core.runner import Runner
 from runs.fanout import request_cancel
 from sessions_app import models as sessions_orm
@@ -140,6 +149,15 @@ FLUSH_INTERVAL_S = 0.1
 META_RUN_ID = "agentsite_run_id"
 META_SESSION_ID = "agentsite_session_id"
 META_AGENT = "agentsite_agent"
+# Status-update metadata key of a working task's progress (null once the task ends).
+META_PROGRESS = PROGRESS_KEY
+# Metadata key of what an `input-required` task waits for: {kind, question}.
+META_PAUSE = "agentsite_pause"
+# Message (or request) metadata key of a JSON Schema the answer must follow.
+META_OUTPUT_SCHEMA = "outputSchema"
+# The card path of A2A before 0.3 (`/.well-known/agent.json`): served too, never a 401.
+LEGACY_CARD_PATH = "/.well-known/agent.json"
+_CARD_PATHS = (AGENT_CARD_WELL_KNOWN_PATH, LEGACY_CARD_PATH)
 _MAX_CONTEXT_ID = 64
 _RESULT_PREVIEW_CHARS = 2000
 
@@ -197,8 +215,11 @@ def card_json(card: AgentCard, version: str | None) -> dict[str, Any]:
     return MessageToDict(card)
 
 
-def _card_response(card: AgentCard, request: Request) -> Response:
-    body = json.dumps(card_json(card, request.headers.get(VERSION_HEADER)), sort_keys=True)
+def _card_response(card: AgentCard, request: Request, *, legacy: bool = False) -> Response:
+    """The card; at the legacy path a 0.3 card unless the caller asks for another version
+    (only pre-1.0 clients read that path)."""
+    version = request.headers.get(VERSION_HEADER) or (PROTOCOL_VERSION_0_3 if legacy else None)
+    body = json.dumps(card_json(card, version), sort_keys=True)
     etag = f'W/"{hashlib.sha256(body.encode()).hexdigest()}"'
     headers = {"ETag": etag, "Vary": VERSION_HEADER}
     if etag.removeprefix("W/") in [tag.strip().removeprefix("W/") for tag in
@@ -228,13 +249,38 @@ def _metadata_state(context: RequestContext) -> dict[str, Any]:
     state = dict(context.metadata)
     if context.message is not None and context.message.HasField("metadata"):
         state.update(MessageToDict(context.message.metadata))
-    # A client writes its session's and its own user's state, never the app's: every user sees that.
-    return {k: v for k, v in state.items() if not k.startswith(APP_PREFIX)}
+    # A client writes its session's and its own user's state, never the app's: every user sees
+    # that. The output schema is a request about this answer, not state.
+    return {k: v for k, v in state.items() if not k.startswith(APP_PREFIX) and k != META_OUTPUT_SCHEMA}
+
+
+def output_spec(message: Message, request_metadata: Mapping[str, Any] | None = None) -> OutputSpec | None:
+    """`metadata.outputSchema` of the message (else of the request): the JSON Schema the
+    answer must follow, as on REST's `output_schema`; `InvalidParamsError` (-32602) naming
+    the field and the problem when it is not a valid schema."""
+    where, schema = "params.message.metadata.outputSchema", None
+    if message.HasField("metadata") and META_OUTPUT_SCHEMA in message.metadata.fields:
+        schema = MessageToDict(message.metadata)[META_OUTPUT_SCHEMA]
+    elif request_metadata and META_OUTPUT_SCHEMA in request_metadata:
+        where, schema = "params.metadata.outputSchema", request_metadata[META_OUTPUT_SCHEMA]
+    else:
+        return None
+    try:
+        return OutputSpec.of(schema)
+    except SchemaError as exc:
+        raise InvalidParamsError(message=f"{where}: {exc}", data={"field": where}) from None
 
 
 def _data_part(data: Mapping[str, Any], kind: str) -> Part:
     part = Part(metadata={"type": kind})
     part.data.struct_value.update(dict(data))
+    return part
+
+
+def _value_part(value: Any) -> Part:
+    """A structured answer as a data part (`application/json`)."""
+    part = Part(media_type="application/json")
+    ParseDict(value, part.data)
     return part
 
 
@@ -279,6 +325,7 @@ class AgentsiteRequestContextBuilder(RequestContextBuilder):
             text = message_text(params.message)
             if not text.strip():
                 raise InvalidParamsError(message="the message has no text")
+            output_spec(params.message, MessageToDict(params.metadata) if params.HasField("metadata") else None)
             if len(text) > settings.AGENTSITE_MAX_MESSAGE_CHARS:
                 raise InvalidParamsError(
                     message=f"the message is longer than {settings.AGENTSITE_MAX_MESSAGE_CHARS} characters")
@@ -297,16 +344,48 @@ class AgentsiteRequestContextBuilder(RequestContextBuilder):
 # -- the executor: a message in, a run of our Runner, its events out as task updates --------
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Pause:
+    """What a paused run waits for: the question its last event asked (SPEC 1.2 step 6)."""
+
+    kind: str
+    question: str
+
+
+def _pause_of(event: Event) -> _Pause | None:
+    """The pause an event records: an `ask_user` question or a graph interrupt (routed or
+    not), whose text is the question, not an answer."""
+    route = event.state_delta.get(ROUTE_STATE_KEY)
+    if isinstance(route, Mapping) and route.get("path"):
+        return _Pause(kind=str(route.get("kind") or "ask_user"), question=event.text)
+    if event.object == OBJECT_INTERRUPT:
+        return _Pause(kind="graph_interrupt", question=event.text)
+    return None
+
+
+def _progress(kind: str, **fields: Any) -> dict[str, Any]:
+    return {META_PROGRESS: {"kind": kind, **fields}}
+
+
 @dataclass(kw_only=True)
 class _TaskTranslator:
-    """Turns the events of one run into the updates of one task."""
+    """Turns the events of one run into the updates of one task.
+
+    Everything before the end is progress: `working` status updates with no message and
+    the progress under `metadata.agentsite_progress` (text deltas, tool calls, tool
+    results), so that a client which stores status messages as the agent's words (ADK's
+    RemoteA2aAgent keeps them as thoughts) stores none of it. The answer is sent once, at
+    the end, as the task's one artifact; a pause ends the task `input-required` with the
+    question as its status message; a failure ends it `failed` with the error."""
 
     updater: TaskUpdater
-    streamed: dict[str, str] = field(default_factory=dict)
     pending_id: str = ""
     pending: list[str] = field(default_factory=list)
     last_flush: float = 0.0
     answer: str = ""
+    answer_id: str = ""
+    output: Any = None
+    pause: _Pause | None = None
     error: EventError | None = None
 
     async def feed(self, event: Event) -> str | None:
@@ -318,6 +397,8 @@ class _TaskTranslator:
         await self.flush()
         if event.is_runner_completion:
             self.error = event.error or self.error
+            if OUTPUT_EXTENSION in event.extensions:
+                self.output = event.extensions[OUTPUT_EXTENSION]
             return str(event.extensions.get("status") or "failed")
         if event.is_error:
             self.error = event.error or self.error
@@ -326,24 +407,24 @@ class _TaskTranslator:
         if message is None or event.partial:
             return None
         if message.role == "assistant" and message.tool_calls:
-            await self._close(_message_id(event), message.content, tool_calls=len(message.tool_calls))
-            lines = [f"Calling {call.name}({call.arguments})" for call in message.tool_calls]
-            parts = [_data_part({"id": call.id, "name": call.name, "arguments": call.arguments}, "function_call")
-                     for call in message.tool_calls]
-            await self.updater.update_status(
-                TaskState.TASK_STATE_WORKING, message=_agent_message(self.updater, "\n".join(lines), *parts)
-            )
+            calls = [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in message.tool_calls]
+            summary = "\n".join(f"Calling {call.name}({call.arguments})" for call in message.tool_calls)
+            await self._working(_progress("tool_calls", messageId=_message_id(event), text=message.content,
+                                          calls=calls, summary=summary))
         elif message.role == "assistant" and message.content:
-            await self._close(_message_id(event), message.content)
-            self.answer = message.content
+            pause = _pause_of(event)
+            if pause is not None:
+                self.pause = pause
+            else:  # a later answer (a chain's next agent) is what the run ends on
+                self.pause, self.answer, self.answer_id = None, message.content, _message_id(event)
         elif message.role == "tool":
             name = message.tool_name or "tool"
-            part = _data_part({"id": message.tool_call_id or "", "name": name, "response": _preview(message.content)},
-                              "function_response")
-            await self.updater.update_status(
-                TaskState.TASK_STATE_WORKING, message=_agent_message(self.updater, f"{name} returned.", part)
-            )
+            await self._working(_progress("tool_result", id=message.tool_call_id or "", name=name,
+                                          response=_preview(message.content), summary=f"{name} returned."))
         return None
+
+    async def _working(self, metadata: dict[str, Any]) -> None:
+        await self.updater.update_status(TaskState.TASK_STATE_WORKING, metadata=metadata)
 
     async def _delta(self, message_id: str, text: str) -> None:
         if self.pending and message_id != self.pending_id:
@@ -354,31 +435,39 @@ class _TaskTranslator:
             await self.flush()
 
     async def flush(self) -> None:
+        """Send the text deltas gathered so far as one progress update."""
         if not self.pending:
             return
         text, message_id = "".join(self.pending), self.pending_id
         self.pending = []
         self.last_flush = time.monotonic()
-        first = message_id not in self.streamed
-        self.streamed[message_id] = self.streamed.get(message_id, "") + text
-        await self.updater.add_artifact(
-            [Part(text=text)], artifact_id=message_id, name="response", append=not first, last_chunk=False
-        )
+        await self._working(_progress("text_delta", messageId=message_id, text=text))
 
-    async def _close(self, message_id: str, content: str, *, tool_calls: int = 0) -> None:
-        """The last chunk of a message's artifact: what the deltas did not carry."""
-        streamed = self.streamed.pop(message_id, None)
-        metadata = {"tool_calls": tool_calls} if tool_calls else {"final": True}
-        if streamed is None:
-            if content:
-                await self.updater.add_artifact([Part(text=content)], artifact_id=message_id, name="response",
-                                                metadata=metadata, append=False, last_chunk=True)
-        elif content.startswith(streamed):
-            await self.updater.add_artifact([Part(text=content[len(streamed):])], artifact_id=message_id,
-                                            metadata=metadata, append=True, last_chunk=True)
+    async def finish(self, status: str) -> None:
+        """The task's end, from the run's final status."""
+        updater, done = self.updater, {META_PROGRESS: None}
+        if status == "completed" and self.pause is not None:
+            await updater.update_status(
+                TaskState.TASK_STATE_INPUT_REQUIRED, message=_agent_message(updater, self.pause.question),
+                metadata={**done, META_PAUSE: {"kind": self.pause.kind, "question": self.pause.question}},
+            )
+        elif status == "completed":
+            parts = [_value_part(self.output)] if self.output is not None else (
+                [Part(text=self.answer)] if self.answer else [])
+            if parts:
+                await updater.add_artifact(parts, artifact_id=self.answer_id or new_id(), name="answer",
+                                           metadata={"final": True}, last_chunk=True)
+            await updater.update_status(TaskState.TASK_STATE_COMPLETED, metadata=done)
+        elif status == "cancelled":
+            await updater.update_status(TaskState.TASK_STATE_CANCELED,
+                                        message=_agent_message(updater, "The run was cancelled."), metadata=done)
         else:
-            await self.updater.add_artifact([Part(text=content)], artifact_id=message_id, name="response",
-                                            metadata=metadata, append=False, last_chunk=True)
+            error = self.error or EventError(type=status, message=f"the run ended {status}")
+            await updater.update_status(
+                TaskState.TASK_STATE_FAILED,
+                message=_agent_message(updater, f"{error.type}: {error.message}"),
+                metadata={**done, "error_type": error.type, "error_message": error.message},
+            )
 
 
 def _message_id(event: Event) -> str:
@@ -438,6 +527,7 @@ class AgentsiteAgentExecutor(AgentExecutor):
             await event_queue.enqueue_event(new_task_from_user_message(message))
         text = message_text(message)
         state = _metadata_state(context)
+        output = output_spec(message, context.metadata)
         manager = self.manager
         execution = self._executions[task_id] = _Execution(manager=manager)
         listener, events = manager.bridge()
@@ -449,7 +539,8 @@ class AgentsiteAgentExecutor(AgentExecutor):
                                     delta=state, request_id=request_id, task_id=task_id)
             handle = await runner.start(
                 user_id=str(user.pk), message=text, session_id=session_id, agent=self.agent_name,
-                request_id=request_id, listeners=[listener], options=RunOptions(metadata={"a2a_task_id": task_id}),
+                request_id=request_id, listeners=[listener],
+                options=RunOptions(metadata={"a2a_task_id": task_id}, output=output),
             )
             execution.attach(handle.run_id)
             return handle.run_id
@@ -472,7 +563,7 @@ class AgentsiteAgentExecutor(AgentExecutor):
                 if outcome is not None:
                     final = outcome
             if not execution.cancelled:
-                await _finish(updater, final, translator)
+                await translator.finish(final)
         except BaseException:
             # The SDK cancels execute() after a CancelTask and when it shuts down; a failure
             # here fails the task. Either way the run must not outlive its task.
@@ -488,21 +579,6 @@ class AgentsiteAgentExecutor(AgentExecutor):
             execution.stop()
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
         await updater.cancel(message=_agent_message(updater, "Cancelled at the caller's request."))
-
-
-async def _finish(updater: TaskUpdater, status: str, translator: _TaskTranslator) -> None:
-    if status == "completed":
-        answer = translator.answer
-        await updater.complete(message=_agent_message(updater, answer) if answer else None)
-    elif status == "cancelled":
-        await updater.cancel(message=_agent_message(updater, "The run was cancelled."))
-    else:
-        error = translator.error or EventError(type=status, message=f"the run ended {status}")
-        await updater.update_status(
-            TaskState.TASK_STATE_FAILED,
-            message=_agent_message(updater, f"{error.type}: {error.message}"),
-            metadata={"error_type": error.type, "error_message": error.message},
-        )
 
 
 async def _record_state(runner: Runner, *, user_id: str, session_id: str, agent: str, delta: Mapping[str, Any],
@@ -770,14 +846,14 @@ class A2AApplication:
             await self._directory()(scope, receive, send)
             return
         reading = scope["method"] in ("GET", "HEAD")
-        if path == AGENT_CARD_WELL_KNOWN_PATH and reading:
+        if path in _CARD_PATHS and reading:
             root = self.root_agent()
             if root is None:
                 name = settings.AGENTSITE_A2A_ROOT_AGENT
                 await _error(404, InvalidRequestError(message=f"root agent {name!r} not found",
                                                       data={"agent": name}))(scope, receive, send)
                 return
-            await _card_response(self._card(root), request)(scope, receive, send)
+            await _card_response(self._card(root), request, legacy=path == LEGACY_CARD_PATH)(scope, receive, send)
             return
         name, _, rest = path[len(A2A_PREFIX):].partition("/")
         agent = self.agents().get(name)
@@ -785,8 +861,9 @@ class A2AApplication:
             message = f"agent {name!r} not found; see {A2A_PREFIX} for the agents served"
             await _error(404, InvalidRequestError(message=message, data={"agent": name}))(scope, receive, send)
             return
-        if f"/{rest}" == AGENT_CARD_WELL_KNOWN_PATH and reading:
-            await _card_response(self._card(agent), request)(scope, receive, send)
+        if f"/{rest}" in _CARD_PATHS and reading:
+            legacy = f"/{rest}" == LEGACY_CARD_PATH
+            await _card_response(self._card(agent), request, legacy=legacy)(scope, receive, send)
             return
         try:
             user = await authenticate(request.headers.get("authorization"))
@@ -818,8 +895,10 @@ class A2AApplication:
 
 
 def serves(path: str) -> bool:
-    """Whether an HTTP path is A2A's: the agents, their directory, the root agent card."""
-    return path.startswith(A2A_PREFIX) or path in (A2A_DIRECTORY, AGENT_CARD_WELL_KNOWN_PATH)
+    """Whether an HTTP path is A2A's: the agents, their directory, the root agent card (at
+    its current path and at the 0.2-era `/.well-known/agent.json`, which clients built on
+    older SDKs, ADK's among them, still read)."""
+    return path.startswith(A2A_PREFIX) or path == A2A_DIRECTORY or path in _CARD_PATHS
 
 
 _CONFORMANCE = ConformanceAgent()

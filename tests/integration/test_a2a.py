@@ -35,6 +35,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from google.protobuf.json_format import MessageToDict
 from rest_framework.authtoken.models import Token
 
 from runs.a2a.agent import OBJECT_A2A_STATUS, A2AAgent, A2ATool
@@ -117,6 +118,14 @@ def text_of(parts: Any) -> str:
     return "".join(part.text for part in parts if part.HasField("text"))
 
 
+def is_text(response: StreamResponse) -> bool:
+    """A progress update carrying the model's text as it comes."""
+    if not response.HasField("status_update"):
+        return False
+    progress = MessageToDict(response.status_update.metadata).get("agentsite_progress")
+    return isinstance(progress, dict) and progress.get("kind") == "text_delta"
+
+
 def api(server: LiveServer, user: Any, path: str) -> Any:
     response = httpx.get(f"{server.url}{path}", headers={"Authorization": f"Bearer {token_for(user)}"})
     assert response.status_code == 200, response.text
@@ -173,13 +182,13 @@ def test_send_runs_the_agent_and_answers_with_the_completed_task(server: LiveSer
 
     task, follow_up, stored = asyncio.run(main())
     assert task.status.state == COMPLETED
-    answer = text_of(task.status.message.parts)
-    assert "expired" in answer
-    assert [text_of(a.parts) for a in task.artifacts if a.metadata.fields["final"].bool_value] == [answer]
-    assert stored.status.state == COMPLETED and text_of(stored.status.message.parts) == answer
-    assert text_of(stored.history[0].parts) == TLS_QUESTION
-    progress = [p for m in stored.history[1:] for p in m.parts if p.HasField("data")]
-    assert {p.metadata.fields["type"].string_value for p in progress} == {"function_call", "function_response"}
+    # The answer once: the task's one artifact; no status message, no progress in the history.
+    [artifact] = task.artifacts
+    answer = text_of(artifact.parts)
+    assert "expired" in answer and artifact.metadata.fields["final"].bool_value
+    assert not task.status.HasField("message")
+    assert stored.status.state == COMPLETED and [text_of(a.parts) for a in stored.artifacts] == [answer]
+    assert [text_of(m.parts) for m in stored.history] == [TLS_QUESTION]
 
     # contextId is the session: both turns are in its ledger, the metadata in its state.
     session_id = task.context_id
@@ -205,15 +214,17 @@ def test_stream_sends_the_task_progress_answer_chunks_and_completion(server: Liv
     assert responses[0].HasField("task") and responses[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
     statuses = [r.status_update for r in responses if r.HasField("status_update")]
     assert statuses[0].status.state == WORKING and statuses[0].metadata.fields["agentsite_run_id"].string_value
-    calls = [p for s in statuses for p in s.status.message.parts if p.HasField("data")]
-    assert "inspect_certificate" in {p.data.struct_value.fields["name"].string_value for p in calls}
+    # Progress (tool calls and results, the text as it comes) is status metadata, not a message.
+    assert not any(s.status.HasField("message") for s in statuses)
+    progress = [MessageToDict(s.metadata)["agentsite_progress"] for s in statuses[1:-1]]
+    calls = [c["name"] for p in progress if p["kind"] == "tool_calls" for c in p["calls"]]
+    assert "inspect_certificate" in calls
     assert statuses[-1].status.state == COMPLETED and responses[-1].HasField("status_update")
-    answer = text_of(statuses[-1].status.message.parts)
-    chunks = [r.artifact_update for r in responses if r.HasField("artifact_update")]
-    final_id = chunks[-1].artifact.artifact_id
-    assert chunks[-1].last_chunk
-    assert "".join(text_of(c.artifact.parts) for c in chunks if c.artifact.artifact_id == final_id) == answer
-    assert "expired" in answer
+    [artifact] = [r.artifact_update for r in responses if r.HasField("artifact_update")]
+    answer = text_of(artifact.artifact.parts)
+    assert artifact.last_chunk and "expired" in answer
+    final_id = artifact.artifact.artifact_id
+    assert "".join(p["text"] for p in progress if p["kind"] == "text_delta" and p["messageId"] == final_id) == answer
 
 
 def test_cancel_stops_the_task_and_its_run(slow_server: LiveServer, alice: Any) -> None:
@@ -223,7 +234,7 @@ def test_cancel_stops_the_task_and_its_run(slow_server: LiveServer, alice: Any) 
         async with connected(slow_server, token, agent="general") as client:
             stream = client.send_message(user_message("Tell me a long story"))
             seen = [await anext(stream)]
-            while not seen[-1].HasField("artifact_update"):  # the model is talking: the run is live
+            while not is_text(seen[-1]):  # the model is talking: the run is live
                 seen.append(await anext(stream))
             cancelled = await client.cancel_task(CancelTaskRequest(id=seen[0].task.id))
             seen.extend([response async for response in stream])
