@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +35,21 @@ from agentsite.composition import run_manager
 from runs import selectors as run_selectors
 from runs.attachment_input import openai_parts
 from runs.core.attachments import AttachmentError
+from runs.core.context.seeding import own_tool_names
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
+from runs.core.llm.base import ToolChoice, ToolSpec
 from runs.core.output import OutputSpec, SchemaError, output_from_response_format
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
+from runs.core.tools.client import (
+    ClientToolError,
+    check_choice,
+    check_clashes,
+    client_calls,
+    openai_tool_choice,
+    openai_tools,
+)
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, ContentPart, Event, Message, ToolCall
@@ -78,7 +88,8 @@ class OpenAIError(Exception):
 @dataclass(frozen=True, kw_only=True)
 class ChatRequest:
     agent: str
-    message: Message
+    message: Message | None
+    """The run's input: the last user message; None when the request answers client tools."""
     seed: tuple[Message, ...]
     stream: bool
     include_usage: bool
@@ -87,6 +98,14 @@ class ChatRequest:
     final_only: bool = False
     """The content is the run's final answer alone (a JSON `response_format`: other text
     would break the JSON); otherwise every assistant message's text (`answer_text`)."""
+    tool_results: tuple[Message, ...] = ()
+    """The trailing `tool` messages: the client's results for calls of its own tools (issue
+    20), the run's input in place of a user message."""
+    tool_result_indexes: tuple[int, ...] = ()
+    """Their positions in `messages`, to name the one the runner refuses."""
+    client_tools: tuple[ToolSpec, ...] = ()
+    """`tools`: the client's functions, offered beside the agent's own (issue 20)."""
+    tool_choice: ToolChoice | None = None
 
 
 def _content_text(content: Any, index: int) -> str:
@@ -161,11 +180,16 @@ def parse_messages(messages: list[Any]) -> list[Message]:
 
     Assistant `tool_calls` (and the legacy `function_call`) and the `tool` (legacy
     `function`) results answering them are kept: each result must answer an earlier call
-    of this history that has no result yet. A result in the last position is the client
-    answering a tool call of its own, which needs client-side tools (issue 20): refused.
+    of this history that has no result yet. The `tool` results at the end are the client
+    answering calls of its own tools (issue 20): they may also answer a call the session
+    (`X-Session-Id`) is waiting on, which only the runner can check, so an id this history
+    does not hold is kept for it (their tool name then comes from the session's call).
     """
     parsed: list[Message] = []
     unanswered: dict[str, str] = {}  # call id -> tool name, in call order
+    trailing = len(messages)  # where the final run of tool results starts
+    while trailing > 0 and isinstance(messages[trailing - 1], dict) and messages[trailing - 1].get("role") == "tool":
+        trailing -= 1
     for index, item in enumerate(messages):
         if not isinstance(item, dict) or item.get("role") not in _ROLES:
             raise OpenAIError(400, f"messages[{index}].role must be one of {sorted(_ROLES)}",
@@ -184,11 +208,10 @@ def parse_messages(messages: list[Any]) -> list[Message]:
                 content = item["refusal"]
             parsed.append(Message(role="assistant", content=content, tool_calls=calls))
         elif role in ("tool", "function"):
-            if index == len(messages) - 1:
-                raise OpenAIError(400, f"messages[{index}] is a {role} result answering the client's own tool call: "
-                                  "client-side tools are not supported yet; send the results inside the history, "
-                                  "followed by a user message", param=f"messages[{index}].role",
-                                  code="unsupported_client_tools")
+            if index >= trailing and item.get("tool_call_id") not in unanswered:
+                # Maybe a call the session waits on: the runner checks it, naming the id.
+                parsed.append(Message(role="tool", content=content, tool_call_id=_call_id(item, index)))
+                continue
             call_id = _answered_call(item, index, unanswered)
             parsed.append(Message(role="tool", content=content, tool_call_id=call_id, tool_name=unanswered.pop(call_id)))
         else:
@@ -208,13 +231,18 @@ def _answered_call(item: dict[str, Any], index: int, unanswered: dict[str, str])
             raise OpenAIError(400, f"messages[{index}] answers function {name!r}, but no earlier assistant "
                               "function_call of that name is unanswered", param=f"messages[{index}].name")
         return ids[-1]
+    call_id = _call_id(item, index)
+    if call_id not in unanswered:
+        raise OpenAIError(400, f"messages[{index}].tool_call_id {call_id!r} answers no earlier assistant tool call "
+                          "(or one already answered)", param=f"messages[{index}].tool_call_id")
+    return call_id
+
+
+def _call_id(item: dict[str, Any], index: int) -> str:
     call_id = item.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise OpenAIError(400, f"messages[{index}].tool_call_id must be a non-empty string",
                           param=f"messages[{index}].tool_call_id")
-    if call_id not in unanswered:
-        raise OpenAIError(400, f"messages[{index}].tool_call_id {call_id!r} answers no earlier assistant tool call "
-                          "(or one already answered)", param=f"messages[{index}].tool_call_id")
     return call_id
 
 
@@ -232,13 +260,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise OpenAIError(400, "only n=1 is supported", param="n", code="unsupported_parameter")
     if body.get("logprobs") or body.get("top_logprobs"):
         raise OpenAIError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
-    tool_choice = body.get("tool_choice")
-    if tool_choice not in (None, "auto", "none"):
-        raise OpenAIError(400, "tool_choice other than 'auto' or 'none' is not supported: the agent chooses its tools",
-                          param="tool_choice", code="unsupported_parameter")
-    if body.get("tools") or body.get("functions"):
-        raise OpenAIError(400, "client-side tools are not supported: the agent brings its own", param="tools",
-                          code="unsupported_parameter")
+    if body.get("functions") or body.get("function_call"):
+        raise OpenAIError(400, "the legacy functions parameter is not supported; declare them as tools",
+                          param="functions" if body.get("functions") else "function_call", code="unsupported_parameter")
+    try:  # issue 20: the client's tools, offered beside the agent's own
+        client_tools = openai_tools(body.get("tools"))
+        tool_choice = openai_tool_choice(body.get("tool_choice"))
+    except ClientToolError as exc:
+        raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from None
     response_format = body.get("response_format")
     try:
         output = output_from_response_format(response_format)
@@ -253,6 +282,17 @@ def parse_chat_request(body: Any) -> ChatRequest:
 
     parsed = parse_messages(messages)
     last = parsed[-1]
+    if last.role == "tool":  # the client answers calls of its tools (issue 20)
+        start = len(parsed)
+        while start > 0 and parsed[start - 1].role == "tool":
+            start -= 1
+        return ChatRequest(
+            agent=model, message=None, seed=tuple(m for m in parsed[:start] if m.has_payload),
+            tool_results=tuple(parsed[start:]), tool_result_indexes=tuple(range(start, len(parsed))),
+            stream=stream, include_usage=bool(options.get("include_usage")), output=output,
+            final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS,
+            client_tools=client_tools, tool_choice=tool_choice,
+        )
     if last.role != "user" or not (last.content.strip() or last.attachments):
         raise OpenAIError(400, "the last message must be a non-empty user message", param=f"messages[{len(parsed) - 1}]")
     limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
@@ -262,7 +302,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
                           param=f"messages[{len(parsed) - 1}].content", code="message_too_large")
     return ChatRequest(agent=model, message=last, seed=tuple(m for m in parsed[:-1] if m.has_payload),
                        stream=stream, include_usage=bool(options.get("include_usage")), output=output,
-                       final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS)
+                       final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS,
+                       client_tools=client_tools, tool_choice=tool_choice)
 
 
 def _chunk(run_id: str, agent: str, created: int, delta: dict[str, Any], finish: str | None = None,
@@ -375,10 +416,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         key = _idempotency_key(request)
         manager = run_manager()
         try:
-            await manager.acall(lambda runner: _check_agent(runner, chat.agent))
+            server_tools = await manager.acall(lambda runner: _check_agent(runner, chat.agent))
         except AgentNotFoundError:
             raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
                               param="model", code="model_not_found") from None
+        try:
+            check_clashes(chat.client_tools, server_tools, lambda i: f"tools[{i}].function.name", agent=chat.agent)
+            check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
+        except ClientToolError as exc:  # refused before anything is stored
+            raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from None
         session_id = await _open_session(user, session_header)
         if key is not None:
             earlier = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
@@ -389,7 +435,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         async def start(runner: Runner) -> RunRecord:
             handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
                                         agent=chat.agent, seed=chat.seed, listeners=[listener],
-                                        options=RunOptions(output=chat.output), request_id=key)
+                                        tool_results=chat.tool_results, request_id=key,
+                                        options=RunOptions(output=chat.output, client_tools=chat.client_tools,
+                                                           tool_choice=chat.tool_choice))
             return handle.record
 
         try:
@@ -401,8 +449,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
                 raise
             # The same key arrived twice at once: the other request started the run; join it.
             return await _replay(manager, await _run_of_key(user, key), chat, session_header)
-        except (SessionNotFoundError, UsageError) as exc:
+        except SessionNotFoundError as exc:
             raise OpenAIError(400, str(exc)) from None
+        except UsageError as exc:  # e.g. a tool result for no call the session waits on: nothing stored
+            raise OpenAIError(400, str(exc), param=_result_param(chat, str(exc)),
+                              code="unknown_tool_call" if chat.tool_results else None) from None
     except AuthenticationError as exc:
         return OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key").response()
     except OpenAIError as exc:
@@ -416,7 +467,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     if final.status != "completed":
         return _failure_response(final, headers)
     content = final.answer if chat.final_only else answer_text(seen)
-    return _completion(final, chat, content, headers)
+    return _completion(final, chat, content, headers, calls=waiting_calls(seen))
 
 
 def _streaming(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
@@ -425,10 +476,28 @@ def _streaming(chunks: AsyncIterator[str], headers: dict[str, str]) -> Streaming
     return response
 
 
-def _completion(record: RunRecord, chat: ChatRequest, content: str, headers: dict[str, str]) -> JsonResponse:
+def waiting_calls(events: Iterable[Event]) -> list[ToolCall]:
+    """The calls of the client's tools the run ended waiting for (issue 20): those of its
+    last step, when that step called client tools."""
+    calls: list[ToolCall] = []
+    for event in events:
+        if event.message is not None and event.message.role == "assistant" and not event.partial:
+            calls = client_calls(event)
+    return calls
+
+
+def _wire_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+
+
+def _completion(record: RunRecord, chat: ChatRequest, content: str, headers: dict[str, str], *,
+                calls: Sequence[ToolCall] = ()) -> JsonResponse:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:  # the run waits for the client's results, as OpenAI's answer to a tool call reads
+        message = {"role": "assistant", "content": content or None, "tool_calls": _wire_calls(calls)}
     return JsonResponse({
         "id": f"chatcmpl-{record.id}", "object": "chat.completion", "created": int(time.time()), "model": chat.agent,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
         "usage": _usage(record),
     }, headers=headers)
 
@@ -449,9 +518,8 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
     """Answer a request whose `Idempotency-Key` already made a run with that run's result,
     waiting for it while it is in flight; a different request under the same key is refused."""
     turn = await db_call(run_selectors.run_turn)(record=record)
-    said = next((e.message for e in turn if e.message is not None and e.message.role == "user"), None)
     if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
-            or said is None or said.content != chat.message.content):
+            or not _same_input(turn, chat)):
         raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "
                           "last message or session differ); use a new key for a new request",
                           param=IDEMPOTENCY_HEADER, code="idempotency_key_reused")
@@ -465,9 +533,22 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
     if not record.finished:
         turn = await db_call(run_selectors.run_turn)(record=final)  # what the run wrote since
     content = final.answer if chat.final_only else answer_text(turn)
+    calls = waiting_calls(turn)
     if chat.stream:
-        return _streaming(_stream_done(final, chat, content), headers)
-    return _completion(final, chat, content, headers)
+        return _streaming(_stream_done(final, chat, content, calls), headers)
+    return _completion(final, chat, content, headers, calls=calls)
+
+
+def _same_input(turn: Sequence[Event], chat: ChatRequest) -> bool:
+    """Whether the run's turn began with this request's input: its user message, or its
+    tool results (issue 20)."""
+    if chat.message is None:
+        given = [(m.tool_call_id, m.content) for m in chat.tool_results]
+        stored = [(e.message.tool_call_id, e.message.content) for e in turn
+                  if e.message is not None and e.message.role == "tool"][:len(given)]
+        return stored == given
+    said = next((e.message for e in turn if e.message is not None and e.message.role == "user"), None)
+    return said is not None and said.content == chat.message.content
 
 
 async def _ended(manager: Any, record: RunRecord) -> RunRecord:
@@ -482,8 +563,17 @@ async def _ended(manager: Any, record: RunRecord) -> RunRecord:
     return record
 
 
-async def _check_agent(runner: Runner, name: str) -> None:
-    runner.agent(name)
+async def _check_agent(runner: Runner, name: str) -> frozenset[str]:
+    """The agent's own tool names; `AgentNotFoundError` for an unknown agent."""
+    return own_tool_names(runner.agent(name))
+
+
+def _result_param(chat: ChatRequest, problem: str) -> str | None:
+    """The field of the tool result the runner refused (it names the call id)."""
+    for index, result in zip(chat.tool_result_indexes, chat.tool_results, strict=True):
+        if repr(result.tool_call_id) in problem:
+            return f"messages[{index}].tool_call_id"
+    return None
 
 
 async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: AsyncIterator[Event]) -> AsyncIterator[str]:
@@ -491,7 +581,10 @@ async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: As
     yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
     streamed: set[str] = set()
     current: str | None = None  # the message whose text was sent last
+    calls: list[ToolCall] = []
     async for event in events:
+        if event.message is not None and event.message.role == "assistant" and not event.partial:
+            calls = client_calls(event)  # the last step's, when it waits for the client
         if chat.final_only:
             continue  # the answer is sent whole once the run has ended
         message_id = str(event.extensions.get("message_id", event.id))
@@ -511,24 +604,33 @@ async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: As
     final = await manager.await_run(record.id, 5.0) or record
     if final.status == "completed" and chat.final_only and final.answer:
         yield _chunk(record.id, chat.agent, created, {"content": final.answer})
-    for line in _stream_end(final, chat, created):
+    for line in _stream_end(final, chat, created, calls):
         yield line
 
 
-async def _stream_done(record: RunRecord, chat: ChatRequest, content: str) -> AsyncIterator[str]:
+async def _stream_done(record: RunRecord, chat: ChatRequest, content: str,
+                       calls: Sequence[ToolCall] = ()) -> AsyncIterator[str]:
     """A run that already ended, as a stream: its whole content in one chunk."""
     created = int(time.time())
     yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
     if content:
         yield _chunk(record.id, chat.agent, created, {"content": content})
-    for line in _stream_end(record, chat, created):
+    for line in _stream_end(record, chat, created, calls):
         yield line
 
 
-def _stream_end(record: RunRecord, chat: ChatRequest, created: int) -> list[str]:
-    """The finish chunk, then (when the client asked for it) the usage chunk with no
-    choices, as OpenAI sends them, and `[DONE]`; an error event instead for a failed run."""
-    if record.status == "completed":
+def _stream_end(record: RunRecord, chat: ChatRequest, created: int, calls: Sequence[ToolCall] = ()) -> list[str]:
+    """The client's tool calls (one chunk, each call whole) and `finish_reason: tool_calls`
+    when the run waits for them, else the finish chunk; then (when the client asked for it)
+    the usage chunk with no choices, as OpenAI sends them, and `[DONE]`; an error event
+    instead for a failed run."""
+    if record.status == "completed" and calls:
+        wire = [{"index": i, **call} for i, call in enumerate(_wire_calls(calls))]
+        lines = [_chunk(record.id, chat.agent, created, {"tool_calls": wire}),
+                 _chunk(record.id, chat.agent, created, {}, finish="tool_calls")]
+        if chat.include_usage:
+            lines.append(_chunk(record.id, chat.agent, created, {}, usage=_usage(record)))
+    elif record.status == "completed":
         lines = [_chunk(record.id, chat.agent, created, {}, finish="stop")]
         if chat.include_usage:
             lines.append(_chunk(record.id, chat.agent, created, {}, usage=_usage(record)))

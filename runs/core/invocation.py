@@ -11,6 +11,7 @@ from sessions_app.core.events import Event, Message
 from sessions_app.core.session import Session, SessionService
 
 if TYPE_CHECKING:
+    from runs.core.llm.base import ToolChoice, ToolSpec
     from runs.core.output import OutputSpec
 
 SPAWN_SERVICE = "spawn"
@@ -28,6 +29,11 @@ class RunOptions:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # Issue 20: the final answer must be JSON of this spec (overrides the agent's own).
     output: OutputSpec | None = None
+    # Issue 20: tools the caller declares and runs itself, offered beside the agent's own
+    # (runs.core.tools.client); a call of one pauses the run for the caller's result.
+    client_tools: tuple[ToolSpec, ...] = ()
+    # Issue 20: the caller's tool choice, for the run's first model step.
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(kw_only=True)

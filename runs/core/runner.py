@@ -260,7 +260,8 @@ class Runner:
         session, created = await self._open_session(user_id=user_id, session_id=session_id, agent=agent)
         try:
             if tool_results:
-                turn = _answer_pending_calls(session, turn)
+                # Issue 20: a new session's seeded history may hold the calls they answer.
+                turn = _answer_pending_calls(session, turn, seed=seed if session.last_seq == 0 else ())
             # 2. choose the agent: a pending await-user-reply route (SPEC 1.2 step 6,
             # runs.core.routing), else the request's, else the session's, else the default
             routed = resolve_route(session.state, self.agents, requested=agent, user_turn=not tool_results)
@@ -307,7 +308,7 @@ class Runner:
             if seed and session.last_seq == 0:
                 # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
                 opening.extend(seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key,
-                                             own_tools=own_tool_names(chosen)))
+                                             own_tools=own_tool_names(chosen) | {t.name for t in options.client_tools}))
             for current in turn:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (
@@ -857,11 +858,13 @@ def _current_turn(message: str | Message | None, tool_results: Sequence[Message]
     return list(tool_results)
 
 
-def _answer_pending_calls(session: Session, results: Sequence[Message]) -> list[Message]:
-    """Each result must answer a call of the loaded history that has no result yet; the
-    result takes its tool name from that call."""
-    calls = {call.id: call for event in session.events if event.message is not None for call in event.message.tool_calls}
-    answered = {event.message.tool_call_id for event in session.events if event.is_tool_result and event.message}
+def _answer_pending_calls(session: Session, results: Sequence[Message], *, seed: Sequence[Message] = ()) -> list[Message]:
+    """Each result must answer a call of the loaded history (or of `seed`, the history a
+    new session is seeded with) that has no result yet; the result takes its tool name
+    from that call."""
+    messages = [*(event.message for event in session.events if event.message is not None and not event.partial), *seed]
+    calls = {call.id: call for message in messages for call in message.tool_calls}
+    answered = {message.tool_call_id for message in messages if message.role == "tool"}
     named: list[Message] = []
     for result in results:
         call = calls.get(result.tool_call_id or "")

@@ -38,6 +38,7 @@ from runs.core.steering import consume_queued
 from runs.core.steps import continued, ending
 from runs.core.tools.ask_user import AskUserTool, asked_question, question_event
 from runs.core.tools.base import Tool
+from runs.core.tools.client import CLIENT_CALLS_EXTENSION, offered, split_calls
 from runs.core.tools.transfer import TransferTool, follow_route, run_transfer, transfer_target
 from sessions_app.core.events import (
     NO_MODEL_CALL,
@@ -258,7 +259,15 @@ class LLMAgent:
         )
         if memories:
             instruction = f"{instruction}\n\n{memories}" if instruction else memories
-        specs = [t.spec() for t in self.tools.values()]
+        # Issue 20: the caller's own tools go beside the agent's (never in place of one);
+        # its tool choice binds the first step only, so that a forced call can be followed
+        # by an answer ("none" offers no tools at all, in every step).
+        choice = invocation.options.tool_choice
+        client_names = {s.name for s in invocation.options.client_tools} - set(self.tools)
+        specs = list(offered(choice, [
+            *(t.spec() for t in self.tools.values()),
+            *(s for s in invocation.options.client_tools if s.name in client_names),
+        ]))
         pinned = self._pinned_update(invocation)
         if pinned is not None:
             yield pinned
@@ -270,6 +279,8 @@ class LLMAgent:
                 yield queued
             built = await self._request(invocation, step, instruction, specs)
             request = built.request if output is None else replace(built.request, output=output)
+            if step == 0 and choice is not None and specs:
+                request = replace(request, tool_choice=choice)
             message_id = new_id()
             final: ModelResponse | None = None
             gate = await run_before_model(
@@ -352,6 +363,25 @@ class LLMAgent:
                 completion = replace(completion, extensions={**completion.extensions, OUTPUT_EXTENSION: value})
             if not message.tool_calls:
                 yield ending(completion)
+                return
+            ours, theirs = split_calls(message.tool_calls, client_names, self.tools)
+            if theirs:
+                # Issue 20: the client runs these; ours run now, and the turn ends with the
+                # calls waiting in the ledger for the client's results (runs.core.tools.client).
+                completion = replace(completion, extensions={
+                    **completion.extensions, CLIENT_CALLS_EXTENSION: [call.id for call in theirs],
+                })
+                results, stop = await execute_tool_calls(
+                    invocation, ours, self.tools, parallel=self.parallel_tools, callbacks=callbacks,
+                ) if ours else ([], None)
+                paused = [completion, *results]
+                for event in paused[:-1]:
+                    yield continued(event)
+                if stop is not None:
+                    yield paused[-1]
+                    yield self._error(invocation, "stop_agent_error", str(stop))
+                else:
+                    yield ending(paused[-1])
                 return
             # Issue 18: the step (the call and its results) is one ledger write when the tools
             # finish within STEP_GROUP_WAIT_S; a slower tool's call is recorded and shown first,

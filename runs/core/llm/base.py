@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from sessions_app.core.events import Message, ToolCall, Usage
 
@@ -29,6 +29,15 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolChoice:
+    """How the model may use the offered tools (OpenAI's `tool_choice`, issue 20): `auto`,
+    `none` (no tools are offered at all), `required` (some tool), or `function` (`name`)."""
+
+    mode: Literal["auto", "none", "required", "function"]
+    name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
@@ -37,6 +46,8 @@ class ModelRequest:
     max_tokens: int | None = None
     # Issue 20: the answer must be JSON of this spec; providers that can, constrain it.
     output: OutputSpec | None = None
+    # Issue 20: the caller's tool choice; providers that can, send it (None: the model's default).
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 
 from runs.core.attachments import openai_content
 from runs.core.errors import ModelError, TransientModelError
-from runs.core.llm.base import FinalResponseBuilder, ModelInfo, ModelRequest, ModelResponse, ToolSpec
+from runs.core.llm.base import FinalResponseBuilder, ModelInfo, ModelRequest, ModelResponse, ToolChoice, ToolSpec
 from runs.core.llm.catalog import context_window_for
 from runs.core.output import OutputSpec
 from sessions_app.core.events import Message, ToolCall, Usage
@@ -267,6 +267,8 @@ class OpenAIModel:
         }
         if request.tools:
             params["tools"] = [to_openai_tool(tool) for tool in request.tools]
+            if request.tool_choice is not None:  # only beside tools: OpenAI refuses it alone
+                params["tool_choice"] = to_openai_tool_choice(request.tool_choice)
         if request.temperature is not None:
             params["temperature"] = request.temperature
         if request.max_tokens is not None:
@@ -330,6 +332,13 @@ def to_openai_tool(tool: ToolSpec) -> dict[str, Any]:
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)},
     }
+
+
+def to_openai_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    """A tool choice in the OpenAI wire format (issue 20)."""
+    if choice.mode == "function":
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice.mode
 
 
 def to_openai_response_format(output: OutputSpec) -> dict[str, Any]:
@@ -410,4 +419,5 @@ def _retry_after_s(exc: openai.APIError) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-__all__ = ["OpenAIModel", "RequestFilter", "to_openai_message", "to_openai_response_format", "to_openai_tool"]
+__all__ = ["OpenAIModel", "RequestFilter", "to_openai_message", "to_openai_response_format", "to_openai_tool",
+           "to_openai_tool_choice"]
