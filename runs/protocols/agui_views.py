@@ -4,8 +4,13 @@ In: a `RunAgentInput` (camelCase JSON). `threadId` is the session id: the caller
 session, or a new one with that id. The last message is the run's input: a `user` message
 (its text), or a trailing run of `tool` messages, the results of client-side tools, which
 answer tool calls of the thread that have no result yet; they go into the ledger and the
-agent continues with them. `tools`, `state` and `context` are accepted and not used: the
-agent brings its own tools and state. `forwardedProps.outputSchema`, a JSON Schema, makes
+agent continues with them. `tools` are the client's frontend tools (issue 25, item 9):
+offered to the model beside the agent's own (a name the agent's tools already use, or an
+invalid definition, answers 400 naming `tools.<i>.<field>`); when the model calls one, the
+stream shows the call (TOOL_CALL_START/ARGS/END) and ends with RUN_FINISHED, the run
+waiting for the client, whose next input on the thread carries the `tool` message with the
+result and continues (runs.core.tools.client). `state` and `context` are accepted and not
+used. `forwardedProps.outputSchema`, a JSON Schema, makes
 the final answer structured output (issue 20, docs/extensions.md): validated, retried with
 feedback, its JSON the last text message; an invalid schema answers 400 before anything is
 stored. Other `forwardedProps` are ignored.
@@ -47,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
-from ag_ui.core import CustomEvent, RunAgentInput, ToolMessage, UserMessage
+from ag_ui.core import CustomEvent, RunAgentInput, Tool, ToolMessage, UserMessage
 from ag_ui.encoder import EventEncoder
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -63,8 +68,10 @@ from agentsite.errors import envelope
 from agentsite.threads import DB_EXECUTOR
 from runs import models as run_orm
 from runs.auth import BearerTokenAuthentication, SessionAuthentication
+from runs.core.context.seeding import own_tool_names
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
+from runs.core.llm.base import ToolSpec
 from runs.core.manager import RunManager
 from runs.core.output import OutputSpec, SchemaError
 from runs.core.protocols.agui import AguiTranslator, history_messages, text_of
@@ -80,6 +87,7 @@ from runs.core.steering import (
     QueueFullError,
     RunNotActiveError,
 )
+from runs.core.tools.client import ClientToolError, check_clashes, check_unique, client_tool_spec
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
@@ -121,6 +129,8 @@ class AguiTurn:
     """The messages before the input: seeded history for a new thread (SPEC 1.4)."""
     output: OutputSpec | None = None
     """`forwardedProps.outputSchema`: the answer's required shape (issue 20)."""
+    client_tools: tuple[ToolSpec, ...] = ()
+    """`tools`: the client's frontend tools, offered beside the agent's own (issue 25, item 9)."""
 
 
 # -- authentication --------------------------------------------------------------------------
@@ -195,6 +205,7 @@ def parse_run_input(body: Any) -> AguiTurn:
         field = _field_path(first["loc"])
         raise _invalid(f"{field or 'input'}: {first['msg']}", field or None) from None
     output = _output_schema(run_input.forwarded_props)
+    client_tools = _frontend_tools(run_input.tools)
     thread_id = run_input.thread_id
     if not thread_id.strip() or len(thread_id) > _SESSION_ID_MAX:
         raise _invalid(f"threadId must be 1 to {_SESSION_ID_MAX} characters, got {thread_id!r}", "threadId")
@@ -212,7 +223,7 @@ def parse_run_input(body: Any) -> AguiTurn:
             raise _invalid(f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content")
         return AguiTurn(
             thread_id=thread_id, client_run_id=run_input.run_id, text=text,
-            history=history_messages(messages[:last_index]), output=output,
+            history=history_messages(messages[:last_index]), output=output, client_tools=client_tools,
         )
     if isinstance(last, ToolMessage):
         start = last_index
@@ -229,7 +240,7 @@ def parse_run_input(body: Any) -> AguiTurn:
         return AguiTurn(
             thread_id=thread_id, client_run_id=run_input.run_id, tool_messages=tuple(tools),
             tool_indexes=tuple(range(start, last_index + 1)), history=history_messages(messages[:start]),
-            output=output,
+            output=output, client_tools=client_tools,
         )
     raise _invalid(
         f"the last message must have role 'user' or 'tool', got {last.role!r}", f"messages.{last_index}.role"
@@ -246,6 +257,20 @@ def _output_schema(props: Any) -> OutputSpec | None:
         return OutputSpec.of(schema)
     except SchemaError as exc:
         raise AguiRequestError(400, "invalid_output_schema", str(exc), "forwardedProps.outputSchema") from None
+
+
+def _frontend_tools(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
+    """`RunAgentInput.tools` as tool specs; 400 naming the field of a definition that is not
+    valid (a bad name, parameters that are not a JSON Schema of an object) or a duplicate."""
+    try:
+        specs = tuple(
+            client_tool_spec(tool.name, tool.description, tool.parameters, at=f"tools.{index}")
+            for index, tool in enumerate(tools)
+        )
+        check_unique(specs, lambda index: f"tools.{index}.name")
+    except ClientToolError as exc:
+        raise AguiRequestError(400, exc.code, str(exc), exc.param) from None
+    return specs
 
 
 def _text(content: Any, index: int) -> str:
@@ -279,14 +304,19 @@ async def _check_thread(user: Any, thread_id: str) -> None:
         raise AguiRequestError(404, "not_found", f"thread {thread_id!r} not found", "threadId")
 
 
-async def _check_agent(manager: RunManager, agent: str) -> None:
-    async def check(runner: Runner) -> None:
-        runner.agent(agent)
+async def _check_agent(manager: RunManager, agent: str, client_tools: Sequence[ToolSpec] = ()) -> None:
+    """404 for an unknown agent; 400 for a frontend tool named like one of its own."""
+    async def check(runner: Runner) -> frozenset[str]:
+        return own_tool_names(runner.agent(agent))
 
     try:
-        await manager.acall(check)
+        server_tools = await manager.acall(check)
     except AgentNotFoundError:
         raise AguiRequestError(404, "unknown_agent", f"agent {agent!r} not found", "agent") from None
+    try:
+        check_clashes(client_tools, server_tools, lambda index: f"tools.{index}.name", agent=agent)
+    except ClientToolError as exc:
+        raise AguiRequestError(400, exc.code, str(exc), exc.param) from None
 
 
 @dataclass(kw_only=True)
@@ -333,7 +363,7 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
         body = _load_json(request)
         turn = parse_run_input(body)
         steer = wants_steering(body)
-        await _check_agent(manager, agent)
+        await _check_agent(manager, agent, turn.client_tools)
         await _check_thread(user, turn.thread_id)
         if steer and turn.text is not None and (steered := await _steer(request, manager, user, turn)) is not None:
             return steered
@@ -360,7 +390,8 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
                     session_id=turn.thread_id,
                     agent=agent,
                     seed=turn.history,  # stored only when the thread is new
-                    options=RunOptions(metadata={"agui_run_id": turn.client_run_id}, output=turn.output),
+                    options=RunOptions(metadata={"agui_run_id": turn.client_run_id}, output=turn.output,
+                                       client_tools=turn.client_tools),
                     listeners=[listener],
                 )
             finally:
