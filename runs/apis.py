@@ -16,8 +16,10 @@ from agentsite.api.fields import StrictBooleanField, StrictCharField
 from agentsite.composition import run_manager
 from agentsite.errors import ApplicationError
 from runs import selectors
+from runs.attachment_input import rest_parts
 from runs.backends import pending_interrupts
 from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
+from runs.core.attachments import AttachmentError
 from runs.core.errors import UsageError
 from runs.core.invocation import RunOptions
 from runs.core.output import OutputSpec, SchemaError
@@ -26,6 +28,9 @@ from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
 from sessions_app import selectors as session_selectors
+from sessions_app.artifact_backends import DjangoArtifactService
+from sessions_app.core.artifacts import ArtifactScope, ArtifactVersion, InvalidArtifactNameError
+from sessions_app.core.events import ContentPart, Message
 
 # The completion event lands within a second of a cancel (SPEC 1.9); the reply waits a
 # little longer for the run's record, so a loaded database still answers with the outcome.
@@ -99,7 +104,7 @@ def _live(record: RunRecord) -> RunRecord:
 
 class RunCreateApi(APIView):
     class InputSerializer(serializers.Serializer):
-        message = StrictCharField(trim_whitespace=False)
+        message = StrictCharField(trim_whitespace=False, allow_blank=True, help_text="may be empty with attachments")
         session_id = StrictCharField(required=False, max_length=64)
         agent = StrictCharField(required=False, max_length=128)
         request_id = StrictCharField(required=False, max_length=64)
@@ -116,8 +121,16 @@ class RunCreateApi(APIView):
             except SchemaError as exc:  # refused before anything is stored
                 raise ApplicationError("invalid_output_schema", str(exc), field="output_schema") from None
 
+        attachments = serializers.JSONField(
+            required=False,
+            help_text="images and files (issue 20): [{type: image|file, data: base64 or data URL, name?, mime?}], "
+                      "[{type: image, url}] or [{type: file, artifact: a stored file's name, version?}]; the type is "
+                      "sniffed from the bytes (png, jpeg, gif, webp, pdf, text, csv, json: else 415), "
+                      "AGENTSITE_UPLOAD_MAX_BYTES each (413), AGENTSITE_UPLOAD_MAX_COUNT per message (413)",
+        )
+
         def validate_message(self, value: str) -> str:
-            if not value.strip():
+            if not value.strip() and not self.initial_data.get("attachments"):
                 raise serializers.ValidationError("must not be empty")
             limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
             if len(value) > limit:
@@ -151,11 +164,12 @@ class RunCreateApi(APIView):
             raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404, field="session_id")
         manager = run_manager()
         manager.runner.agent(data.get("agent"))  # unknown agent: 400 before anything is written
+        message = Message(role="user", content=data["message"], parts=_attachments(request, data, session_id))
 
         async def start(runner: Runner) -> RunRecord:
             handle = await runner.start(
                 user_id=str(request.user.pk),
-                message=data["message"],
+                message=message,
                 session_id=session_id,
                 agent=data.get("agent"),
                 request_id=data.get("request_id"),
@@ -167,6 +181,28 @@ class RunCreateApi(APIView):
         if data["wait"]:
             record = manager.wait(record.id, timeout=settings.AGENTSITE_RUN_WAIT_TIMEOUT_S) or record
         return Response(run_data(record), status=status.HTTP_201_CREATED)
+
+
+def _attachments(request: Request, data: dict[str, Any], session_id: str | None) -> tuple[ContentPart, ...]:
+    """The run message's images and files, each checked before anything is stored."""
+    if "attachments" not in data:
+        return ()
+    lookup = None
+    if session_id:
+        scope = ArtifactScope(app=settings.AGENTSITE_APP, user_id=str(request.user.pk), session_id=session_id)
+        service = DjangoArtifactService()
+
+        def lookup(name: str, version: int | None) -> ArtifactVersion | None:
+            try:
+                versions = service.versions_sync(scope, name)
+            except InvalidArtifactNameError:
+                return None
+            return next((v for v in reversed(versions) if version is None or v.version == version), None)
+
+    try:
+        return rest_parts(data["attachments"], field="attachments", lookup=lookup)
+    except AttachmentError as exc:
+        raise ApplicationError(exc.code, exc.message, status_code=exc.status, field=exc.field) from None
 
 
 class RunDetailApi(APIView):

@@ -7,12 +7,14 @@ base64 parts, AG-UI's binary input content and A2A's file parts all become
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 
 from runs.core.attachments import (
+    ALLOWED_TYPES,
+    IMAGE_TYPES,
     AttachmentError,
     AttachmentLimits,
     check_count,
@@ -21,9 +23,13 @@ from runs.core.attachments import (
     upload_part,
     url_image_part,
 )
-from sessions_app.core.events import ContentPart
+from sessions_app.core.artifacts import ArtifactVersion
+from sessions_app.core.events import ArtifactRef, ContentPart
 
 OPENAI_PART_TYPES = ("text", "image_url", "file")
+
+ArtifactLookup = Callable[[str, "int | None"], "ArtifactVersion | None"]
+"""(name, version or None for the latest) -> that stored version of the session, or None."""
 
 
 def attachment_limits() -> AttachmentLimits:
@@ -86,5 +92,52 @@ def openai_parts(content: Any, *, field: str, role: str) -> tuple[ContentPart, .
     return tuple(parts)
 
 
-def check_parts(parts: Sequence[ContentPart], *, field: str) -> None:
-    check_count(parts, limits=attachment_limits(), field=field)
+def rest_parts(items: Any, *, field: str, lookup: ArtifactLookup | None) -> tuple[ContentPart, ...]:
+    """REST's `attachments`: each `{"type": "image"|"file", "data": <base64 or data URL>,
+    "name"?, "mime"?}`, an image `{"type": "image", "url": "https://..."}`, or a file already
+    stored in the session `{"type": "file", "artifact": <name>, "version"?}` (`lookup`
+    finds it; None when the request names no session)."""
+    if not isinstance(items, list):
+        raise AttachmentError(400, "invalid", f"{field} must be an array", field=field)
+    limits = attachment_limits()
+    check_count(items, limits=limits, field=field)
+    parts: list[ContentPart] = []
+    for number, item in enumerate(items):
+        at = f"{field}[{number}]"
+        if not isinstance(item, dict) or item.get("type") not in ("image", "file"):
+            raise AttachmentError(400, "invalid", f"{at} must be an object with type 'image' or 'file'", field=f"{at}.type")
+        kind = item["type"]
+        name, declared = item.get("name") or "", item.get("mime") or ""
+        if "artifact" in item:
+            parts.append(_stored_artifact(item, at=at, lookup=lookup))
+        elif "url" in item and kind == "image":
+            parts.append(image_from_url(item["url"], field=f"{at}.url", limits=limits))
+        elif "data" in item:
+            part = file_from_data(item["data"], field=f"{at}.data", name=name, declared=declared, limits=limits)
+            if kind == "image" and part.type != "image":
+                raise AttachmentError(415, "unsupported_media_type", f"{at}.data: the bytes are {part.mime}, not an "
+                                      "image", field=f"{at}.data")
+            parts.append(part)
+        else:
+            raise AttachmentError(400, "invalid", f"{at} needs data (base64), url (an image) or artifact (a stored "
+                                  "file's name)", field=at)
+    return tuple(parts)
+
+
+def _stored_artifact(item: dict[str, Any], *, at: str, lookup: ArtifactLookup | None) -> ContentPart:
+    name, version = item.get("artifact"), item.get("version")
+    if not isinstance(name, str) or not name:
+        raise AttachmentError(400, "invalid", f"{at}.artifact must be an artifact's name", field=f"{at}.artifact")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 0):
+        raise AttachmentError(400, "invalid", f"{at}.version must be a non-negative integer", field=f"{at}.version")
+    info = lookup(name, version) if lookup is not None else None
+    if info is None:
+        raise AttachmentError(400, "artifact_not_found", f"{at}.artifact: no artifact {name!r} in this session"
+                              + (f" (version {version})" if version is not None else ""), field=f"{at}.artifact")
+    if info.mime not in ALLOWED_TYPES:
+        raise AttachmentError(415, "unsupported_media_type", f"{at}.artifact: {name!r} is {info.mime}; allowed types: "
+                              f"{', '.join(ALLOWED_TYPES)}", field=f"{at}.artifact")
+    return ContentPart(
+        type="image" if info.mime in IMAGE_TYPES else "file", name=name.removeprefix("user:"), mime=info.mime,
+        size=info.size, artifact=ArtifactRef(filename=info.filename, version=info.version),
+    )

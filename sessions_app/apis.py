@@ -17,6 +17,7 @@ from agentsite.errors import ApplicationError
 from sessions_app import models as orm
 from sessions_app import selectors, services
 from sessions_app.backends import session_state_view_sync, update_session_state_sync
+from sessions_app.core.artifact_tools import artifact_url
 from sessions_app.core.session import SessionKey, StateKeyError, session_scope_keys
 
 MAX_EVENT_PAGE = 500
@@ -61,6 +62,16 @@ class EventOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+def attachment_data(session_id: str, part: dict[str, Any]) -> dict[str, Any]:
+    """A stored message part as the APIs and pages show it (never its bytes: it has none)."""
+    artifact = part.get("artifact") or {}
+    data = {key: part[key] for key in ("type", "name", "mime", "size", "url") if part.get(key) is not None}
+    if artifact:
+        data["artifact"] = artifact
+        data["download_url"] = artifact_url(session_id, artifact["filename"], artifact["version"])
+    return data
+
+
 def event_data(row: orm.Event) -> dict[str, Any]:
     payload = row.payload
     message = payload.get("message") or {}
@@ -81,6 +92,9 @@ def event_data(row: orm.Event) -> dict[str, Any]:
         data["tool_call_id"] = message["tool_call_id"]
     if message.get("tool_name"):
         data["tool_name"] = message["tool_name"]
+    if message.get("parts"):
+        # Images and files (issue 20): name, type, size and where to download them.
+        data["attachments"] = [attachment_data(row.session_id, p) for p in message["parts"] if p.get("type") != "text"]
     if payload.get("state_delta"):
         data["state_delta"] = payload["state_delta"]
     if payload.get("error"):

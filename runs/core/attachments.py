@@ -166,7 +166,7 @@ def url_image_part(url: str, *, field: str, detail: str | None = None) -> Conten
     return ContentPart(type="image", name=url.rsplit("/", 1)[-1][:100] or "image", url=url, detail=detail)
 
 
-def check_count(parts: Sequence[ContentPart], *, limits: AttachmentLimits, field: str) -> None:
+def check_count(parts: Sequence[object], *, limits: AttachmentLimits, field: str) -> None:
     if len(parts) > limits.max_count:
         raise AttachmentError(
             413, "too_many_attachments", f"{field} has {len(parts)} attachments; the limit is {limits.max_count}",

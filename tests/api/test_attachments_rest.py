@@ -1,0 +1,111 @@
+"""Issue 20, item 3, on REST: `POST /api/runs/` with `attachments` (base64 data, an image
+URL, or a file already stored in the session); the same checks as /v1, nothing stored
+from a refused request."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from runs.core.llm.base import Model
+from sessions_app import models as session_orm
+from tests.api.test_attachments import PNG, data_url
+from tests.support.openai_asgi import agents_on
+from tests.support.openai_server import ScriptedOpenAIServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_auto_memory(settings: Any) -> None:
+    settings.AGENTSITE_MEMORY_AUTO = False
+
+
+def test_rest_base64_image_reaches_the_model_and_the_event_references_its_artifact(
+    alice_api: Any, bob_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("A pixel.")
+    agents_on(openai_server, use_model)
+    response = alice_api.post("/api/runs/", {
+        "message": "", "wait": True,
+        "attachments": [{"type": "image", "name": "dot.png", "data": base64.b64encode(PNG).decode()}],
+    }, format="json")
+    assert response.status_code == 201, response.content
+    run = response.json()
+    assert run["status"] == "completed" and run["answer"] == "A pixel."
+    user = [m for m in openai_server.requests[0]["messages"] if m["role"] == "user"][-1]
+    assert [p["type"] for p in user["content"]] == ["image_url", "text"]
+    assert user["content"][0]["image_url"]["url"] == data_url(PNG)
+    assert user["content"][1]["text"] == f"Attached files: dot.png (image/png, {len(PNG)} B)"
+
+    events = alice_api.get(f"/api/sessions/{run['session_id']}/events/").json()["results"]
+    (part,) = next(e for e in events if e["role"] == "user")["attachments"]
+    assert (part["type"], part["name"], part["mime"], part["size"]) == ("image", "dot.png", "image/png", len(PNG))
+    url = part["download_url"]
+    assert url == f"/api/sessions/{run['session_id']}/artifacts/{part['artifact']['filename']}?version=0"
+    got = alice_api.get(url, HTTP_ACCEPT="*/*")
+    assert got.status_code == 200 and b"".join(got.streaming_content) == PNG
+    assert bob_api.get(url, HTTP_ACCEPT="*/*").status_code == 404
+
+
+def test_rest_a_file_already_in_the_session_is_attached_by_name(
+    alice_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("First.", "It lists one host.")
+    agents_on(openai_server, use_model)
+    first = alice_api.post("/api/runs/", {"message": "hello", "wait": True}, format="json").json()
+    session_id = first["session_id"]
+    stored = alice_api.generic("POST", f"/api/sessions/{session_id}/artifacts/hosts.json", b'{"hosts": ["web-1"]}',
+                               content_type="application/json")
+    assert stored.status_code == 201
+    response = alice_api.post("/api/runs/", {
+        "message": "what is in it?", "session_id": session_id, "wait": True,
+        "attachments": [{"type": "file", "artifact": "hosts.json"}],
+    }, format="json")
+    assert response.status_code == 201, response.content
+    user = [m for m in openai_server.requests[1]["messages"] if m["role"] == "user"][-1]
+    assert user["content"][1] == {"type": "text", "text": 'File hosts.json (application/json):\n{"hosts": ["web-1"]}'}
+
+    missing = alice_api.post("/api/runs/", {
+        "message": "and this?", "session_id": session_id, "attachments": [{"type": "file", "artifact": "nope.pdf"}],
+    }, format="json")
+    assert missing.status_code == 400
+    assert missing.json()["error"]["field"] == "attachments[0].artifact"
+
+
+@pytest.mark.parametrize(("attachment", "status", "field"), [
+    ({"type": "image", "data": base64.b64encode(b"just some text").decode()}, 415, "attachments[0].data"),
+    ({"type": "file", "data": base64.b64encode(b"\x7fELF\x02\x01").decode()}, 415, "attachments[0].data"),
+    ({"type": "file", "data": "not*base64"}, 400, "attachments[0].data"),
+    ({"type": "image", "data": base64.b64encode(PNG + b"\0" * 300).decode()}, 413, "attachments[0].data"),
+    ({"type": "video", "data": "AAAA"}, 400, "attachments[0].type"),
+    ({"type": "file", "artifact": "report.pdf"}, 400, "attachments[0].artifact"),
+])
+def test_rest_a_refused_attachment_answers_its_status_and_stores_nothing(
+    alice: Any, alice_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
+    attachment: dict[str, Any], status: int, field: str,
+) -> None:
+    settings.AGENTSITE_UPLOAD_MAX_BYTES = 200
+    agents_on(openai_server, use_model)
+    response = alice_api.post("/api/runs/", {
+        "message": "look", "attachments": [{"type": "image", "data": base64.b64encode(PNG).decode()}, attachment],
+    }, format="json")
+    expected_field = field.replace("[0]", "[1]")
+    assert response.status_code == status, response.content
+    assert response.json()["error"]["field"] == expected_field
+    assert not session_orm.Session.objects.filter(user=alice).exists()
+    assert session_orm.Artifact.objects.count() == 0 and openai_server.requests == []
+
+
+def test_rest_more_attachments_than_the_limit_is_413(
+    alice: Any, alice_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    settings.AGENTSITE_UPLOAD_MAX_COUNT = 1
+    agents_on(openai_server, use_model)
+    image = {"type": "image", "data": base64.b64encode(PNG).decode()}
+    response = alice_api.post("/api/runs/", {"message": "look", "attachments": [image, image]}, format="json")
+    assert response.status_code == 413 and response.json()["error"]["code"] == "too_many_attachments"
+    assert session_orm.Artifact.objects.count() == 0
