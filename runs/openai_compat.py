@@ -9,7 +9,11 @@ session and is echoed back. The content of an answer is the text of each assista
 of the run, separated by a blank line, the final answer last, whether streamed or not
 (`answer_text`); streaming sends `chat.completion.chunk` events (role first, then text
 deltas) through tool rounds until the run's final answer, then `finish_reason`, a usage
-chunk when asked, and `data: [DONE]`. `Idempotency-Key` makes a repeated request answer
+chunk when asked, and `data: [DONE]`. The request's `tools` are the client's own functions,
+offered beside the agent's (issue 20, runs.core.tools.client): a call of one answers
+`finish_reason: "tool_calls"` with the call and leaves it waiting in the ledger; the next
+request's trailing `tool` results are the run's input; `tool_choice` binds the first model
+step. `Idempotency-Key` makes a repeated request answer
 with the first run's result (joining it while it runs); a run that failed answers 422, which
 SDKs do not retry. Errors use OpenAI's error format. Sampling parameters are accepted and
 ignored: they are settings of the agent, not of the request.

@@ -15,7 +15,9 @@ other tool was the client's (a LangGraph ReAct loop or an Agents SDK handoff tha
 own functions): that call and its result are authored by `SEED_TOOL_AUTHOR`, so the
 projection shows them to the agent as "For context:" messages (SPEC 4.5, foreign events),
 never as calls the agent made of a tool it does not have. The text an assistant message
-carries beside such calls stays the agent's, in an event before the calls.
+carries beside such calls stays the agent's, in an event before the calls. The client-side
+tools a request offers the agent (issue 20, `RunOptions.client_tools`) count as its own: a
+stateless client resending the agent's call of one, then its result, continues that round.
 """
 
 from __future__ import annotations
