@@ -141,3 +141,20 @@ def _stored_artifact(item: dict[str, Any], *, at: str, lookup: ArtifactLookup | 
         type="image" if info.mime in IMAGE_TYPES else "file", name=name.removeprefix("user:"), mime=info.mime,
         size=info.size, artifact=ArtifactRef(filename=info.filename, version=info.version),
     )
+
+
+def a2a_file_part(
+    *, raw: bytes | None, url: str | None, filename: str, media_type: str, field: str, limits: AttachmentLimits
+) -> ContentPart:
+    """An A2A file part: `raw` bytes, or a `url` (a `data:` URL is decoded; an http(s) URL
+    is passed on only for an image, as a URL the model fetches: this server fetches nothing)."""
+    if raw is not None:
+        return upload_part(raw, limits=limits, field=f"{field}.raw", name=filename, declared=media_type)
+    if url and url.startswith("data:"):
+        declared, data = decode_data_url(url, field=f"{field}.url")
+        return upload_part(data, limits=limits, field=f"{field}.url", name=filename, declared=media_type or declared)
+    if url and media_type.startswith("image/"):
+        part = url_image_part(url, field=f"{field}.url")
+        return part if not filename else ContentPart(type="image", name=filename, url=part.url)
+    raise AttachmentError(415, "unsupported_media_type", f"{field}.url: only an image (mediaType image/*) is accepted "
+                          "by URL; send other files as raw bytes or a data: URL", field=f"{field}.url")

@@ -116,8 +116,10 @@ from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate,
 from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor
 from runs.a2a.task_store import DjangoTaskStore
 from runs.a2a.validation import check_request, protocol_major
+from runs.attachment_input import a2a_file_part, attachment_limits
 from runs.core.agents.base import Agent
 from runs.core.agents.graph.events import OBJECT_INTERRUPT
+from runs.core.attachments import AttachmentError, check_count
 from runs.core.errors import UsageError
 from runs.core.invocation import RunOptions
 from runs.core.manager import RunManager
@@ -130,10 +132,12 @@ from sessions_app.backends import db_call
 from sessions_app.core.events import (
     OBJECT_CHUNK,
     OBJECT_STATE_UPDATE,
+    ContentPart,
     Event,
     EventError,
     new_id,
 )
+from sessions_app.core.events import Message as LedgerMessage
 from sessions_app.core.session import APP_PREFIX, SessionKey, SessionNotFoundError
 
 logger = logging.getLogger(__name__)
@@ -239,9 +243,31 @@ def message_text(message: Message) -> str:
             texts.append(part.text)
         elif part.HasField("data"):
             texts.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
-        else:
-            raise ContentTypeNotSupportedError(message="only text and data parts are supported, not files")
+        elif not part.HasField("raw") and not part.HasField("url"):  # files: message_files
+            raise ContentTypeNotSupportedError(message="a part must carry text, data, raw or url")
     return "\n".join(t for t in texts if t)
+
+
+def message_files(message: Message) -> tuple[ContentPart, ...]:
+    """A message's file parts (`raw`, `url`) as attachments, checked as on every surface
+    (issue 20): a type outside the allow list is -32005, any other refusal -32602 naming
+    the part; nothing is stored from a refused message."""
+    limits = attachment_limits()
+    files: list[ContentPart] = []
+    try:
+        for index, part in enumerate(message.parts):
+            if part.HasField("raw") or part.HasField("url"):
+                files.append(a2a_file_part(
+                    raw=part.raw if part.HasField("raw") else None, url=part.url if part.HasField("url") else None,
+                    filename=part.filename, media_type=part.media_type, field=f"params.message.parts[{index}]",
+                    limits=limits,
+                ))
+        check_count(files, limits=limits, field="params.message.parts")
+    except AttachmentError as exc:
+        if exc.status == 415:
+            raise ContentTypeNotSupportedError(message=exc.message) from None
+        raise InvalidParamsError(message=exc.message, data={"field": exc.field, "code": exc.code}) from None
+    return tuple(files)
 
 
 def _metadata_state(context: RequestContext) -> dict[str, Any]:
@@ -323,7 +349,7 @@ class AgentsiteRequestContextBuilder(RequestContextBuilder):
             if params.message.role not in (Role.ROLE_USER, Role.ROLE_UNSPECIFIED):
                 raise InvalidParamsError(message="the message must have the user role")
             text = message_text(params.message)
-            if not text.strip():
+            if not text.strip() and not message_files(params.message):
                 raise InvalidParamsError(message="the message has no text")
             output_spec(params.message, MessageToDict(params.metadata) if params.HasField("metadata") else None)
             if len(text) > settings.AGENTSITE_MAX_MESSAGE_CHARS:
@@ -526,6 +552,7 @@ class AgentsiteAgentExecutor(AgentExecutor):
         if context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(message))
         text = message_text(message)
+        turn = LedgerMessage(role="user", content=text, parts=message_files(message))
         state = _metadata_state(context)
         output = output_spec(message, context.metadata)
         manager = self.manager
@@ -538,7 +565,7 @@ class AgentsiteAgentExecutor(AgentExecutor):
                 await _record_state(runner, user_id=str(user.pk), session_id=session_id, agent=self.agent_name,
                                     delta=state, request_id=request_id, task_id=task_id)
             handle = await runner.start(
-                user_id=str(user.pk), message=text, session_id=session_id, agent=self.agent_name,
+                user_id=str(user.pk), message=turn, session_id=session_id, agent=self.agent_name,
                 request_id=request_id, listeners=[listener],
                 options=RunOptions(metadata={"a2a_task_id": task_id}, output=output),
             )
