@@ -118,6 +118,7 @@ from runs.a2a.task_store import DjangoTaskStore
 from runs.a2a.validation import check_request, protocol_major
 from runs.attachment_input import a2a_file_part, attachment_limits
 from runs.core.agents.base import Agent
+from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
 from runs.core.agents.graph.events import OBJECT_INTERRUPT
 from runs.core.attachments import AttachmentError, check_count
 from runs.core.errors import UsageError
@@ -376,6 +377,10 @@ class _Pause:
 
     kind: str
     question: str
+    routed: bool  # the session's next message answers it; else only a resume of the run does
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "question": self.question, "routed": self.routed}
 
 
 def _pause_of(event: Event) -> _Pause | None:
@@ -383,9 +388,9 @@ def _pause_of(event: Event) -> _Pause | None:
     not), whose text is the question, not an answer."""
     route = event.state_delta.get(ROUTE_STATE_KEY)
     if isinstance(route, Mapping) and route.get("path"):
-        return _Pause(kind=str(route.get("kind") or "ask_user"), question=event.text)
+        return _Pause(kind=str(route.get("kind") or "ask_user"), question=event.text, routed=True)
     if event.object == OBJECT_INTERRUPT:
-        return _Pause(kind="graph_interrupt", question=event.text)
+        return _Pause(kind="graph_interrupt", question=event.text, routed=False)
     return None
 
 
@@ -475,7 +480,7 @@ class _TaskTranslator:
         if status == "completed" and self.pause is not None:
             await updater.update_status(
                 TaskState.TASK_STATE_INPUT_REQUIRED, message=_agent_message(updater, self.pause.question),
-                metadata={**done, META_PAUSE: {"kind": self.pause.kind, "question": self.pause.question}},
+                metadata={**done, META_PAUSE: self.pause.to_dict()},
             )
         elif status == "completed":
             parts = [_value_part(self.output)] if self.output is not None else (
@@ -494,6 +499,19 @@ class _TaskTranslator:
                 message=_agent_message(updater, f"{error.type}: {error.message}"),
                 metadata={**done, "error_type": error.type, "error_message": error.message},
             )
+
+
+def _unrouted_pause(task: Task | None) -> str | None:
+    """The run to resume when `task` waits on a graph interrupt that no route answers (the
+    graph was built without `await_user_reply`); None otherwise (a routed pause is answered
+    by the session's next message, whatever its task)."""
+    if task is None or task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+        return None
+    info = MessageToDict(task.metadata)
+    pause, run_id = info.get(META_PAUSE), info.get(META_RUN_ID)
+    if isinstance(pause, Mapping) and pause.get("routed") is False and isinstance(run_id, str) and run_id:
+        return run_id
+    return None
 
 
 def _message_id(event: Event) -> str:
@@ -560,7 +578,15 @@ class AgentsiteAgentExecutor(AgentExecutor):
         listener, events = manager.bridge()
         request_id = new_id()
 
+        paused_run = _unrouted_pause(context.current_task)
+
         async def start(runner: Runner) -> str:
+            if paused_run is not None:
+                # A graph that pauses without routing: only resuming its run answers it.
+                handle = await resume_graph_run(runner, user_id=str(user.pk), run_id=paused_run, value=text,
+                                                message=text, listeners=[listener])
+                execution.attach(handle.run_id)
+                return handle.run_id
             if state:
                 await _record_state(runner, user_id=str(user.pk), session_id=session_id, agent=self.agent_name,
                                     delta=state, request_id=request_id, task_id=task_id)
@@ -579,6 +605,8 @@ class AgentsiteAgentExecutor(AgentExecutor):
                 run_id = await asyncio.shield(manager.acall(start))
             except SessionNotFoundError:
                 raise InvalidParamsError(message=f"context {session_id!r} not found") from None
+            except (NotWaitingError, RunNotFoundError) as exc:
+                raise InvalidParamsError(message=f"task {task_id!r} cannot be answered: {exc}") from None
             except UsageError as exc:
                 raise InvalidParamsError(message=str(exc)) from None
             await updater.update_status(TaskState.TASK_STATE_WORKING, metadata={
