@@ -244,3 +244,33 @@ async def test_a_result_for_an_unknown_call_id_is_a_400_naming_it_and_nothing_is
             QUESTION, {"role": "tool", "tool_call_id": "call_nobody", "content": "?"}])
     assert await sessions_of(alice) == [session_id]
     openai_server.assert_consumed()
+
+
+async def test_a_tool_result_request_repeated_with_its_idempotency_key_gets_the_first_answer(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script(ServerStep.call("get_weather", {"city": "Paris"}, id="call_c1"), "Sunny.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    raw = await client.chat.completions.with_raw_response.create(model="support", messages=[QUESTION],
+                                                                 tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    session = {"X-Session-Id": raw.headers["X-Session-Id"]}
+    answer = [{"role": "tool", "tool_call_id": "call_c1", "content": "sunny"}]
+    key = {"Idempotency-Key": "answer-c1"}
+    first = await client.chat.completions.create(model="support", messages=[QUESTION, *answer],  # type: ignore[list-item]
+                                                 tools=[WEATHER_TOOL], extra_headers={**session, **key})  # type: ignore[list-item]
+    again = await client.chat.completions.with_raw_response.create(
+        model="support", messages=[QUESTION, *answer], tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        extra_headers={**session, **key})
+    assert first.choices[0].message.content == again.parse().choices[0].message.content == "Sunny."
+    assert again.headers["Idempotent-Replayed"] == "true"
+    # Another result under the same key is another request: refused.
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(
+            model="support", tools=[WEATHER_TOOL],  # type: ignore[list-item]
+            messages=[QUESTION, {"role": "tool", "tool_call_id": "call_c1", "content": "rain"}],
+            extra_headers={**session, **key})
+    assert isinstance(refused.value.body, dict) and refused.value.body["code"] == "idempotency_key_reused"
+    results = [e for e in await stored_events(session["X-Session-Id"]) if e.is_tool_result]
+    assert [e.text for e in results] == ["sunny"]
+    openai_server.assert_consumed()
