@@ -158,3 +158,41 @@ def a2a_file_part(
         return part if not filename else ContentPart(type="image", name=filename, url=part.url)
     raise AttachmentError(415, "unsupported_media_type", f"{field}.url: only an image (mediaType image/*) is accepted "
                           "by URL; send other files as raw bytes or a data: URL", field=f"{field}.url")
+
+
+def agui_parts(content: Any, *, field: str) -> tuple[ContentPart, ...]:
+    """The media parts of an AG-UI user message (`image`, `document`, each with a `data`
+    source: base64 and its mimeType, or a `url` source: passed on for an image only); audio,
+    video and provider `file` sources are refused (415)."""
+    if not isinstance(content, list):
+        return ()
+    limits = attachment_limits()
+    parts: list[ContentPart] = []
+    for number, part in enumerate(content):
+        at = f"{field}.{number}"
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            continue
+        source = getattr(part, "source", None)
+        source_type = getattr(source, "type", None)
+        if kind not in ("image", "document") or source_type not in ("data", "url"):
+            what = f"{kind} content" if kind not in ("image", "document") else f"a {source_type} source"
+            raise AttachmentError(415, "unsupported_media_type", f"{at}: {what} is not supported; send images and "
+                                  "documents with a data or url source", field=at)
+        value, declared = str(getattr(source, "value", "")), str(getattr(source, "mime_type", None) or "")
+        name = str((getattr(part, "metadata", None) or {}).get("filename", "")) if isinstance(
+            getattr(part, "metadata", None), dict) else ""
+        if source_type == "url":
+            if kind == "image" or declared.startswith("image/"):
+                parts.append(image_from_url(value, field=f"{at}.source.value", limits=limits))
+                continue
+            parts.append(a2a_file_part(raw=None, url=value, filename=name, media_type=declared,
+                                       field=f"{at}.source", limits=limits))
+            continue
+        part_found = file_from_data(value, field=f"{at}.source.value", name=name, declared=declared, limits=limits)
+        if kind == "image" and part_found.type != "image":
+            raise AttachmentError(415, "unsupported_media_type", f"{at}.source.value: the bytes are {part_found.mime}, "
+                                  "not an image", field=f"{at}.source.value")
+        parts.append(part_found)
+    check_count(parts, limits=limits, field=field)
+    return tuple(parts)

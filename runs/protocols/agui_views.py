@@ -67,7 +67,9 @@ from agentsite.composition import run_manager
 from agentsite.errors import envelope
 from agentsite.threads import DB_EXECUTOR
 from runs import models as run_orm
+from runs.attachment_input import agui_parts
 from runs.auth import BearerTokenAuthentication, SessionAuthentication
+from runs.core.attachments import AttachmentError
 from runs.core.context.seeding import own_tool_names
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
@@ -91,7 +93,7 @@ from runs.core.tools.client import ClientToolError, check_clashes, check_unique,
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
-from sessions_app.core.events import Event, EventError, Message
+from sessions_app.core.events import ContentPart, Event, EventError, Message
 from sessions_app.core.session import SessionNotFoundError
 
 _LIVE = ("queued", "running")
@@ -131,6 +133,8 @@ class AguiTurn:
     """`forwardedProps.outputSchema`: the answer's required shape (issue 20)."""
     client_tools: tuple[ToolSpec, ...] = ()
     """`tools`: the client's frontend tools, offered beside the agent's own (issue 25, item 9)."""
+    parts: tuple[ContentPart, ...] = ()
+    """The user message's images and documents (issue 20), checked, not stored yet."""
 
 
 # -- authentication --------------------------------------------------------------------------
@@ -215,15 +219,16 @@ def parse_run_input(body: Any) -> AguiTurn:
     last_index = len(messages) - 1
     last = messages[last_index]
     if isinstance(last, UserMessage):
-        text = _text(last.content, last_index)
-        if not text.strip():
+        parts = _media_parts(last.content, last_index)
+        text = _text([p for p in last.content if p.type == "text"] if parts else last.content, last_index)
+        if not text.strip() and not parts:
             raise _invalid("the last user message is empty", f"messages.{last_index}.content")
         limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
         if len(text) > limit:
             raise _invalid(f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content")
         return AguiTurn(
             thread_id=thread_id, client_run_id=run_input.run_id, text=text,
-            history=history_messages(messages[:last_index]), output=output, client_tools=client_tools,
+            history=history_messages(messages[:last_index]), output=output, client_tools=client_tools, parts=parts,
         )
     if isinstance(last, ToolMessage):
         start = last_index
@@ -271,6 +276,13 @@ def _frontend_tools(tools: Sequence[Tool]) -> tuple[ToolSpec, ...]:
     except ClientToolError as exc:
         raise AguiRequestError(400, exc.code, str(exc), exc.param) from None
     return specs
+
+
+def _media_parts(content: Any, index: int) -> tuple[ContentPart, ...]:
+    try:
+        return agui_parts(content, field=f"messages.{index}.content")
+    except AttachmentError as exc:
+        raise AguiRequestError(exc.status, exc.code, exc.message, exc.field) from None
 
 
 def _text(content: Any, index: int) -> str:
@@ -385,7 +397,7 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
                     raise busy
                 handle = await runner.start(
                     user_id=str(user.pk),
-                    message=turn.text,
+                    message=Message(role="user", content=turn.text, parts=turn.parts) if turn.parts else turn.text,
                     tool_results=tool_results,
                     session_id=turn.thread_id,
                     agent=agent,
