@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from sessions_app import models as orm
@@ -30,6 +32,21 @@ def _tool_calls(event: orm.Event) -> str:
     )
 
 
+def _attachments(event: orm.Event) -> str:
+    """A message's images and files (issue 20): name, type and size, each linked to its
+    artifact's admin page (the download API answers the session's owner only)."""
+    parts = [p for p in (event.payload.get("message") or {}).get("parts") or () if p.get("type") != "text"]
+    rows = []
+    for part in parts:
+        artifact = part.get("artifact") or {}
+        if artifact:
+            href = reverse("admin:sessions_app_artifact_changelist") + "?" + urlencode({"q": artifact.get("filename", "")})
+        else:
+            href = part.get("url") or ""
+        rows.append((href, part.get("name") or "attachment", part.get("mime") or "image by URL", part.get("size") or 0))
+    return format_html_join("", '<div class="attachment">📎 <a href="{}">{}</a> ({}, {} bytes)</div>', rows)
+
+
 class EventInline(ReadOnlyMixin, admin.TabularInline):
     model = orm.Event
     extra = 0
@@ -46,7 +63,8 @@ class EventInline(ReadOnlyMixin, admin.TabularInline):
         text = event.text if len(event.text) <= 2000 else event.text[:2000] + " …"
         if error:
             return format_html("<strong>{}</strong>: {}<br>{}", error.get("type"), error.get("message"), text)
-        return text
+        files = _attachments(event)
+        return format_html("{}{}", text, files) if files else text
 
     @admin.display(description="tool calls")
     def tool_calls_view(self, event: orm.Event) -> str:

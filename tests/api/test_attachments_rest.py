@@ -109,3 +109,34 @@ def test_rest_more_attachments_than_the_limit_is_413(
     response = alice_api.post("/api/runs/", {"message": "look", "attachments": [image, image]}, format="json")
     assert response.status_code == 413 and response.json()["error"]["code"] == "too_many_attachments"
     assert session_orm.Artifact.objects.count() == 0
+
+
+def test_the_ledger_page_admin_and_inspector_show_an_attachment_with_its_download_link(
+    alice: Any, alice_api: Any, admin_client: Any, openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+) -> None:
+    from django.test import Client
+
+    openai_server.script("A pixel.")
+    agents_on(openai_server, use_model)
+    run = alice_api.post("/api/runs/", {
+        "message": "look", "wait": True,
+        "attachments": [{"type": "image", "name": "dot.png", "data": base64.b64encode(PNG).decode()}],
+    }, format="json").json()
+    session_id = run["session_id"]
+    (part,) = next(e for e in alice_api.get(f"/api/sessions/{session_id}/events/").json()["results"]
+                   if e["role"] == "user")["attachments"]
+
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.get(f"/sessions/{session_id}/").content.decode()
+    assert f'<a href="{part["download_url"]}" download><img class="attachment-thumb" src="{part["download_url"]}"' in page
+    assert "dot.png" in page and "image/png" in page
+
+    admin_page = admin_client.get(f"/admin/sessions_app/session/{session_id}/change/").content.decode()
+    assert "dot.png" in admin_page and f"image/png, {len(PNG)} bytes" in admin_page
+
+    blocks = alice_api.get(f"/api/sessions/{session_id}/context/").json()["blocks"]
+    shown = next(b for b in blocks if b.get("attachments"))
+    assert shown["attachments"][0]["artifact"] == part["artifact"]
+    assert shown["attachments"][0]["tokens"] == 765 and shown["tokens"] > 765

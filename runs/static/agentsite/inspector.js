@@ -113,6 +113,26 @@
     figure.hidden = false;
   }
 
+  // Issue 20: a message's images and files, each counted at a fixed estimate; stored ones
+  // link to their artifact (GET /api/sessions/<id>/artifacts/<name>?version=).
+  const artifactsUrl = section.dataset.url.replace(/context\/?$/, "artifacts/");
+
+  function attachmentList(attachments) {
+    const list = el("ul", { class: "attachments" });
+    for (const file of attachments) {
+      const entry = el("li", { class: "attachment" });
+      const href = file.artifact
+        ? `${artifactsUrl}${encodeURIComponent(file.artifact.filename)}?version=${file.artifact.version}`
+        : file.url;
+      const link = el("a", file.artifact ? { href, download: "" } : { href, rel: "noopener noreferrer", target: "_blank" });
+      if (file.artifact && file.type === "image") link.append(el("img", { class: "attachment-thumb", src: href, alt: "", loading: "lazy" }));
+      link.append(document.createTextNode(file.name || "attachment"));
+      entry.append(link, el("span", { class: "muted" }, `${file.mime || "image by URL"} · ~${number(file.tokens)} tokens`));
+      list.append(entry);
+    }
+    return list;
+  }
+
   function showBlocks(items) {
     for (const block of items) {
       const item = el("li", { class: `context-block kind-${block.kind}` });
@@ -126,6 +146,7 @@
       head.append(el("span", { class: "tokens" }, `${number(block.tokens)} tokens`));
       item.append(head);
       if (block.preview) item.append(el("p", { class: "context-preview" }, block.preview));
+      if (block.attachments && block.attachments.length) item.append(attachmentList(block.attachments));
       blocks.append(item);
     }
     blocksHeading.hidden = !items.length;
