@@ -203,7 +203,7 @@ def test_send_runs_the_agent_and_answers_with_the_completed_task(server: LiveSer
     assert any(e["role"] == "tool" and e.get("tool_name") == "inspect_certificate" for e in events)
 
 
-def test_stream_sends_the_task_progress_answer_chunks_and_completion(server: LiveServer, alice: Any) -> None:
+def test_stream_sends_the_task_progress_then_the_answer_once_and_completion(server: LiveServer, alice: Any) -> None:
     token = token_for(alice)
 
     async def main() -> list[StreamResponse]:
