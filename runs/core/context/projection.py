@@ -107,6 +107,10 @@ class Projection:
     """The events after the boundary a model would see raw (for the raw-ledger token count)."""
     intra_run: bool = False
     """The summary covers events of the running invocation (an intra-run summary)."""
+    origin: str = dataclasses.field(default="full", compare=False)
+    """How it was made (issue 18): `full` (from the ledger), `incremental` (kept state plus
+    the new events), `rebuilt:<reason>` (state made again from the ledger) or
+    `fallback:<reason>` (a case the kept state cannot vouch for; made from the ledger)."""
 
     @property
     def boundary_seq(self) -> int:
@@ -129,7 +133,9 @@ def _context_text(event: Event, message: Message, *, orphan: bool) -> list[str]:
     return lines
 
 
-def _as_context(item: ProjectedItem, message: Message | None = None, *, orphan: bool = True) -> ProjectedItem:
+def as_context(item: ProjectedItem, message: Message | None = None, *, orphan: bool = True) -> ProjectedItem:
+    """`item` as a "For context:" user message (SPEC 4.5): another agent's message, or an
+    orphan call or result (`orphan` says no result of the calls is recorded)."""
     assert item.event is not None
     text = "\n".join(_context_text(item.event, message or item.message, orphan=orphan))
     return dataclasses.replace(item, kind="context", message=Message(role="user", content=text))
@@ -160,6 +166,22 @@ def pair_tool_calls(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
     call before it becomes a context message where it stands. Messages before the first
     user message become context too, so that a history always opens with the user.
     """
+    return open_with_user(pair_results(items), user_seen=False)
+
+
+def open_with_user(items: Sequence[ProjectedItem], *, user_seen: bool) -> list[ProjectedItem]:
+    """Messages before the first user-role one become context, so that a history opens
+    with the user; with `user_seen`, `items` continue a history that already has one
+    (the incremental projection pairs its new items on their own)."""
+    first_user = 0 if user_seen else next((i for i, item in enumerate(items) if item.message.role == "user"), len(items))
+    return [
+        as_context(item, orphan=False) if i < first_user and item.kind != "context" else item
+        for i, item in enumerate(items)
+    ]
+
+
+def pair_results(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
+    """`pair_tool_calls` without opening with the user message."""
     owner = _bind_results([item.message for item in items])
     results_of: dict[int, dict[str, int]] = {}
     for result, call in owner.items():
@@ -169,7 +191,7 @@ def pair_tool_calls(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
         message = item.message
         if message.role == "tool" and message.tool_call_id is not None:
             if index not in owner:
-                out.append(_as_context(item))
+                out.append(as_context(item))
             continue  # emitted right after its call
         if not message.tool_calls:
             out.append(item)
@@ -178,19 +200,15 @@ def pair_tool_calls(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
         kept = tuple(call for call in message.tool_calls if call.id in answered)
         orphans = tuple(call for call in message.tool_calls if call.id not in answered)
         if not kept:
-            out.append(_as_context(item))
+            out.append(as_context(item))
             continue
         out.append(item if not orphans else dataclasses.replace(
             item, message=dataclasses.replace(message, tool_calls=kept)
         ))
         out.extend(items[answered[call.id]] for call in kept)
         if orphans:
-            out.append(_as_context(item, Message(role="assistant", tool_calls=orphans)))
-    first_user = next((i for i, item in enumerate(out) if item.message.role == "user"), len(out))
-    return [
-        _as_context(item, orphan=False) if i < first_user and item.kind != "context" else item
-        for i, item in enumerate(out)
-    ]
+            out.append(as_context(item, Message(role="assistant", tool_calls=orphans)))
+    return out
 
 
 def merge_context(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
@@ -233,6 +251,25 @@ def _resume_tail(
     return set()
 
 
+@dataclass(kw_only=True)
+class ProjectionParts:
+    """What `project` derives from the ledger before pairing and merging: the eligible
+    events (those of the filter key with a model message), which the summary covers, the
+    bindings of results to calls, and the history items in ledger order. The incremental
+    projection (`runs.core.context.incremental`) starts from these and extends them."""
+
+    summary: Summary | None
+    eligible: list[tuple[Event, Message]]
+    beyond: list[bool]
+    covered: list[bool]
+    owner: dict[int, int]
+    items: list[ProjectedItem]
+    hidden: int
+    last_at: dict[str, int]
+    completed: set[str]
+    intra_run: bool
+
+
 def project(
     session: Session,
     *,
@@ -244,6 +281,29 @@ def project(
 
     With `agent_name`, events of any other author but the user are shown as context.
     """
+    parts = project_parts(
+        session, filter_key=filter_key, active_invocation_id=active_invocation_id, agent_name=agent_name
+    )
+    return Projection(
+        filter_key=filter_key,
+        summary=parts.summary,
+        items=tuple(merge_context(pair_tool_calls(parts.items))),
+        hidden_events=parts.hidden,
+        unit_order=tuple(sorted(parts.last_at, key=parts.last_at.__getitem__)),
+        completed_units=frozenset(parts.completed),
+        visible_after_boundary=tuple(e for (e, _), b in zip(parts.eligible, parts.beyond, strict=True) if b),
+        intra_run=parts.intra_run,
+    )
+
+
+def project_parts(
+    session: Session,
+    *,
+    filter_key: str,
+    active_invocation_id: str | None = None,
+    agent_name: str | None = None,
+) -> ProjectionParts:
+    """The projection's intermediate results (see `ProjectionParts`)."""
     summary = select_summary(session.summaries, filter_key)
     eligible: list[tuple[Event, Message]] = []
     last_at: dict[str, int] = {}  # compaction unit -> position of its newest event
@@ -301,15 +361,16 @@ def project(
         else:
             hidden += 1
             continue
-        items.append(_as_context(item, orphan=False) if foreign(event) and message.role != "user" else item)
-    units = tuple(sorted(last_at, key=last_at.__getitem__))
-    return Projection(
-        filter_key=filter_key,
+        items.append(as_context(item, orphan=False) if foreign(event) and message.role != "user" else item)
+    return ProjectionParts(
         summary=summary,
-        items=tuple(merge_context(pair_tool_calls(items))),
-        hidden_events=hidden,
-        unit_order=units,
-        completed_units=frozenset(completed),
-        visible_after_boundary=tuple(e for (e, _), b in zip(eligible, beyond, strict=True) if b),
+        eligible=eligible,
+        beyond=beyond,
+        covered=covered,
+        owner=owner,
+        items=items,
+        hidden=hidden,
+        last_at=last_at,
+        completed=completed,
         intra_run=any(a and not b for a, b in zip(active, beyond, strict=True)),
     )

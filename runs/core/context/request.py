@@ -26,6 +26,7 @@ from runs.core.context.compaction import (
     fit_current_invocation,
 )
 from runs.core.context.governance import TIKTOKEN, ContextGovernance, hard_limit, tools_tokens
+from runs.core.context.incremental import PROJECTIONS, IncrementalProjection
 from runs.core.context.manifest import (
     Manifest,
     build_manifest,
@@ -168,6 +169,7 @@ class BuiltRequest:
             "intra_run_summary": self.projection.intra_run,
             "resume_tail": sum(1 for i in self.items if i.resume_tail),
             "seeded_events": sum(1 for i in self.items for e in i.events if e.extensions.get(SEED_EXTENSION)),
+            "projection": self.projection.origin,
             "summary": None if summary is None else {
                 "version": summary.version,
                 "last_seq": summary.last_seq,
@@ -277,6 +279,7 @@ def build_context(
     current_unit: str = NEXT_UNIT,
     agent_name: str | None = None,
     fit_to: int | None = None,
+    projections: IncrementalProjection | None = PROJECTIONS,
 ) -> BuiltRequest:
     """Instruction, summary block and projected history, with tool results compacted.
 
@@ -284,12 +287,16 @@ def build_context(
     replaces what it covers: the events before it may not even be loaded). With `fit_to`
     (governed requests only), a request still over that many tokens has the running
     invocation's older tool results replaced by placeholders and, past
-    `hard_limit(window)`, its results cut (`fit_current_invocation`).
+    `hard_limit(window)`, its results cut (`fit_current_invocation`). The history comes
+    from `projections` (kept up to date between calls, issue 18), or with None from the
+    whole loaded ledger.
     """
     tokenizer = governance.tokenizer if governance is not None else TIKTOKEN
     mode: SummaryInjection = governance.summary_injection if governance is not None else "system"
     prefix = (Message(role="system", content=instruction),) if instruction else ()
-    projection = project(session, filter_key=filter_key, active_invocation_id=active_invocation_id, agent_name=agent_name)
+    projection = (projections.project if projections is not None else project)(
+        session, filter_key=filter_key, active_invocation_id=active_invocation_id, agent_name=agent_name
+    )
     # SPEC 4.3 step 6: a user message with images or files names them in a text part.
     items = [
         dataclasses.replace(item, message=with_attached_note(item.message)) if item.message.attachments else item
