@@ -53,6 +53,7 @@ from runs.core.tools.client import (
     client_calls,
     openai_tool_choice,
     openai_tools,
+    takes_client_tools,
 )
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
@@ -420,10 +421,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         key = _idempotency_key(request)
         manager = run_manager()
         try:
-            server_tools = await manager.acall(lambda runner: _check_agent(runner, chat.agent))
+            server_tools, kind = await manager.acall(lambda runner: _check_agent(runner, chat.agent))
         except AgentNotFoundError:
             raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
                               param="model", code="model_not_found") from None
+        if chat.client_tools and kind != "llm":
+            raise OpenAIError(400, f"the model {chat.agent!r} is a {kind} agent, which cannot call client tools; "
+                              "use an LLM agent", param="tools", code="unsupported_client_tools")
         try:
             check_clashes(chat.client_tools, server_tools, lambda i: f"tools[{i}].function.name", agent=chat.agent)
             check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
@@ -567,9 +571,11 @@ async def _ended(manager: Any, record: RunRecord) -> RunRecord:
     return record
 
 
-async def _check_agent(runner: Runner, name: str) -> frozenset[str]:
-    """The agent's own tool names; `AgentNotFoundError` for an unknown agent."""
-    return own_tool_names(runner.agent(name))
+async def _check_agent(runner: Runner, name: str) -> tuple[frozenset[str], str]:
+    """The agent's own tool names and its kind ("llm" when it takes client tools);
+    `AgentNotFoundError` for an unknown agent."""
+    agent = runner.agent(name)
+    return own_tool_names(agent), "llm" if takes_client_tools(agent) else str(getattr(agent, "kind", "other"))
 
 
 def _result_param(chat: ChatRequest, problem: str) -> str | None:

@@ -89,7 +89,13 @@ from runs.core.steering import (
     QueueFullError,
     RunNotActiveError,
 )
-from runs.core.tools.client import ClientToolError, check_clashes, check_unique, client_tool_spec
+from runs.core.tools.client import (
+    ClientToolError,
+    check_clashes,
+    check_unique,
+    client_tool_spec,
+    takes_client_tools,
+)
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
@@ -316,19 +322,25 @@ async def _check_thread(user: Any, thread_id: str) -> None:
         raise AguiRequestError(404, "not_found", f"thread {thread_id!r} not found", "threadId")
 
 
-async def _check_agent(manager: RunManager, agent: str, client_tools: Sequence[ToolSpec] = ()) -> None:
-    """404 for an unknown agent; 400 for a frontend tool named like one of its own."""
-    async def check(runner: Runner) -> frozenset[str]:
-        return own_tool_names(runner.agent(agent))
+async def _check_agent(manager: RunManager, agent: str, client_tools: Sequence[ToolSpec] = ()) -> tuple[ToolSpec, ...]:
+    """404 for an unknown agent; 400 for a frontend tool named like one of its own. The
+    frontend tools the run offers: none for an agent that is not an LLM agent (a graph or a
+    composite cannot pause for them; AG-UI clients send their tools with every input)."""
+    async def check(runner: Runner) -> tuple[frozenset[str], bool]:
+        chosen = runner.agent(agent)
+        return own_tool_names(chosen), takes_client_tools(chosen)
 
     try:
-        server_tools = await manager.acall(check)
+        server_tools, takes = await manager.acall(check)
     except AgentNotFoundError:
         raise AguiRequestError(404, "unknown_agent", f"agent {agent!r} not found", "agent") from None
+    if not takes:
+        return ()
     try:
         check_clashes(client_tools, server_tools, lambda index: f"tools.{index}.name", agent=agent)
     except ClientToolError as exc:
         raise AguiRequestError(400, exc.code, str(exc), exc.param) from None
+    return tuple(client_tools)
 
 
 @dataclass(kw_only=True)
@@ -375,7 +387,7 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
         body = _load_json(request)
         turn = parse_run_input(body)
         steer = wants_steering(body)
-        await _check_agent(manager, agent, turn.client_tools)
+        client_tools = await _check_agent(manager, agent, turn.client_tools)
         await _check_thread(user, turn.thread_id)
         if steer and turn.text is not None and (steered := await _steer(request, manager, user, turn)) is not None:
             return steered
@@ -403,7 +415,7 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
                     agent=agent,
                     seed=turn.history,  # stored only when the thread is new
                     options=RunOptions(metadata={"agui_run_id": turn.client_run_id}, output=turn.output,
-                                       client_tools=turn.client_tools),
+                                       client_tools=client_tools),
                     listeners=[listener],
                 )
             finally:

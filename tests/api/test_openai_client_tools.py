@@ -274,3 +274,14 @@ async def test_a_tool_result_request_repeated_with_its_idempotency_key_gets_the_
     results = [e for e in await stored_events(session["X-Session-Id"]) if e.is_tool_result]
     assert [e.text for e in results] == ["sunny"]
     openai_server.assert_consumed()
+
+
+async def test_client_tools_for_an_agent_that_is_not_an_llm_agent_are_a_400(alice: Any) -> None:
+    client = await client_for(alice)
+    with pytest.raises(openai.BadRequestError) as refused:  # the demo's troubleshoot agent is a graph
+        await client.chat.completions.create(model="troubleshoot", messages=[QUESTION],
+                                             tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    body = refused.value.body
+    assert isinstance(body, dict) and (body["param"], body["code"]) == ("tools", "unsupported_client_tools"), body
+    assert "graph" in body["message"]
+    assert await sessions_of(alice) == []

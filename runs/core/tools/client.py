@@ -145,6 +145,13 @@ def split_calls(calls: Iterable[ToolCall], client: Collection[str], server: Coll
     return ours, theirs
 
 
+def takes_client_tools(agent: object) -> bool:
+    """Whether `agent` can be offered client tools: an LLM agent, which ends its run at a
+    call of one. A composite or a graph cannot: a child that paused would be followed by
+    the next child, the call left behind."""
+    return getattr(agent, "kind", None) == "llm"
+
+
 def client_calls(event: Event) -> list[ToolCall]:
     """The calls of `event` that wait for the client (empty for any other event)."""
     ids = event.extensions.get(CLIENT_CALLS_EXTENSION)
