@@ -16,9 +16,10 @@ Connecting
     its session is deleted.
 
 Client frames (JSON text)
-    {"type": "run", "message": str, "agent"?: str}
+    {"type": "run", "message": str, "agent"?: str, "attachments"?: [...]}
         start a run on this session (no agent: the session's, else the default). The
         answer is first `{"type": "run.accepted", "run_id": str}`, then the run's events.
+        `attachments` are images and files as on REST's POST /api/runs/ (docs/attachments.md).
     {"type": "cancel", "run_id": str}
         cancel a run of this session; its events end with RUN_FINISHED.
     {"type": "message", "run_id": str, "message": str}
@@ -87,6 +88,8 @@ from django.db.models import Max, Min
 
 from agentsite.composition import run_manager
 from runs import models as run_orm
+from runs.attachment_input import rest_parts
+from runs.core.attachments import AttachmentError
 from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.protocols.agui import AguiTranslator
 from runs.core.records import RunRecord
@@ -105,7 +108,7 @@ from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import mapping
 from sessions_app import models as orm
 from sessions_app.backends import db_call
-from sessions_app.core.events import Event
+from sessions_app.core.events import Event, Message
 from sessions_app.core.session import SessionNotFoundError
 
 logger = logging.getLogger(__name__)
@@ -477,7 +480,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
             )))
 
     async def _run(self, frame: dict[str, Any]) -> None:
-        message = _frame_message(frame)
+        message: str | Message = _frame_message(frame, empty_ok=bool(frame.get("attachments")))
+        if frame.get("attachments"):  # images and files, as on REST (issue 20): checked before anything is stored
+            try:
+                parts = rest_parts(frame["attachments"], field="attachments", lookup=None)
+            except AttachmentError as exc:
+                raise FrameError(exc.code, exc.message, exc.field) from None
+            message = Message(role="user", content=message, parts=parts)
         agent = _checked_text(frame, "agent")
         if agent is not None and (not isinstance(agent, str) or not agent):
             raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
@@ -551,10 +560,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         }))
 
 
-def _frame_message(frame: dict[str, Any]) -> str:
-    """The frame's `message`: a non-empty string within the size limit."""
+def _frame_message(frame: dict[str, Any], *, empty_ok: bool = False) -> str:
+    """The frame's `message`: a non-empty string within the size limit (empty allowed
+    beside attachments)."""
     message = _checked_text(frame, "message")
-    if not isinstance(message, str) or not message.strip():
+    if not isinstance(message, str) or (not message.strip() and not empty_ok):
         raise FrameError("invalid_frame", "message must be a non-empty string", "message")
     limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
     if len(message) > limit:

@@ -44,7 +44,7 @@ def _attachments(event: orm.Event) -> str:
         else:
             href = part.get("url") or ""
         rows.append((href, part.get("name") or "attachment", part.get("mime") or "image by URL", part.get("size") or 0))
-    return format_html_join("", '<div class="attachment">📎 <a href="{}">{}</a> ({}, {} bytes)</div>', rows)
+    return format_html_join("", '<div class="attachment">attached: <a href="{}">{}</a> ({}, {} bytes)</div>', rows)
 
 
 class EventInline(ReadOnlyMixin, admin.TabularInline):

@@ -23,6 +23,7 @@ No Django here: the client side works anywhere.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -79,6 +80,13 @@ class A2ARemoteError(RuntimeError):
 
 def _text(parts: Any) -> str:
     return "".join(part.text for part in parts if part.HasField("text"))
+
+
+def _answer_text(parts: Any) -> str:
+    """An artifact's text: its text parts, and its data parts (a structured answer) as JSON."""
+    texts = [part.text if part.HasField("text") else json.dumps(MessageToDict(part)["data"], ensure_ascii=False)
+             for part in parts if part.HasField("text") or part.HasField("data")]
+    return "".join(texts)
 
 
 PROGRESS_KEY = "agentsite_progress"
@@ -254,13 +262,13 @@ class A2AAgent:
             task = response.task
             seen.task_id, seen.context_id = task.id, task.context_id
             for artifact in task.artifacts:
-                seen.artifacts[artifact.artifact_id] = _text(artifact.parts)
+                seen.artifacts[artifact.artifact_id] = _answer_text(artifact.parts)
             return self._status(task.status, seen)
         if response.HasField("artifact_update"):
             update = response.artifact_update
             seen.task_id = update.task_id or seen.task_id
             seen.context_id = update.context_id or seen.context_id
-            artifact, text = update.artifact, _text(update.artifact.parts)
+            artifact, text = update.artifact, _answer_text(update.artifact.parts)
             before = seen.artifacts.get(artifact.artifact_id, "") if update.append else ""
             seen.artifacts[artifact.artifact_id] = before + text
             if artifact.artifact_id in seen.streamed:

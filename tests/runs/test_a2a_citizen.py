@@ -37,10 +37,13 @@ from google.protobuf.json_format import MessageToDict
 from rest_framework.authtoken.models import Token
 
 from agentsite.asgi import application
+from runs.a2a.agent import A2AAgent
 from runs.core.agents.graph import GraphAgent, InMemoryCheckpointStore, StateGraph, StateSchema
 from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner
+from sessions_app.core.inmemory import InMemorySessionService
+from sessions_app.core.session import SessionKey
 from tests.security.support import a2a, client, rpc
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -208,6 +211,30 @@ async def test_a_graph_without_routing_is_input_required_and_its_task_resumes_th
     assert effects == ["ask", "ask", "publish:yes"]
 
 
+async def test_our_a2a_agent_answers_a_remote_pause_on_the_same_remote_task(
+    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+) -> None:
+    use_model(ScriptedModel.of())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://testserver",
+                                 headers={"Authorization": f"Bearer {alice_token}"}, timeout=30) as http:
+        remote = A2AAgent(name="remote", url="http://testserver/a2a/troubleshoot", http_client=http)
+        sessions = InMemorySessionService()
+        runner = Runner(app="client", agents=[remote], session_service=sessions)
+        first = [e async for e in runner.run(user_id="u1", message="payments TLS handshake failures")]
+        [session] = await sessions.list_sessions(app="client", user_id="u1")
+        paused_task = (await sessions.get_session(SessionKey(app="client", user_id="u1", session_id=session.id))
+                       ).state[remote.task_key]
+        second = [e async for e in runner.run(user_id="u1", session_id=session.id, message="approve")]
+
+    [question] = [e for e in first if e.message is not None and e.message.role == "assistant" and not e.partial]
+    assert question.text.startswith("Approve this incident report?")
+    assert question.extensions["a2a"]["state"] == "TASK_STATE_INPUT_REQUIRED" and paused_task
+    [answer] = [e for e in second if e.message is not None and e.message.role == "assistant" and not e.partial]
+    assert answer.text.endswith(APPROVED)
+    assert answer.extensions["a2a"]["task_id"] == paused_task  # the same remote task went on
+    assert answer.extensions["a2a"]["state"] == "TASK_STATE_COMPLETED"
+
+
 # -- item 7: progress is metadata, the answer is sent once, failures are failed ----------------
 
 
@@ -297,6 +324,18 @@ async def test_metadata_output_schema_returns_the_validated_value_as_a_data_part
     async with client(alice_token) as http:
         session = (await http.get(f"/api/sessions/{task.context_id}/")).json()
     assert session["state"]["customer"] == "acme" and "outputSchema" not in session["state"]
+
+
+async def test_our_a2a_agent_reads_a_structured_answer_as_its_json(
+    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+) -> None:
+    use_agents([LLMAgent(name="triage", model=ScriptedModel.of('{"severity": "low", "summary": "fine"}'))])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://testserver",
+                                 headers={"Authorization": f"Bearer {alice_token}"}, timeout=30) as http:
+        remote = A2AAgent(name="remote", url="http://testserver/a2a/triage", http_client=http)
+        updates = [u async for u in remote.exchange("Triage INC-1", metadata={"outputSchema": SEVERITY})]
+
+    assert updates[-1].kind == "final" and json.loads(updates[-1].text) == {"severity": "low", "summary": "fine"}
 
 
 async def test_an_invalid_output_schema_is_refused_with_32602_naming_it_before_anything_runs(

@@ -42,6 +42,9 @@
     emptyAgentName: $("empty-agent-name"),
     emptyAgentDescription: $("empty-agent-description"),
     queuedTray: $("queued-tray"),
+    attachmentTray: $("attachment-tray"),
+    attachButton: $("attach-button"),
+    attachInput: $("attach-input"),
   };
 
   const REPAIRED_ERROR_TEXT = "An error occurred during execution. Please contact the service provider.";
@@ -73,6 +76,7 @@
     approvals: new Map(), // interruptId -> approval card of a paused graph run
     pendingUsers: [], // user bubbles sent from here, not yet seen in the ledger
     queued: [], // messages sent into the running reply, not yet taken by it (steering)
+    attachments: [], // images and files staged for the next message: {name, mime, size, dataUrl, previewUrl}
     steerPending: [], // of those, the ones whose `message` frame awaits its answer, in order
     liveErrors: [], // error notices from the socket, not yet seen in the ledger
     erroredInvocations: new Set(),
@@ -384,10 +388,13 @@
     return state.pendingUsers.splice(index, 1)[0];
   }
 
-  function addPendingUser(text) {
+  function addPendingUser(text, attachments = []) {
     const record = createMessage(null, "user");
     record.element.classList.add("msg-pending");
     setText(record, text);
+    if (attachments.length) {
+      showAttachments(record, attachments.map((a) => ({ type: a.mime.startsWith("image/") ? "image" : "file", name: a.name, mime: a.mime, size: a.size, href: a.previewUrl })));
+    }
     state.pendingUsers.push(record);
     return record;
   }
@@ -787,13 +794,17 @@
       ledgerError(event);
       return;
     }
-    if (event.role === "user" && event.text) {
-      let record = state.messages.get(event.id) || takePendingUser(event.text);
+    if (event.role === "user" && (event.text || (event.attachments && event.attachments.length))) {
+      let record = state.messages.get(event.id) || takePendingUser(event.text || "");
       if (!record) record = createMessage(event.id, "user");
       bindMessage(record, event.id);
       record.confirmed = true;
       record.ended = true;
-      setText(record, event.text);
+      setText(record, event.text || "");
+      if (event.attachments && event.attachments.length) {
+        // The stored artifacts replace the local previews (issue 20).
+        showAttachments(record, event.attachments.map((a) => ({ ...a, href: a.download_url || a.url })));
+      }
       return;
     }
     if (event.role === "assistant") {
@@ -1116,16 +1127,17 @@
 
   async function sendMessage(raw) {
     const text = raw.trim();
-    if (!text || state.running) return;
+    if ((!text && !state.attachments.length) || state.running) return;
+    const attachments = takeAttachments();
     els.input.value = "";
     autoGrow();
     stickToBottom = true;
-    addPendingUser(text);
+    addPendingUser(text, attachments);
     setRunning(true);
     state.awaitingAcceptSince = Date.now();
     if (!state.sessionId) {
       try {
-        await createSession(text);
+        await createSession(text || attachments.map((a) => a.name).join(", "));
       } catch (error) {
         notice(`create:${Date.now()}`, "Could not start a chat", error.message);
         state.pendingUsers.pop()?.element.classList.add("msg-failed");
@@ -1134,7 +1146,109 @@
         return;
       }
     }
-    sendFrame({ type: "run", message: text, agent: state.agent });
+    const frame = { type: "run", message: text, agent: state.agent };
+    if (attachments.length) {
+      frame.attachments = attachments.map((a) => ({
+        type: a.mime.startsWith("image/") ? "image" : "file", name: a.name, mime: a.mime, data: a.dataUrl,
+      }));
+    }
+    sendFrame(frame);
+  }
+
+  // -- images and files (issue 20): attach button, drag and drop, paste; thumbnails ------------------
+
+  function showAttachments(record, attachments) {
+    const bubble = record.element.querySelector(".msg-bubble");
+    bubble.querySelector(".attachments")?.remove();
+    const list = h("ul", { className: "attachments msg-attachments" });
+    for (const file of attachments) {
+      // A local preview is a blob: URL of this page; anything else must be http(s).
+      const href = String(file.href || "").startsWith("blob:") ? file.href : safeHref(file.href || "") || null;
+      const link = h("a", href ? { href, target: "_blank", rel: "noopener noreferrer" } : {});
+      if (file.type === "image" && href) link.append(h("img", { className: "attachment-thumb", src: href, alt: file.name || "image" }));
+      link.append(document.createTextNode(file.name || "attachment"));
+      list.append(h("li", { className: "attachment" }, link, h("span", { className: "muted", text: file.mime || "" })));
+    }
+    bubble.append(list);
+    scrollSoon();
+  }
+
+  function readFile(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(String(reader.result));
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(file);
+    });
+  }
+
+  async function addFiles(files) {
+    for (const file of files) {
+      try {
+        const dataUrl = await readFile(file);
+        const mime = file.type || "application/octet-stream";
+        state.attachments.push({
+          name: file.name || `pasted.${mime.split("/")[1] || "bin"}`, mime, size: file.size, dataUrl,
+          previewUrl: mime.startsWith("image/") ? URL.createObjectURL(file) : null,
+        });
+      } catch (error) {
+        notice(`attach:${Date.now()}`, "Could not read the file", `${file.name}: ${error && error.message}`);
+      }
+    }
+    renderAttachmentTray();
+  }
+
+  function takeAttachments() {
+    const taken = state.attachments;
+    state.attachments = [];
+    renderAttachmentTray();
+    return taken;
+  }
+
+  function renderAttachmentTray() {
+    if (!els.attachmentTray) return;
+    els.attachmentTray.hidden = state.attachments.length === 0;
+    els.attachmentTray.replaceChildren(...state.attachments.map((file, index) => {
+      const remove = h("button", { type: "button", className: "icon-button", "aria-label": `Remove ${file.name}`, text: "×" });
+      remove.addEventListener("click", () => {
+        state.attachments.splice(index, 1);
+        renderAttachmentTray();
+      });
+      return h(
+        "div", { className: "attachment attachment-chip" },
+        file.previewUrl ? h("img", { className: "attachment-thumb", src: file.previewUrl, alt: "" }) : null,
+        h("span", { text: file.name }), remove,
+      );
+    }));
+  }
+
+  if (els.attachButton && els.attachInput) {
+    els.attachButton.addEventListener("click", () => els.attachInput.click());
+    els.attachInput.addEventListener("change", () => {
+      addFiles([...els.attachInput.files]);
+      els.attachInput.value = "";
+    });
+    for (const zone of [els.form, els.conversation]) {
+      zone.addEventListener("dragover", (event) => {
+        if (![...(event.dataTransfer?.types || [])].includes("Files")) return;
+        event.preventDefault();
+        els.form.classList.add("drop-target");
+      });
+      zone.addEventListener("dragleave", () => els.form.classList.remove("drop-target"));
+      zone.addEventListener("drop", (event) => {
+        const files = [...(event.dataTransfer?.files || [])];
+        els.form.classList.remove("drop-target");
+        if (!files.length) return;
+        event.preventDefault();
+        addFiles(files);
+      });
+    }
+    els.input.addEventListener("paste", (event) => {
+      const files = [...(event.clipboardData?.files || [])];
+      if (!files.length) return;
+      event.preventDefault();
+      addFiles(files);
+    });
   }
 
   // -- steering: messages into the running reply ---------------------------------------------------
