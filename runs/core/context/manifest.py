@@ -222,29 +222,64 @@ def build_manifest(
     )
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What a manifest learned about one event object for one filter key: its disposition
+    when no request can change it (`foreign`, `silent`), and its entries so far."""
+
+    event: Event
+    filter_key: str
+    fixed: Disposition | None
+    entries: dict[str, ManifestEntry]
+
+
+# Every model call classifies the whole loaded window again, mostly the same event
+# objects with the same outcome (issue 18): what does not depend on the request is kept by
+# object, like the memoized token counts, so a call costs a lookup per event.
+_KNOWN: dict[int, _Known] = {}
+_KNOWN_MAX = 16_384
+
+
+def _known(event: Event, filter_key: str) -> _Known:
+    hit = _KNOWN.get(id(event))
+    if hit is not None and hit.event is event and hit.filter_key == filter_key:
+        return hit
+    fixed: Disposition | None = None
+    if not filter_matches(event.filter_key, filter_key):
+        fixed = "foreign"
+    elif model_message(event) is None:
+        fixed = "silent"
+    if len(_KNOWN) >= _KNOWN_MAX:
+        _KNOWN.clear()
+    hit = _KNOWN[id(event)] = _Known(event=event, filter_key=filter_key, fixed=fixed, entries={})
+    return hit
+
+
 def _classify(
     event: Event, filter_key: str, items: Sequence[ProjectedItem], summarized: bool, texts: dict[str, str]
 ) -> ManifestEntry:
-    seq = event.seq or 0
-
-    def entry(disposition: Disposition | Literal["dropped"], truncation: tuple[int, int, int] | None = None) -> ManifestEntry:
-        return ManifestEntry(seq=seq, event_id=event.id, disposition=disposition, truncation=truncation)
-
-    if not filter_matches(event.filter_key, filter_key):
-        return entry("foreign")
-    if model_message(event) is None:
-        return entry("silent")
-    for item in items:
-        if item.compaction in _BY_PASS:
-            # A call whose arguments were shortened names its event in the arguments.
-            texts[event.id] = item.message.content + "".join(c.arguments for c in item.message.tool_calls)
-            return entry(_BY_PASS[item.compaction], item.truncation)
-    if any(item.kind in ("event", "anchor", "context") for item in items):
-        return entry("verbatim")
-    # Hidden, or only its still-needed calls restored: the summary must stand for it.
-    if summarized:
-        return entry("summarized")
-    return entry("dropped")
+    known = _known(event, filter_key)
+    disposition: Disposition | Literal["dropped"]
+    if known.fixed is not None:
+        disposition = known.fixed
+    else:
+        for item in items:
+            if item.compaction in _BY_PASS:
+                # A call whose arguments were shortened names its event in the arguments.
+                texts[event.id] = item.message.content + "".join(c.arguments for c in item.message.tool_calls)
+                return ManifestEntry(
+                    seq=event.seq or 0, event_id=event.id, disposition=_BY_PASS[item.compaction],
+                    truncation=item.truncation,
+                )
+        if any(item.kind in ("event", "anchor", "context") for item in items):
+            disposition = "verbatim"
+        else:
+            # Hidden, or only its still-needed calls restored: the summary must stand for it.
+            disposition = "summarized" if summarized else "dropped"
+    entry = known.entries.get(disposition)
+    if entry is None:
+        entry = known.entries[disposition] = ManifestEntry(seq=event.seq or 0, event_id=event.id, disposition=disposition)
+    return entry
 
 
 def check_manifest(manifest: Manifest, *, gap_notice_text: str | None = None) -> None:
