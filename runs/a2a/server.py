@@ -114,7 +114,7 @@ from agentsite.composition import run_manager
 from runs.a2a.agent import PROGRESS_KEY
 from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
 from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor
-from runs.a2a.task_store import DjangoTaskStore
+from runs.a2a.task_store import PAUSE_KEY, DjangoTaskStore, close_answered_pauses
 from runs.a2a.validation import check_request, protocol_major
 from runs.attachment_input import a2a_file_part, attachment_limits
 from runs.core.agents.base import Agent
@@ -157,7 +157,7 @@ META_AGENT = "agentsite_agent"
 # Status-update metadata key of a working task's progress (null once the task ends).
 META_PROGRESS = PROGRESS_KEY
 # Metadata key of what an `input-required` task waits for: {kind, question}.
-META_PAUSE = "agentsite_pause"
+META_PAUSE = PAUSE_KEY
 # Message (or request) metadata key of a JSON Schema the answer must follow.
 META_OUTPUT_SCHEMA = "outputSchema"
 # The card path of A2A before 0.3 (`/.well-known/agent.json`): served too, never a 401.
@@ -609,6 +609,9 @@ class AgentsiteAgentExecutor(AgentExecutor):
                 raise InvalidParamsError(message=f"task {task_id!r} cannot be answered: {exc}") from None
             except UsageError as exc:
                 raise InvalidParamsError(message=str(exc)) from None
+            if paused_run is None:
+                # The run took the session's next message: a routed question another task asked is answered.
+                await db_call(close_answered_pauses)(user.pk, session_id, answered_in=task_id)
             await updater.update_status(TaskState.TASK_STATE_WORKING, metadata={
                 META_RUN_ID: run_id, META_SESSION_ID: session_id, META_AGENT: self.agent_name,
             })

@@ -96,6 +96,40 @@ def _list(user_id: int, agent: str, params: ListTasksRequest) -> ListTasksRespon
     )
 
 
+PAUSE_KEY = "agentsite_pause"
+"""Task metadata key of what an `input-required` task waits for: {kind, question, routed}."""
+ANSWERED_IN_KEY = "agentsite_answered_in"
+
+
+def close_answered_pauses(user_id: int, context_id: str, *, answered_in: str) -> list[str]:
+    """End the user's routed `input-required` tasks of session `context_id` (at any agent)
+    but `answered_in`: the session's next message answered or cleared their question (the
+    route is used once, whatever task carried the message), so they wait for nothing now.
+    Each ends `completed` with no artifact, its question moved to its history (as the SDK
+    moves a status message) and `metadata.agentsite_answered_in` naming the task that went
+    on. A graph paused without routing is left waiting: only a resume of its run answers it."""
+    closed: list[str] = []
+    with transaction.atomic():
+        rows = orm.A2ATask.objects.select_for_update().filter(
+            user_id=user_id, context_id=context_id, state=TaskState.Name(TaskState.TASK_STATE_INPUT_REQUIRED),
+        ).exclude(pk=answered_in)
+        for row in rows:
+            task = task_from_payload(row.payload)
+            pause = MessageToDict(task.metadata).get(PAUSE_KEY)
+            if not isinstance(pause, dict) or pause.get("routed") is not True:
+                continue
+            if task.status.HasField("message"):
+                task.history.append(task.status.message)
+            task.status.Clear()
+            task.status.state = TaskState.TASK_STATE_COMPLETED
+            task.status.timestamp.FromDatetime(timezone.now())
+            task.metadata.update({ANSWERED_IN_KEY: answered_in})
+            orm.A2ATask.objects.filter(pk=row.pk).update(
+                state=_state_name(task), payload=task_to_payload(task), updated_at=timezone.now())
+            closed.append(row.pk)
+    return closed
+
+
 def _delete(user_id: int, agent: str, task_id: str) -> None:
     _owned(user_id, agent).filter(pk=task_id).delete()
 

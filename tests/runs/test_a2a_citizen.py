@@ -156,6 +156,23 @@ async def test_a_paused_graph_is_input_required_and_the_next_message_on_the_task
                        ("ROLE_USER", "approve")]
 
 
+async def test_a_paused_task_answered_by_a_new_task_on_its_context_ends_naming_that_task(
+    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+) -> None:
+    use_model(ScriptedModel.of())
+    async with connected(alice_token, "troubleshoot") as sdk:
+        paused = final_task(await send(sdk, user_message("payments TLS handshake failures")))
+        answered = final_task(await send(sdk, user_message("approve", context_id=paused.context_id)))
+        before = await sdk.get_task(GetTaskRequest(id=paused.id))
+
+    assert answered.id != paused.id and answered.status.state == COMPLETED
+    assert text_of(answered.artifacts[0].parts).endswith(APPROVED)
+    # The route answered the question: the first task waits for nothing now, and says where it went on.
+    assert before.status.state == COMPLETED and list(before.artifacts) == []
+    assert metadata(before.metadata)["agentsite_answered_in"] == answered.id
+    assert text_of(before.history[-1].parts).startswith("Approve this incident report?")
+
+
 async def test_a_0_3_caller_sees_input_required(alice_token: str, no_memory: Any,
                                                 use_model: Callable[[Any], None]) -> None:
     use_model(ScriptedModel.of())
