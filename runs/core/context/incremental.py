@@ -33,6 +33,7 @@ test (tests/runs/test_projection_incremental.py) checks the result equals `proje
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,10 +48,11 @@ from runs.core.context.projection import (
     pair_results,
     project,
     project_parts,
+    visible_tokens,
 )
 from sessions_app.core.events import Event, Message, filter_matches
 from sessions_app.core.session import Session, Summary, select_summary
-from sessions_app.core.summary import model_message
+from sessions_app.core.summary import Tokenizer, model_message
 
 DEFAULT_MAX_STATES = 256
 
@@ -89,6 +91,8 @@ class _State:
     hidden_user_turns: set[str]
     shown_user_turns: set[str]
     shown_other_turns: set[str]
+    visible_sums: dict[int, tuple[Tokenizer, int, int]] = field(default_factory=dict)
+    """id(tokenizer) -> (tokenizer, events of `visible` counted, their tokens)."""
     frozen_units: tuple[str, ...] | None = None
     frozen_completed: frozenset[str] | None = None
     frozen_visible: tuple[Event, ...] | None = None
@@ -362,7 +366,19 @@ def _projection(state: _State, *, filter_key: str, active_invocation_id: str | N
         visible_after_boundary=state.frozen_visible,
         intra_run=False,
         origin=origin,
+        visible_counter=functools.partial(_count_visible, state, len(state.visible)),
     )
+
+
+def _count_visible(state: _State, shown: int, tokenizer: Tokenizer) -> int:
+    """Tokens of `state.visible[:shown]`, adding to the running count only what is new."""
+    hit = state.visible_sums.get(id(tokenizer))
+    counted, total = (hit[1], hit[2]) if hit is not None and hit[0] is tokenizer else (0, 0)
+    if counted > shown:  # the state moved on since that projection was made
+        return visible_tokens(state.visible[:shown], tokenizer)
+    total += visible_tokens(state.visible[counted:shown], tokenizer)
+    state.visible_sums[id(tokenizer)] = (tokenizer, shown, total)
+    return total
 
 
 PROJECTIONS = IncrementalProjection()

@@ -23,13 +23,13 @@ The projection reads `session.events` and `session.summaries` and writes nothing
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from sessions_app.core.events import Event, Message, filter_matches
 from sessions_app.core.session import Session, Summary, select_summary
-from sessions_app.core.summary import model_message
+from sessions_app.core.summary import Tokenizer, model_message
 
 ItemKind = Literal["event", "anchor", "restored_call", "context"]
 SummaryInjection = Literal["system", "user"]
@@ -111,13 +111,26 @@ class Projection:
     """How it was made (issue 18): `full` (from the ledger), `incremental` (kept state plus
     the new events), `rebuilt:<reason>` (state made again from the ledger) or
     `fallback:<reason>` (a case the kept state cannot vouch for; made from the ledger)."""
+    visible_counter: Callable[[Tokenizer], int] | None = dataclasses.field(default=None, compare=False, repr=False)
+    """The incremental projection's running count of `visible_tokens` (counted once per event)."""
 
     @property
     def boundary_seq(self) -> int:
         return self.summary.last_seq if self.summary is not None else 0
 
+    def visible_tokens(self, tokenizer: Tokenizer) -> int:
+        """Tokens of the messages of `visible_after_boundary` (the raw ledger after the boundary)."""
+        if self.visible_counter is not None:
+            return self.visible_counter(tokenizer)
+        return visible_tokens(self.visible_after_boundary, tokenizer)
+
     def summary_block(self, mode: SummaryInjection) -> str | None:
         return format_summary(self.summary.text, mode) if self.summary is not None else None
+
+
+def visible_tokens(events: Iterable[Event], tokenizer: Tokenizer) -> int:
+    """Tokens of the model messages of `events`."""
+    return sum(tokenizer.count_message(m) for e in events if (m := model_message(e)) is not None)
 
 
 def _context_text(event: Event, message: Message, *, orphan: bool) -> list[str]:

@@ -131,11 +131,7 @@ class BuiltRequest:
         ):
             return self.sent_tokens  # nothing governed: the request is the raw ledger
         raw = self.tokenizer.count_messages(self.prefix) + (summary.covered_tokens if summary is not None else 0)
-        for event in self.projection.visible_after_boundary:
-            message = model_message(event)
-            if message is not None:
-                raw += self.tokenizer.count_message(message)
-        return raw
+        return raw + self.projection.visible_tokens(self.tokenizer)
 
     @property
     def covered_last_seq(self) -> int:
