@@ -390,11 +390,7 @@ async def _open_session(user: Any, session_id: str | None) -> str | None:
     """The session to continue: the user's own, a new one with the client's id, or None."""
     if not session_id:
         return None
-    owned = await db_call(session_selectors.session_get)(user=user, session_id=session_id)
-    if owned is not None:
-        return session_id
-    exists = await db_call(session_selectors.session_exists)(session_id=session_id)
-    if exists:
+    if await db_call(session_selectors.session_of_another)(user=user, session_id=session_id):
         raise OpenAIError(404, f"session {session_id!r} not found", param=SESSION_HEADER, code="session_not_found")
     return session_id
 

@@ -25,6 +25,9 @@ def event_page(*, session: orm.Session, after_seq: int, limit: int) -> tuple[lis
     return rows[:limit], len(rows) > limit
 
 
-def session_exists(*, session_id: str) -> bool:
-    """Whether any user has a session with this id (to refuse reusing someone else's)."""
-    return orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).exists()
+def session_of_another(*, user: Any, session_id: str) -> bool:
+    """Whether another user has a session with this id (to refuse reusing someone else's).
+
+    One query: asking "is it mine?" and then "does it exist?" would call a session that the
+    same user's concurrent request created in between someone else's."""
+    return orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).exclude(user=user).exists()

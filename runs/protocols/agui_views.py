@@ -317,8 +317,7 @@ async def active_run(user: Any, thread_id: str, run_id: str | None = None) -> Ru
 
 async def _check_thread(user: Any, thread_id: str) -> None:
     """404 when the thread belongs to someone else; a new id is fine (the run creates it)."""
-    owned = await db_call(session_selectors.session_get)(user=user, session_id=thread_id)
-    if owned is None and await db_call(session_selectors.session_exists)(session_id=thread_id):
+    if await db_call(session_selectors.session_of_another)(user=user, session_id=thread_id):
         raise AguiRequestError(404, "not_found", f"thread {thread_id!r} not found", "threadId")
 
 
