@@ -167,3 +167,23 @@ async def test_an_image_in_an_assistant_message_is_refused(
             {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": data_url(PNG)}}]},
             {"role": "user", "content": "hi"},
         ])
+
+
+async def test_an_image_in_the_seeded_history_is_stored_and_shown_again(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("Still one pixel.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    raw = await client.chat.completions.with_raw_response.create(model="support", messages=[  # type: ignore[list-item,misc]
+        image_message(data_url(PNG)),
+        {"role": "assistant", "content": "A single transparent pixel."},
+        {"role": "user", "content": "Are you sure?"},
+    ])
+    assert raw.parse().choices[0].message.content == "Still one pixel."
+    users = [m for m in openai_server.requests[0]["messages"] if m["role"] == "user"]
+    assert users[0]["content"][1] == {"type": "image_url", "image_url": {"url": data_url(PNG)}}
+    assert users[-1]["content"] == "Are you sure?"
+    seeded = next(e for e in await stored_events(raw.headers["X-Session-Id"]) if e.is_user_message)
+    assert seeded.message is not None and seeded.message.parts[0].artifact is not None
+    assert await artifact_rows() == 1

@@ -140,3 +140,41 @@ def test_the_ledger_page_admin_and_inspector_show_an_attachment_with_its_downloa
     shown = next(b for b in blocks if b.get("attachments"))
     assert shown["attachments"][0]["artifact"] == part["artifact"]
     assert shown["attachments"][0]["tokens"] == 765 and shown["tokens"] > 765
+
+
+async def test_the_websocket_run_frame_takes_attachments_and_refuses_a_bad_one_storing_nothing(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
+) -> None:
+    import json
+
+    from asgiref.sync import sync_to_async
+    from rest_framework.authtoken.models import Token
+
+    from sessions_app import services as session_services
+    from tests.security.support import open_socket
+
+    openai_server.script("A pixel.")
+    agents_on(openai_server, use_model)
+    session_id = (await sync_to_async(session_services.session_create)(user=alice, agent="support")).id
+    token = (await sync_to_async(Token.objects.get_or_create)(user=alice))[0].key
+    socket = await open_socket(f"/ws/sessions/{session_id}/", token)
+    try:
+        bad = {"type": "file", "name": "x.bin", "data": base64.b64encode(b"\x7fELF\x02").decode()}
+        await socket.send_json_to({"type": "run", "message": "", "attachments": [bad]})
+        refused = await socket.receive_json_from(timeout=10)
+        assert refused["type"] == "error" and refused["error"]["code"] == "unsupported_media_type", refused
+        assert refused["error"]["field"] == "attachments[0].data"
+        assert await sync_to_async(session_orm.Artifact.objects.count)() == 0
+
+        good = {"type": "image", "name": "dot.png", "data": data_url(PNG)}
+        await socket.send_json_to({"type": "run", "message": "", "attachments": [good]})
+        frames = []
+        while not any(f.get("type") == "RUN_FINISHED" for f in frames):
+            frames.append(await socket.receive_json_from(timeout=20))
+        assert frames[0]["type"] == "run.accepted"
+    finally:
+        await socket.disconnect()
+    user = [m for m in openai_server.requests[0]["messages"] if m["role"] == "user"][-1]
+    assert user["content"][0] == {"type": "image_url", "image_url": {"url": data_url(PNG)}}
+    assert json.dumps(user).count("Attached files: dot.png") == 1
+    assert await sync_to_async(session_orm.Artifact.objects.count)() == 1
