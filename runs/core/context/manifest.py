@@ -184,17 +184,41 @@ def build_manifest(
     compaction) over the loaded `events`."""
     summary = projection.summary
     boundary = summary.last_seq if summary is not None else 0
-    shown: dict[str, list[ProjectedItem]] = {}
+    # An event's first compacted item decides; else any item that shows it whole.
+    compacted: dict[str, ProjectedItem] = {}
+    whole: set[str] = set()
     for item in items:
-        for event in item.events:
-            shown.setdefault(event.id, []).append(item)
+        if item.compaction in _BY_PASS:
+            for event in item.events:
+                compacted.setdefault(event.id, item)
+        elif item.kind in ("event", "anchor", "context"):
+            whole.update(event.id for event in item.events)
     entries: dict[int, ManifestEntry] = {}
     texts: dict[str, str] = {}
     for event in events:
-        if event.seq is None or event.seq > last_seq:
+        seq = event.seq
+        if seq is None or seq > last_seq:
             continue
-        covered = summary is not None and summary.covers(event)
-        entries[event.seq] = _classify(event, filter_key, shown.get(event.id, ()), covered, texts)
+        known = _known(event, filter_key)
+        disposition: Disposition | Literal["dropped"]
+        if known.fixed is not None:
+            disposition = known.fixed
+        elif (item := compacted.get(event.id)) is not None:
+            # A call whose arguments were shortened names its event in the arguments.
+            texts[event.id] = item.message.content + "".join(c.arguments for c in item.message.tool_calls)
+            entries[seq] = ManifestEntry(
+                seq=seq, event_id=event.id, disposition=_BY_PASS[item.compaction or ""], truncation=item.truncation
+            )
+            continue
+        elif event.id in whole:
+            disposition = "verbatim"
+        else:
+            # Hidden, or only its still-needed calls restored: the summary must stand for it.
+            disposition = "summarized" if summary is not None and summary.covers(event) else "dropped"
+        entry = known.entries.get(disposition)
+        if entry is None:
+            entry = known.entries[disposition] = ManifestEntry(seq=seq, event_id=event.id, disposition=disposition)
+        entries[seq] = entry
     # Seqs before the first loaded one that the boundary covers: one number, not an entry
     # each (a long session's manifest would otherwise cost its whole ledger on every call).
     through = min(boundary, min(entries, default=last_seq + 1) - 1) if summary is not None else 0
@@ -253,33 +277,6 @@ def _known(event: Event, filter_key: str) -> _Known:
         _KNOWN.clear()
     hit = _KNOWN[id(event)] = _Known(event=event, filter_key=filter_key, fixed=fixed, entries={})
     return hit
-
-
-def _classify(
-    event: Event, filter_key: str, items: Sequence[ProjectedItem], summarized: bool, texts: dict[str, str]
-) -> ManifestEntry:
-    known = _known(event, filter_key)
-    disposition: Disposition | Literal["dropped"]
-    if known.fixed is not None:
-        disposition = known.fixed
-    else:
-        for item in items:
-            if item.compaction in _BY_PASS:
-                # A call whose arguments were shortened names its event in the arguments.
-                texts[event.id] = item.message.content + "".join(c.arguments for c in item.message.tool_calls)
-                return ManifestEntry(
-                    seq=event.seq or 0, event_id=event.id, disposition=_BY_PASS[item.compaction],
-                    truncation=item.truncation,
-                )
-        if any(item.kind in ("event", "anchor", "context") for item in items):
-            disposition = "verbatim"
-        else:
-            # Hidden, or only its still-needed calls restored: the summary must stand for it.
-            disposition = "summarized" if summarized else "dropped"
-    entry = known.entries.get(disposition)
-    if entry is None:
-        entry = known.entries[disposition] = ManifestEntry(seq=event.seq or 0, event_id=event.id, disposition=disposition)
-    return entry
 
 
 def check_manifest(manifest: Manifest, *, gap_notice_text: str | None = None) -> None:
