@@ -122,13 +122,13 @@ def _content_text(content: Any, index: int) -> str:
             if isinstance(part, dict) and part.get("type") in ("image_url", "file"):
                 continue  # images and files: attachment_parts (issue 20)
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise OpenAIError(400, "only text content parts are supported", param=f"messages[{index}].content",
+                raise OpenAIError(400, "content parts must be text, image_url or file", param=f"messages[{index}].content",
                                   code="unsupported_content")
             parts.append(part["text"])
         return "".join(parts)
     if content is None:
         return ""
-    raise OpenAIError(400, "content must be a string or a list of text parts", param=f"messages[{index}].content")
+    raise OpenAIError(400, "content must be a string or a list of content parts", param=f"messages[{index}].content")
 
 
 def _attachment_parts(content: Any, index: int, role: str) -> tuple[ContentPart, ...]:
