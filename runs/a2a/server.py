@@ -636,7 +636,8 @@ class AgentsiteAgentExecutor(AgentExecutor):
             execution.cancelled = True
             execution.stop()
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
-        await updater.cancel(message=_agent_message(updater, "Cancelled at the caller's request."))
+        await updater.update_status(TaskState.TASK_STATE_CANCELED, metadata={META_PROGRESS: None},
+                                    message=_agent_message(updater, "Cancelled at the caller's request."))
 
 
 async def _record_state(runner: Runner, *, user_id: str, session_id: str, agent: str, delta: Mapping[str, Any],

@@ -245,6 +245,7 @@ def test_cancel_stops_the_task_and_its_run(slow_server: LiveServer, alice: Any) 
 
     cancelled, seen, stored = asyncio.run(main())
     assert cancelled.status.state == CANCELED and stored.status.state == CANCELED
+    assert MessageToDict(stored.metadata)["agentsite_progress"] is None  # it waits for nothing now
     assert seen[-1].HasField("status_update") and seen[-1].status_update.status.state == CANCELED
     run_id = stored.metadata.fields["agentsite_run_id"].string_value
     run = api(slow_server, alice, f"/api/runs/{run_id}/")
