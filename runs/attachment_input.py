@@ -20,6 +20,7 @@ from runs.core.attachments import (
     check_count,
     decode_base64,
     decode_data_url,
+    display_name,
     upload_part,
     url_image_part,
 )
@@ -155,7 +156,7 @@ def a2a_file_part(
         return upload_part(data, limits=limits, field=f"{field}.url", name=filename, declared=media_type or declared)
     if url and media_type.startswith("image/"):
         part = url_image_part(url, field=f"{field}.url")
-        return part if not filename else ContentPart(type="image", name=filename, url=part.url)
+        return part if not display_name(filename) else ContentPart(type="image", name=display_name(filename), url=part.url)
     raise AttachmentError(415, "unsupported_media_type", f"{field}.url: only an image (mediaType image/*) is accepted "
                           "by URL; send other files as raw bytes or a data: URL", field=f"{field}.url")
 

@@ -23,6 +23,7 @@ import binascii
 import dataclasses
 import json
 import re
+import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -156,14 +157,32 @@ def upload_part(
             f"{field}: the bytes are {found}; allowed types: {', '.join(allowed)}", field=field,
         )
     part_type: Literal["image", "file"] = "image" if mime in IMAGE_TYPES else "file"
-    return ContentPart(type=part_type, name=name.strip(), mime=mime, size=len(data), detail=detail, data=data)
+    return ContentPart(type=part_type, name=display_name(name), mime=mime, size=len(data), detail=_detail(detail),
+                       data=data)
+
+
+def display_name(name: str) -> str:
+    """A client's file name as the ledger keeps it: control and format characters and lone
+    surrogates dropped (no database text column takes a NUL), blanks trimmed, at most 200
+    characters. It is a label: the artifact's name is made apart (`artifact_name`)."""
+    kept = "".join(
+        c for c in name if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
+    )
+    return kept.strip()[:200]
+
+
+def _detail(detail: str | None) -> str | None:
+    """OpenAI's image `detail`, kept only when it is one of its values."""
+    return detail if detail in ("auto", "low", "high") else None
 
 
 def url_image_part(url: str, *, field: str, detail: str | None = None) -> ContentPart:
     """An image the client gave by http(s) URL: passed to the model as it is, not fetched."""
-    if not re.match(r"^https?://\S+$", url) or len(url) > 2048:
-        raise AttachmentError(400, "invalid_image_url", f"{field} must be an http(s) or data URL", field=field)
-    return ContentPart(type="image", name=url.rsplit("/", 1)[-1][:100] or "image", url=url, detail=detail)
+    if not re.match(r"^https?://[\x21-\x7e]+$", url) or len(url) > 2048:
+        # Printable ASCII only (a client percent-encodes the rest): nothing the ledger cannot store.
+        raise AttachmentError(400, "invalid_image_url", f"{field} must be an http(s) URL (printable ASCII, at most "
+                              "2048 characters) or a data URL", field=field)
+    return ContentPart(type="image", name=url.rsplit("/", 1)[-1][:100] or "image", url=url, detail=_detail(detail))
 
 
 def check_count(parts: Sequence[object], *, limits: AttachmentLimits, field: str) -> None:

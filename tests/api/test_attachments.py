@@ -187,3 +187,23 @@ async def test_an_image_in_the_seeded_history_is_stored_and_shown_again(
     seeded = next(e for e in await stored_events(raw.headers["X-Session-Id"]) if e.is_user_message)
     assert seeded.message is not None and seeded.message.parts[0].artifact is not None
     assert await artifact_rows() == 1
+
+
+async def test_a_file_name_with_control_characters_is_stored_without_them_and_such_a_url_is_refused(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("Read.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    raw = await client.chat.completions.with_raw_response.create(model="support", messages=[{  # type: ignore[list-item,misc]
+        "role": "user", "content": [{"type": "file", "file": {
+            "filename": "re\u0001po\u0007rt\u200b.txt", "file_data": base64.b64encode(b"all good").decode(),
+        }}],
+    }])
+    turn = next(e for e in await stored_events(raw.headers["X-Session-Id"]) if e.is_user_message)
+    assert turn.message is not None and turn.message.parts[0].name == "report.txt"
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.chat.completions.create(model="support", messages=[  # type: ignore[list-item,misc]
+            image_message("https://example.com/a\u0007.png"),
+        ])
+    assert refused.value.code == "invalid_image_url"
