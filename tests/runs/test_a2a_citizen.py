@@ -252,6 +252,26 @@ async def test_our_a2a_agent_answers_a_remote_pause_on_the_same_remote_task(
     assert answer.extensions["a2a"]["state"] == "TASK_STATE_COMPLETED"
 
 
+async def test_on_v1_a_paused_run_is_marked_on_the_session_and_run_its_headers_name(
+    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+) -> None:
+    """OpenAI's wire has no paused state: the documented marker (README, 'Answering a
+    question or a pause') is the session's route and the run's interrupt."""
+    use_model(ScriptedModel.of())
+    async with client(alice_token) as http:
+        response = await http.post("/v1/chat/completions", json={
+            "model": "troubleshoot", "messages": [{"role": "user", "content": "payments TLS handshake failures"}]})
+        assert response.status_code == 200, response.text[:300]
+        session = (await http.get(f"/api/sessions/{response.headers['X-Session-Id']}/")).json()
+        run = (await http.get(f"/api/runs/{response.headers['X-Run-Id']}/")).json()
+
+    question = response.json()["choices"][0]["message"]["content"]
+    assert response.json()["choices"][0]["finish_reason"] == "stop" and "Approve this incident report?" in question
+    route = session["state"]["await_user_reply"]
+    assert route["kind"] == "graph_interrupt" and route["run_id"] == run["id"]
+    assert run["interrupt"]
+
+
 # -- item 7: progress is metadata, the answer is sent once, failures are failed ----------------
 
 
