@@ -11,13 +11,16 @@ app, built once from the SDK's own routes:
   pure 1.0 card;
 - `GET /.well-known/agent-card.json`: the card of `AGENTSITE_A2A_ROOT_AGENT` (default: the
   default agent), where clients look for an agent first; `GET /a2a/` lists every agent
-  with its card URL (both public, like the cards);
+  with its card URL (both public, like the cards); the pre-0.3 path
+  `/.well-known/agent.json`, at the root and under each agent, serves the same cards (a
+  0.3 card unless the caller asks for another version);
 - `POST /a2a/<agent>`: JSON-RPC over `DefaultRequestHandler` (`SendMessage`,
   `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask`; the
   A2A 0.3 names `message/send`, `message/stream`, `tasks/get`, `tasks/cancel` without an
   `A2A-Version` header or with `A2A-Version: 0.3`). 1.0 callers send `A2A-Version: 1.0`,
   as the SDK's client does. Params are checked strictly before the SDK parses them
-  (`validation.py`).
+  (`validation.py`); message `metadata.outputSchema` asks for a structured answer
+  (`output_spec`).
 
 `AgentsiteAgentExecutor` turns a message into a run of our Runner: `contextId` is the
 session id (the caller's own, or a new one; someone else's is refused before a task
