@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,10 +117,14 @@ class IncrementalProjection:
         self._states: OrderedDict[tuple[str, str, str, str, str | None], _State] = OrderedDict()
         self._max_states = max_states
         self.counters = ProjectionCounters()
+        # One process-wide instance serves the event loop and any thread a sync caller
+        # builds a request on (an inspector view); a state is extended by one at a time.
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget every kept state."""
-        self._states.clear()
+        with self._lock:
+            self._states.clear()
 
     def project(
         self,
@@ -131,6 +136,14 @@ class IncrementalProjection:
     ) -> Projection:
         """The projection of `session` for `filter_key` (see `projection.project`), from
         the kept state plus the events appended since whenever the state can vouch for it."""
+        with self._lock:
+            return self._project(
+                session, filter_key=filter_key, active_invocation_id=active_invocation_id, agent_name=agent_name
+            )
+
+    def _project(
+        self, session: Session, *, filter_key: str, active_invocation_id: str | None, agent_name: str | None
+    ) -> Projection:
         key = (session.app, session.user_id, session.id, filter_key, agent_name)
         state = self._states.get(key)
         reason = _stale(state, session, filter_key)
