@@ -220,6 +220,16 @@ CLEANUP_S = 0.5
 """How long a closing cancel listener waits for the channel layer to forget its channel."""
 
 
+def _leave_if_cancelled() -> None:
+    """Raise the cancel that a library swallowed. Python 3.11's `asyncio.wait_for` (used by
+    redis-py under the Redis layer's subscribe) loses a cancel that lands as its inner call
+    finishes; the listener then went on to wait for messages forever, and closing its loop
+    waited for it forever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None = None) -> None:
     """Act on cancels and steering requests broadcast by other processes, for as long as
     the runner lives.
@@ -236,6 +246,7 @@ async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None =
     channel = await layer.new_channel("runs.control.")
     await layer.group_add(CONTROL_GROUP, channel)
     while True:
+        _leave_if_cancelled()
         receiving = asyncio.ensure_future(layer.receive(channel))
         try:
             message: dict[str, Any] = await asyncio.shield(receiving)
