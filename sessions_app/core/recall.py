@@ -38,7 +38,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.session import Session, SessionKey, Summary, select_summary
@@ -1172,6 +1172,82 @@ async def _search_current(
     )
 
 
+class _RangeIndex:
+    """A `search_many` over one session's events of one range, so that a section-scoped
+    search runs the same fallback and scoring as the whole-session one (statistics are the
+    range's own: a word common elsewhere but rare in the section still ranks there)."""
+
+    def __init__(self, session_id: str, events: Sequence[Event]) -> None:
+        self.session_id = session_id
+        self.events = {e.id: e for e in events}
+        self.documents: list[Document] = []
+        self.roles: dict[str, str] = {}
+        for event in events:
+            recalled = recall_text(event)
+            if recalled is not None:
+                self.documents.append(make_document(event.id, recalled[0]))
+                self.roles[event.id] = recalled[1]
+
+    async def search_many(self, request: EventSearchRequest, queries: Sequence[str]) -> list[list[SearchHit]]:
+        ranked = rank_many(
+            queries, self.documents, limit=request.max_results, min_score=request.min_score,
+            recency=lambda d: self.events[str(d.key)].created_at,
+        )
+        return [
+            [
+                SearchHit(
+                    session_id=self.session_id, event=self.events[str(s.document.key)], text=s.document.text,
+                    role=self.roles[str(s.document.key)], score=s.score, relevance=s.relevance,
+                )
+                for s in per_query
+            ]
+            for per_query in ranked
+        ]
+
+
+async def _search_section(
+    index: RecallIndex,
+    session: Session,
+    query: str,
+    *,
+    first_seq: int,
+    last_seq: int,
+    top_k: int,
+    min_score: float,
+    filter_key: str,
+) -> list[SearchHit]:
+    """Issue 24, item 4: search only the current session's events with seqs in
+    `first_seq`..`last_seq` (a summary section's range), whether hidden or not. Raises
+    `RangeError` when the range ends past the ledger, `AnchorNotFoundError` when the
+    session is not the user's (the index checks)."""
+    finder = getattr(index, "events_in_range", None)
+    if finder is None:
+        raise RecallError("this session store cannot search by range; search without a section")
+    found: EventRange = await finder(session.key, first_seq=first_seq, last_seq=last_seq, limit=SCAN_CAP)
+    if last_seq > found.ledger_last_seq:
+        raise RangeError(
+            f"range {first_seq}-{last_seq} is outside the ledger of session {session.id!r}, "
+            f"which ends at seq {found.ledger_last_seq}"
+        )
+    events = [e for e in found.events if not filter_key or filter_matches(e.filter_key, filter_key)]
+    request = EventSearchRequest(
+        query=query, app=session.app, user_id=session.user_id, session_ids=(session.id,),
+        filter_key=filter_key, max_results=top_k, min_score=min_score,
+    )
+    ranged = _RangeIndex(session.id, events)
+    hits = await search_with_fallback(cast(RecallIndex, ranged), request)
+    if hits:
+        return hits
+    # As SPEC 5.2's lexical scan does for the whole session: substrings tokenisation missed.
+    scanned = []
+    for event in events:
+        recalled = recall_text(event)
+        score = scan_score(query, recalled[0]) if recalled is not None else 0.0
+        if recalled is not None and score >= min_score:
+            scanned.append(SearchHit(session_id=session.id, event=event, text=recalled[0], role=recalled[1], score=score))
+    return _merge([], scanned)[:top_k]
+
+
 async def _search_others(
     index: RecallIndex, session: Session, query: str, *, top_k: int, min_score: float, filter_key: str
 ) -> list[SearchHit]:
@@ -1252,6 +1328,9 @@ async def session_search(
     tool_name: str | None = None,
     ranking: Ranking = "hybrid",
     min_confidence: float | None = None,
+    section: str | None = None,
+    first_seq: int | str | None = None,
+    last_seq: int | str | None = None,
 ) -> dict[str, Any]:
     """SPEC 5.2: search the user's history and answer what the model reads.
 
@@ -1267,8 +1346,17 @@ async def session_search(
     Issue 24: every hit carries its `confidence` (`answer_confidence`); when the best is
     under `min_confidence` (default `NO_MATCH_BELOW`; 0 turns abstention off) the answer
     has no results, `no_match: true`, the best confidence seen and `NO_MATCH_NOTE`.
+
+    Issue 24, item 4 (C1): `section` ("41-77", as a summary header prints it) or
+    `first_seq` and `last_seq` search only the current session's events in that range,
+    whatever `scope` says (the answer's scope is `section` and names the range): following
+    a summary section's pointer finds the evidence instead of loading the whole range.
+    A bad range raises `RangeError`, another user's session `AnchorNotFoundError`.
     """
     query = normalize_space(query or "")
+    scoped = bool((section or "").strip()) or first_seq is not None or last_seq is not None
+    # Parsed before the empty-query answer: a bad range is named even without a query.
+    span = parse_range(section=section, first_seq=first_seq, last_seq=last_seq) if scoped else None
     chosen = normalize_scope(scope)
     if not query:
         return {"query": "", "scope": DEFAULT_SCOPE, "results": [], "count": 0}
@@ -1278,7 +1366,10 @@ async def session_search(
     # The pool: more than k when something will re-rank or filter it.
     pool = max(k, HYBRID_POOL) if ranking == "hybrid" or filters else k
     common = {"top_k": pool, "min_score": floor, "filter_key": filter_key}
-    if chosen == "current_session":
+    if span is not None:
+        chosen = "current_session"  # a range of this session, hidden or not
+        hits = await _search_section(index, session, query, first_seq=span[0], last_seq=span[1], **common)
+    elif chosen == "current_session":
         hits = await _search_current(index, session, query, hidden=False, **common)
     elif chosen == "current_hidden":
         hits = await _search_current(index, session, query, hidden=True, **common)
@@ -1303,6 +1394,7 @@ async def session_search(
         return {
             "query": query, "scope": chosen, "results": [], "count": 0, "no_match": True,
             "best_confidence": round(best, 4), "note": NO_MATCH_NOTE,
+            **({"section": f"{span[0]}-{span[1]}"} if span is not None else {}),
         }
     boundary = hidden_boundary(await index.summaries(session.key), filter_key=filter_key, state=session.state)
     dispositions = last_manifest_dispositions(session)
@@ -1318,6 +1410,8 @@ async def session_search(
         for i, hit in enumerate(h for h in hits if h.event.id)
     ]
     answer: dict[str, Any] = {"query": query, "scope": chosen, "results": results, "count": len(results)}
+    if span is not None:
+        answer["section"] = f"{span[0]}-{span[1]}"
     if results:
         answer["note"] = HISTORY_NOTE
         answer["best_confidence"] = round(best, 4)
