@@ -12,21 +12,24 @@ Everything is read-only and local: the tools behave the same offline as online.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
+from runs.core.tools.base import ToolContext
 from runs.core.tools.function import FunctionTool
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -357,6 +360,57 @@ def inspect_certificate(host: str) -> dict[str, Any]:
     return certificate_report(host)
 
 
+# The fleet scan (issue 21): the demo's long tool, with progress and a cancel worth seeing.
+SCAN_SECONDS_ENV = "AGENTSITE_DEMO_SCAN_DELAY_S"
+DEFAULT_SCAN_SECONDS = 10.0
+SCAN_CHECKS = ("handshake", "validity dates", "chain to the trusted root", "host names")
+
+
+def scan_seconds() -> float:
+    """The whole scan's duration: `AGENTSITE_DEMO_SCAN_DELAY_S` (tests set it small), else 10 s."""
+    raw = os.environ.get(SCAN_SECONDS_ENV, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_SCAN_SECONDS
+    except ValueError:
+        value = DEFAULT_SCAN_SECONDS
+    return value if math.isfinite(value) and value >= 0 else DEFAULT_SCAN_SECONDS
+
+
+async def scan_fleet(context: ToolContext, scope: Literal["fleet"]) -> dict[str, Any]:
+    """Scan the TLS certificates of every host in the fleet, one after another (slow: about 10 s), reporting progress.
+
+    Checks each bundled host's handshake, validity dates, chain to the trusted root and
+    host names, and returns every host's status, problem and expiry with the count of hosts
+    that have a problem. Use inspect_certificate for one named host.
+
+    Args:
+        scope: What to scan: `fleet` (every host).
+    """
+    hosts = known_hosts()
+    total = len(hosts) * len(SCAN_CHECKS)
+    # The bundled certificates are read in microseconds; the pause stands in for the network
+    # round trips of a real fleet, so that progress and a cancel can be watched.
+    pause = scan_seconds() / total if total else 0.0
+    context.report_progress(0, total, f"0/{len(hosts)} hosts scanned")
+    reports: list[dict[str, Any]] = []
+    step = 0
+    for index, host in enumerate(hosts):
+        for check in SCAN_CHECKS:
+            if context.cancelled:
+                raise asyncio.CancelledError  # the run is being cancelled: stop between steps
+            await asyncio.sleep(pause)
+            step += 1
+            context.report_progress(step, total, f"{host}: {check} ({index}/{len(hosts)} hosts scanned)")
+        report = certificate_report(host)
+        reports.append({key: report[key] for key in ("host", "status", "problem", "not_after", "days_remaining")})
+        context.report_progress(step, total, f"{index + 1}/{len(hosts)} hosts scanned")
+    problems = [r["host"] for r in reports if r["status"] != "ok"]
+    return {
+        "scope": scope, "hosts_scanned": len(reports), "hosts_with_problems": len(problems),
+        "problem_hosts": problems, "hosts": reports,
+    }
+
+
 def restart_service(name: str) -> dict[str, Any]:
     """Restart a production process by name; destructive: it drops the requests in flight.
 
@@ -379,5 +433,5 @@ def support_tools() -> list[FunctionTool]:
     """The support agent's tools, in the order they are offered to the model."""
     return [
         FunctionTool(search_logs), FunctionTool(lookup_ticket), FunctionTool(inspect_certificate),
-        FunctionTool(restart_service),
+        FunctionTool(scan_fleet), FunctionTool(restart_service),
     ]

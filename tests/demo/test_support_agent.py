@@ -85,7 +85,9 @@ async def test_demo_agents_are_the_support_agent_first_and_a_toolless_assistant(
 
     assert [a.name for a in agents] == ["support", "general"]
     support, general = agents
-    assert sorted(support.tools) == ["inspect_certificate", "lookup_ticket", "restart_service", "search_logs"]
+    assert sorted(support.tools) == [
+        "inspect_certificate", "lookup_ticket", "restart_service", "scan_fleet", "search_logs",
+    ]
     assert support.parallel_tools is True
     assert support.instruction == SUPPORT_INSTRUCTION
     assert support.model_name == "offline"

@@ -203,7 +203,7 @@ def test_ticket_keyword_search_ranks_the_certificate_incidents_first():
 def test_support_tools_expose_schemas_with_described_parameters():
     specs = {tool.name: tool.spec() for tool in support_tools()}
 
-    assert list(specs) == ["search_logs", "lookup_ticket", "inspect_certificate", "restart_service"]
+    assert list(specs) == ["search_logs", "lookup_ticket", "inspect_certificate", "scan_fleet", "restart_service"]
     assert specs["inspect_certificate"].parameters["required"] == ["host"]
     assert specs["search_logs"].parameters["required"] == []
     assert specs["search_logs"].parameters["properties"]["limit"] == {

@@ -38,6 +38,7 @@ async def _call_one(
         agent_name=invocation.agent_name,
         cancel_event=invocation.cancel_event,
         services=invocation.services,
+        tool_name=call.name,
     )
     failed = True
     stop: StopAgent | None = None

@@ -11,6 +11,7 @@ turns each `Event` of a session into `ag_ui.core` events:
 | `tool.response` | STEP_STARTED <tool name>, TOOL_CALL_RESULT (messageId = event id), STATE_DELTA, STEP_FINISHED <tool name> |
 | state delta | STATE_DELTA: JSON Patch `add` for a new key, `replace` for a known one |
 | `extensions["artifact"]` (or each of `extensions["artifacts"]`) | CUSTOM `agentsite.artifact` |
+| `tool.progress` (live only, never in the ledger) | CUSTOM `agentsite.tool.progress` ({toolCallId, toolName, done, total, note}), only between its call's TOOL_CALL_END and its TOOL_CALL_RESULT |
 | `error` | close open streams and steps, RUN_ERROR (message, code = error type) |
 | `graph.node.start` / `graph.node.complete` | STEP_STARTED / STEP_FINISHED named after the node, `metadata.graph` = {graph, node, kind, step} |
 | `graph.state.update` | STATE_DELTA of the graph state's changed fields (JSON Patch `add`/`replace`, as above) |
@@ -70,6 +71,7 @@ from runs.core.agents.graph.events import (
     graph_info,
 )
 from runs.core.agents.graph.executor import interrupt_text
+from runs.core.tools.progress import OBJECT_TOOL_PROGRESS, ToolProgress
 from runs.core.tools.transfer import OBJECT_TRANSFER, TRANSFER_EXTENSION
 from sessions_app.core.events import Event, Message
 from sessions_app.core.events import ToolCall as LedgerToolCall
@@ -82,6 +84,10 @@ GRAPH_INTERRUPT_EVENT = "agentsite.graph.interrupt"
 """CUSTOM event name of a graph run pausing for a human (answer: `POST /api/runs/<id>/resume/`)."""
 TRANSFER_EVENT = "agentsite.agent.transfer"
 """CUSTOM event name of an agent handing the turn to a sub-agent (SPEC 11.2 `transfer_to_agent`)."""
+TOOL_PROGRESS_EVENT = "agentsite.tool.progress"
+"""CUSTOM event name of a running tool's progress report (issue 21). CUSTOM rather than the
+draft ACTIVITY_SNAPSHOT: an activity is a message in the thread, which a replay from the
+ledger could not rebuild, since progress is never persisted."""
 
 
 def json_pointer_token(key: str) -> str:
@@ -168,6 +174,8 @@ class AguiTranslator:
                 message=error.message if error is not None else (event.text or "the run failed"),
                 code=error.type if error is not None else "error",
             )]
+        elif event.object == OBJECT_TOOL_PROGRESS:
+            out.extend(self._progress(event))
         elif message is None:
             pass
         elif event.partial:
@@ -385,6 +393,18 @@ class AguiTranslator:
             out.extend(self._state_delta(event.state_delta))
         out.append(StepFinishedEvent(step_name=name))
         return out
+
+    def _progress(self, event: Event) -> list[BaseEvent]:
+        """A progress report, while its call is shown and its result is not: one that
+        overtook the call (a tool reporting in its first milliseconds) or trails its result
+        says nothing a client could place."""
+        progress = ToolProgress.from_event(event)
+        if progress is None or progress.tool_call_id not in self._tool_calls or progress.tool_call_id in self._results:
+            return []
+        return [CustomEvent(name=TOOL_PROGRESS_EVENT, value={
+            "toolCallId": progress.tool_call_id, "toolName": progress.tool_name or self._tool_calls[progress.tool_call_id],
+            "done": progress.done, "total": progress.total, "note": progress.note,
+        })]
 
     def _state_delta(self, delta: Mapping[str, Any]) -> list[BaseEvent]:
         operations: list[dict[str, Any]] = []

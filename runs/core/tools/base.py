@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from runs.core.llm.base import ToolSpec
+from runs.core.tools.progress import MAX_NOTE_CHARS, ToolProgress, progress_event, publish_progress
 from sessions_app.core.session import Session
 
 
@@ -32,6 +33,7 @@ class ToolContext:
     services: Mapping[str, Any] = field(default_factory=dict)
     state_delta: dict[str, Any] = field(default_factory=dict)
     extensions: dict[str, Any] = field(default_factory=dict)
+    tool_name: str = ""
 
     @property
     def state(self) -> Mapping[str, Any]:
@@ -42,6 +44,20 @@ class ToolContext:
     @property
     def cancelled(self) -> bool:
         return self.cancel_event.is_set()
+
+    def report_progress(self, done: float, total: float | None = None, note: str = "") -> bool:
+        """Tell the run's live stream how far this call got (issue 21), e.g. `(3, 12,
+        "3/12 hosts scanned")`; `total` None when unknown. Never persisted: only the live
+        stream sees it (runs.core.tools.progress). Callable from a sync tool's thread;
+        returns False when nothing listens (the tool runs outside a runner).
+
+        Raises ValueError unless 0 <= done <= total and total > 0.
+        """
+        progress = ToolProgress(
+            tool_call_id=self.tool_call_id, tool_name=self.tool_name, done=done, total=total,
+            note=note[:MAX_NOTE_CHARS],
+        )
+        return publish_progress(progress_event(progress, author=self.agent_name, invocation_id=self.invocation_id))
 
 
 @runtime_checkable
