@@ -512,6 +512,33 @@
     if (!record.result) showThinking();
   }
 
+  // Issue 21: a long tool's progress (CUSTOM agentsite.tool.progress) as a bar in its card.
+  // Live only (never replayed from the ledger); a report for a card that already has its
+  // result, or was cancelled, changes nothing, so the bar stays where the cancel stopped it.
+  function toolProgress(value) {
+    if (!value || !value.toolCallId) return;
+    const record = state.tools.get(value.toolCallId);
+    if (!record || record.result || record.status !== "running") return;
+    const done = Number(value.done) || 0;
+    const total = Number(value.total) || 0;
+    if (!record.progress) {
+      const bar = h("progress", { className: "tool-progress-bar", "aria-label": `${record.name || "tool"} progress` });
+      const note = h("span", { className: "tool-progress-note" });
+      const wrap = h("div", { className: "tool-progress", role: "status", "aria-live": "polite" }, bar, note);
+      record.args.after(wrap);
+      record.progress = { wrap, bar, note };
+    }
+    const { bar, note } = record.progress;
+    if (total > 0) {
+      bar.max = total;
+      bar.value = Math.min(done, total);
+    } else {
+      bar.removeAttribute("value"); // unknown total: an indeterminate bar
+    }
+    note.textContent = value.note || (total > 0 ? `${done}/${total}` : String(done));
+    scrollSoon();
+  }
+
   // -- notices and artifacts ------------------------------------------------------------------
 
   function notice(key, title, message, { muted = false } = {}) {
@@ -1052,6 +1079,7 @@
         break;
       case "CUSTOM":
         if (frame.name === "agentsite.artifact") artifact(frame.value);
+        if (frame.name === "agentsite.tool.progress") toolProgress(frame.value);
         if (frame.name === "agentsite.graph.interrupt" && frame.value) {
           const value = frame.value;
           approvalCard({ runId: value.runId, interruptId: value.interruptId, message: value.message, payload: { ...(value.payload || {}), node: value.node } });
