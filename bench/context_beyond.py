@@ -65,7 +65,10 @@ Prints the tables and writes `bench/results/context_beyond.json` and `.md`; `--o
 runs chosen sections and keeps the others' figures from the last results file.
 C5 (non-blocking compaction) and C1 (provenance-anchored summaries) live in
 `bench/context_nonblocking.py` and `bench/context_provenance.py`, whose docstrings say
-what they measure; they run here too. About twenty minutes in all.
+what they measure; they run here too. C1s (issue 24, item 4: section-scoped
+`session_search` against search and whole section ranges, with bootstrap intervals and
+MET/MISSED) lives in `bench/context_scoped.py`; `--only c1s` runs it alone. About twenty
+minutes in all.
 """
 
 from __future__ import annotations
@@ -1015,7 +1018,7 @@ def report_c7(locomo: dict[str, Any], lme: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("c3", "c2", "c6", "c4", "c7", "c5", "c1")
+SECTIONS = ("c3", "c2", "c6", "c4", "c7", "c5", "c1", "c1s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1056,6 +1059,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["c5"] = run_c5(sessions=args.c5_sessions)
     if "c1" in args.only:
         results["c1"] = asyncio.run(run_c1(search=results.get("c7", {}).get("locomo")))
+    if "c1s" in args.only:
+        # Issue 24, item 4: section-scoped session_search, the demo's summary setting.
+        from bench import context_scoped
+
+        setting = context_scoped.SETTINGS[0]
+        results["c1s"] = [context_scoped.summarize(asyncio.run(context_scoped.run(setting)), setting)]
     elapsed = time.perf_counter() - started
     header = (
         f"# Context governance beyond the anchors (issue 12)\n\n{datetime.now(UTC):%Y-%m-%d}, "
@@ -1072,6 +1081,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts.append(report_c5(results["c5"]))
     if "c1" in results:
         parts.append("## C1, provenance-anchored summaries\n\n" + report_c1(results["c1"]))
+    if "c1s" in results:
+        from bench.context_scoped import report as report_c1s
+
+        parts.append("## C1, section-scoped recall (issue 24, item 4)\n\n" + report_c1s(results["c1s"]))
     text = "\n\n".join(parts) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
