@@ -52,6 +52,7 @@ Server frames (JSON text)
       (messageId = the ledger event id); assistant text streams as
       TEXT_MESSAGE_START/CONTENT.../END (messageId = the message id, the same live and in
       replay); tool calls as TOOL_CALL_START/ARGS/END; tool results as TOOL_CALL_RESULT;
+      a running tool's progress as CUSTOM `agentsite.tool.progress` (live only, no seq);
       state changes as STATE_DELTA; model and tool steps as STEP_STARTED/STEP_FINISHED.
     - Every frame derived from a ledger event carries `metadata.seq`; reconnect with
       `?after_seq=<the highest seq received>` to lose nothing and receive nothing twice.
