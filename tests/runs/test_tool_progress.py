@@ -177,3 +177,37 @@ async def test_the_ag_ui_stream_carries_progress_as_custom_events_between_call_a
     first, last = events.index(progress[0]), events.index(progress[-1])
     assert kinds.index("TOOL_CALL_END") < first and last < kinds.index("TOOL_CALL_RESULT")
     assert kinds[-1] == "RUN_FINISHED"
+
+
+# -- the README's cancel step -------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readme_cancel_step_cancels_the_offline_fleet_scan_over_rest(
+    alice_api: Any, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    monkeypatch.setenv(SCAN_SECONDS_ENV, "60")
+    monkeypatch.setenv("AGENTSITE_MEMORY_AUTO", "0")
+    use_model(OfflineModel())
+    run = alice_api.post("/api/runs/", {"message": FLEET_QUESTION}, format="json").json()
+    assert run["status"] == "running", run
+
+    def ledger() -> list[dict[str, Any]]:
+        return alice_api.get(f"/api/sessions/{run['session_id']}/events/?after_seq=0").json()["results"]
+
+    for _ in range(200):  # until the scan's call is in the ledger: the tool is running
+        if any(call["name"] == "scan_fleet" for e in ledger() for call in (e.get("tool_calls") or [])):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the scan never started: {ledger()}")
+    cancelled = alice_api.post(f"/api/runs/{run['id']}/cancel/")
+    assert cancelled.status_code == 202, cancelled.content
+    assert cancelled.json()["status"] == "cancelled"
+    assert alice_api.get(f"/api/runs/{run['id']}/").json()["status"] == "cancelled"
+    events = ledger()
+    assert events[-1]["object"] == "runner.completion"
+    assert not any(e["role"] == "tool" for e in events)  # the scan never finished
+    assert not any(e["object"] == OBJECT_TOOL_PROGRESS for e in events)
