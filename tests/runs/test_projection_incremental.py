@@ -10,19 +10,26 @@ equal `project`'s and the request `build_context` makes from scratch.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runs.core.agents.llm import LLMAgent
 from runs.core.context.governance import ContextGovernance
-from runs.core.context.incremental import IncrementalProjection
+from runs.core.context.incremental import PROJECTIONS, IncrementalProjection
 from runs.core.context.projection import project
 from runs.core.context.request import build_context
 from runs.core.context.seeding import SEED_EXTENSION
-from runs.core.llm.base import ToolSpec
+from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
+from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from runs.core.runner import Runner
+from runs.core.tools.function import FunctionTool
+from sessions_app.core.cache import CachedSessionService
 from sessions_app.core.events import OBJECT_RUNNER_COMPLETION, OBJECT_TOOL_RESPONSE, Event, Message, ToolCall
-from sessions_app.core.session import Session
+from sessions_app.core.inmemory import InMemorySessionService
+from sessions_app.core.session import Session, SessionKey
 from tests.sessions.ledger_builders import APP, Ledger
 
 AGENT = "support"
@@ -178,3 +185,60 @@ def test_the_request_stats_say_how_the_projection_was_made() -> None:
         )
         origins.append(built.stats()["projection"])
     assert origins == ["rebuilt:new", "incremental", "incremental"]
+
+
+class _Forgetting:
+    """A model that makes the next request of every run be projected from the ledger."""
+
+    def __init__(self, inner: ScriptedModel) -> None:
+        self.inner = inner
+
+    def info(self) -> ModelInfo:
+        return self.inner.info()
+
+    async def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
+        PROJECTIONS.clear()
+        async for response in self.inner.generate(request):
+            yield response
+
+
+async def test_runs_through_the_runner_send_what_a_projection_from_the_ledger_would() -> None:
+    async def lookup(q: str) -> str:
+        """Look something up.
+
+        Args:
+            q: what to look up
+        """
+        return f"found {q} " * 30
+
+    async def play(forget: bool) -> tuple[list[ModelRequest], list[str]]:
+        steps: list[ScriptStep | str] = []
+        for turn in range(4):
+            steps += [
+                ScriptStep.call("lookup", {"q": f"{turn}-a"}, id=f"call_{turn}a"),
+                ScriptStep.call("lookup", {"q": f"{turn}-b"}, id=f"call_{turn}b"),
+                f"answer {turn}",
+            ]
+        scripted = ScriptedModel.of(*steps)
+        agent = LLMAgent(
+            name=AGENT, model=_Forgetting(scripted) if forget else scripted, instruction="Be brief.",
+            tools=[FunctionTool(lookup)], governance=ContextGovernance(context_window=8192),
+        )
+        runner = Runner(app=APP, agents=[agent], session_service=CachedSessionService(InMemorySessionService()))
+        session_id = None
+        for turn in range(4):
+            handle = await runner.start(user_id="alice", session_id=session_id, message=f"question {turn}")
+            await handle.wait()
+            session_id = handle.session_id
+        assert session_id is not None
+        events = await runner.session_service.list_events(SessionKey(app=APP, user_id="alice", session_id=session_id))
+        return scripted.requests, [e.extensions["context"]["projection"] for e in events if "context" in e.extensions]
+
+    PROJECTIONS.clear()
+    kept, origins = await play(forget=False)
+    fresh, fresh_origins = await play(forget=True)
+    assert [r.messages for r in kept] == [r.messages for r in fresh] and len(kept) == 12
+    # The first call of the process makes the state; every later one, across the four
+    # runs, only adds the new events.
+    assert origins[:1] == ["rebuilt:new"] and set(origins[1:]) == {"incremental"}
+    assert set(fresh_origins) == {"rebuilt:new"}
