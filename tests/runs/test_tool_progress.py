@@ -146,6 +146,8 @@ def test_report_progress_outside_a_run_is_a_no_op_and_bad_values_are_refused() -
         ctx.report_progress(3, 2)
     with pytest.raises(ValueError):
         ctx.report_progress(-1)
+    with pytest.raises(ValueError, match="finite"):
+        ctx.report_progress(float("nan"), 2)
 
 
 # -- AG-UI ------------------------------------------------------------------------------------
@@ -211,3 +213,33 @@ def test_the_readme_cancel_step_cancels_the_offline_fleet_scan_over_rest(
     assert events[-1]["object"] == "runner.completion"
     assert not any(e["role"] == "tool" for e in events)  # the scan never finished
     assert not any(e["object"] == OBJECT_TOOL_PROGRESS for e in events)
+
+
+def test_the_translator_drops_progress_before_its_call_and_after_its_result() -> None:
+    from runs.core.protocols.agui import TOOL_PROGRESS_EVENT, AguiTranslator
+    from runs.core.tools.progress import progress_event
+    from sessions_app.core.events import Message, ToolCall
+
+    def report(done: int) -> Event:
+        progress = ToolProgress(tool_call_id="c1", tool_name="scan_fleet", done=done, total=4, note=f"{done}/4")
+        return progress_event(progress, author="support", invocation_id="i").replace(request_id="r")
+
+    call = Event(author="support", request_id="r", message=Message(
+        role="assistant", tool_calls=(ToolCall(id="c1", name="scan_fleet", arguments="{}"),),
+    ))
+    result = Event(author="support", request_id="r", message=Message(
+        role="tool", content="{}", tool_call_id="c1", tool_name="scan_fleet",
+    ))
+    translator = AguiTranslator(thread_id="s")
+    out = [item for event in (report(0), call, report(1), report(2), result, report(3))
+           for item in translator.translate(event, run_id="r")]
+
+    custom = [item for item in out if item.type == "CUSTOM" and item.name == TOOL_PROGRESS_EVENT]
+    assert [item.value for item in custom] == [
+        {"toolCallId": "c1", "toolName": "scan_fleet", "done": 1, "total": 4, "note": "1/4"},
+        {"toolCallId": "c1", "toolName": "scan_fleet", "done": 2, "total": 4, "note": "2/4"},
+    ]
+    kinds = [item.type for item in out]
+    assert kinds.index("TOOL_CALL_END") < out.index(custom[0]) and out.index(custom[-1]) < kinds.index("TOOL_CALL_RESULT")
+    assert all((item.metadata or {}).get("seq") is None for item in custom)
+    assert '"done":1,' in custom[0].model_dump_json(by_alias=True)  # an int stays an int on the wire

@@ -13,6 +13,7 @@ a no-op. The event's `extensions["tool_progress"]` is a `ToolProgress.to_dict()`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ class ToolProgress:
     note: str = ""
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.done) or (self.total is not None and not math.isfinite(self.total)):
+            raise ValueError(f"progress needs finite numbers, got {self.done}/{self.total}")  # JSON has no NaN
         if self.done < 0 or (self.total is not None and (self.total <= 0 or self.done > self.total)):
             raise ValueError(f"progress needs 0 <= done <= total and total > 0, got {self.done}/{self.total}")
 
@@ -63,15 +66,21 @@ class ToolProgress:
         data = event.extensions.get(PROGRESS_EXTENSION)
         if event.object != OBJECT_TOOL_PROGRESS or not isinstance(data, Mapping):
             return None
+        done, total = data.get("done"), data.get("total")
+        # Numbers stay as given (an int stays an int on the wire); anything else is no report.
+        if not _is_number(done) or not (total is None or _is_number(total)) or "tool_call_id" not in data:
+            return None
         try:
-            total = data.get("total")
             return cls(
                 tool_call_id=str(data["tool_call_id"]), tool_name=str(data.get("tool_name") or ""),
-                done=float(data["done"]), total=None if total is None else float(total),
-                note=str(data.get("note") or ""),
+                done=done, total=total, note=str(data.get("note") or ""),
             )
-        except (KeyError, TypeError, ValueError):
+        except ValueError:
             return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def progress_event(progress: ToolProgress, *, author: str, invocation_id: str) -> Event:
