@@ -19,7 +19,7 @@ from sessions_app.core.events import new_id
 
 _FIELDS = [
     "status", "started_at", "ended_at", "last_event_at", "heartbeat_at", "error", "answer", "event_count",
-    "model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "output",
+    "model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "output", "trace",
 ]
 
 

@@ -36,6 +36,7 @@ class Run(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     output = models.JSONField(null=True, blank=True, help_text="the validated structured answer (output schema)")
+    trace = models.JSONField(null=True, blank=True, help_text="the execution trace: model calls, tool calls, durations")
 
     class Meta:
         ordering = ["-created_at"]

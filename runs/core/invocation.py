@@ -34,6 +34,8 @@ class RunOptions:
     client_tools: tuple[ToolSpec, ...] = ()
     # Issue 20: the caller's tool choice, for the run's first model step.
     tool_choice: ToolChoice | None = None
+    # SPEC 1.10: keep a cancelled streaming answer as a marked message; None: the runner's default.
+    persist_interrupted_assistant: bool | None = None
 
 
 @dataclass(kw_only=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -38,6 +38,8 @@ class RunRecord:
     completion_tokens: int = 0
     # Issue 20: the validated structured answer (a JSON value) of a run with an output schema.
     output: Any = None
+    # SPEC 1.9.3 / issue 21: the execution trace (runs.core.trace), set when the run ends.
+    trace: Mapping[str, Any] | None = None
 
     @property
     def finished(self) -> bool:

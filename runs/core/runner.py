@@ -35,6 +35,7 @@ from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLim
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.output import OUTPUT_EXTENSION
 from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
+from runs.core.rewriting import REWRITTEN, RewriteContext, UserMessageRewriter, normalize_role, rewrite_user_message
 from runs.core.routing import resolve_route
 from runs.core.steering import (
     CARRIED,
@@ -50,6 +51,7 @@ from runs.core.steering import (
 )
 from runs.core.steps import take_mark
 from runs.core.tools.progress import PROGRESS_SINK, ProgressSink, ToolProgress
+from runs.core.trace import CompletionCapture, TraceRecorder
 from sessions_app.core.events import (
     NO_MODEL_CALL,
     OBJECT_ERROR,
@@ -79,6 +81,8 @@ logger = logging.getLogger(__name__)
 COMPLETION_BUDGET_S = 1.0
 DEFAULT_HISTORY_EVENT_LIMIT = 400
 START_FAILURE_MAX_CHARS = 500
+# SPEC 1.10: the extension that marks an assistant answer a cancel cut short.
+INTERRUPTED_ASSISTANT = "interrupted_assistant"
 
 
 class EventSink(Protocol):
@@ -118,6 +122,12 @@ class RunHandle:
     _carried: list[QueuedMessage] = field(default_factory=list, repr=False)
     _queue: asyncio.Queue[Event | None] | None = field(default=None, repr=False)
     _summary_gate: SummaryGate | None = field(default=None, repr=False)
+    # What the completion event says of the run (SPEC 1.6.6) and its execution trace (1.9.3).
+    _capture: CompletionCapture = field(default_factory=CompletionCapture, repr=False)
+    _trace: TraceRecorder | None = field(default=None, repr=False)
+    # SPEC 1.10: streamed assistant text per message id, kept only when the run persists
+    # interrupted answers; a message's complete event removes its entry.
+    _streamed: dict[str, tuple[Event, list[str]]] | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -173,6 +183,8 @@ class Runner:
         max_events_per_run: int = 0,
         callbacks: Callbacks | None = None,
         max_queued_messages: int = DEFAULT_MAX_QUEUED,
+        user_message_rewriter: UserMessageRewriter | None = None,
+        persist_interrupted_assistant: bool = False,
     ) -> None:
         self.app = app
         self.owner = owner
@@ -203,6 +215,11 @@ class Runner:
         self.max_events_per_run = max_events_per_run
         # Messages one run may hold queued for its next model step (SPEC 1.5).
         self.max_queued_messages = max_queued_messages
+        # SPEC 1.2 step 8 / 1.4: turns one incoming user message into the current turn.
+        self.user_message_rewriter = user_message_rewriter
+        # SPEC 1.10: keep a cancelled streaming answer as a marked message (a run's
+        # RunOptions.persist_interrupted_assistant overrides it).
+        self.persist_interrupted_assistant = persist_interrupted_assistant
         self._active: dict[str, _Registered] = {}
         self._active_requests: set[tuple[str, str]] = set()  # (user id, request id)
         self._starting: set[str] = set()  # run ids registered whose user message is not saved yet
@@ -268,6 +285,14 @@ class Runner:
             routed = resolve_route(session.state, self.agents, requested=agent, user_turn=not tool_results)
             chosen = routed.agent or self.agent(agent or session.agent or None)
             options = routed.options(options)
+            if self.user_message_rewriter is not None and not tool_results:
+                # SPEC 1.2 step 8: the rewritten messages are the current turn; the last
+                # is the invocation message.
+                turn = await rewrite_user_message(self.user_message_rewriter, RewriteContext(
+                    user_id=user_id, session_id=session.id, agent_name=chosen.name, state=dict(session.state),
+                ), msg)
+                msg = turn[-1]
+                turn_extensions = {**dict(turn_extensions or {}), REWRITTEN: True}
             run_id = new_id()
             steering = SteeringQueue(run_id=run_id, limit=self.max_queued_messages)
             invocation = Invocation(
@@ -294,6 +319,10 @@ class Runner:
                 await self._drop_session(session)
             raise
         handle = RunHandle(record=record, invocation=invocation, agent=chosen, steering=steering)
+        handle._trace = TraceRecorder(run_id=record.id, agent=chosen.name, branch=invocation.branch,
+                                      started_at=record.started_at or utcnow())
+        if self._persists_interrupted(options):
+            handle._streamed = {}
         try:
             # Uploaded images and files become artifacts of the session first: the ledger
             # references them, never holds their bytes (issue 20, item 3).
@@ -314,7 +343,9 @@ class Runner:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (
                     Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current)
-                    if current.role == "tool" else Event(author="user", message=current, extensions=dict(turn_extensions or {}))
+                    if current.role == "tool"
+                    else Event(author="user" if current.role == "user" else chosen.name, message=current,
+                               extensions=dict(turn_extensions or {}))
                 )
                 opening.append(invocation.stamp(turn_event))
             if (route_note := routed.note(author=chosen.name)) is not None:
@@ -551,8 +582,11 @@ class Runner:
 
     async def _end_unstarted(self, handle: RunHandle, exc: BaseException) -> None:
         """A run whose start failed after its record was created ends now, in the same call:
-        failed with the reason (cancelled if the start itself was cancelled), with a
-        completion event in its session's ledger."""
+        failed with the reason (cancelled if the start itself was cancelled). SPEC 1.2
+        step 13: a `run_error` event (repaired, so it is visible) goes into its session's
+        ledger with the completion event, before the run is unregistered; the record's
+        error says `start_failed`."""
+        held: list[Event] = []
         if isinstance(exc, asyncio.CancelledError):
             status: RunStatusName = "cancelled"
             error = None
@@ -563,7 +597,13 @@ class Runner:
                 reason = reason[:START_FAILURE_MAX_CHARS] + "..."
             error = EventError(type="start_failed", message=f"the run could not start: {reason}")
             logger.warning("run %s could not start: %s", handle.run_id, reason)
-        await self._record_end(handle, status, error)
+            invocation = handle.invocation
+            held.append(repair_error(invocation.stamp(Event(
+                author=invocation.agent_name, object=OBJECT_ERROR, done=True,
+                error=EventError(type="run_error", message=error.message, code="start_failed"),
+            ))))
+            self._observe(handle, held[-1])
+        await self._record_end(handle, status, error, held=held)
 
     async def _event_loop(self, handle: RunHandle, agent: Agent) -> RunRecord:
         invocation = handle.invocation
@@ -592,6 +632,7 @@ class Runner:
                     raise EventLimitError(self.max_events_per_run)
                 if event.is_error:
                     status, final_error = "failed", event.error
+                self._observe(handle, event)
                 held.append(event)
                 if continues:
                     continue
@@ -616,10 +657,16 @@ class Runner:
             held.append(repair_error(invocation.stamp(Event(
                 author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=final_error
             ))))
+            self._observe(handle, held[-1])
             await self._flush(handle, held, persisted)
         finally:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(agen.aclose(), COMPLETION_BUDGET_S)
+        if status == "cancelled" and handle._streamed:
+            try:
+                held.extend(self._interrupted_answers(handle))
+            except Exception:  # the completion must still go out
+                logger.exception("run %s: could not keep its interrupted answer", handle.run_id)
         # Events still held (the run's last step, or what a cancel cut short) are written
         # with the completion event.
         return await self._complete(handle, status, final_error, held=held, persisted=persisted)
@@ -639,6 +686,52 @@ class Runner:
         return with_changes(invocation.stamp(Event(
             author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=error,
         )), changes)
+
+    def _persists_interrupted(self, options: RunOptions) -> bool:
+        """SPEC 1.2 step 2: the run's choice, else the runner's default (off)."""
+        chosen = options.persist_interrupted_assistant
+        return self.persist_interrupted_assistant if chosen is None else chosen
+
+    @staticmethod
+    def _observe(handle: RunHandle, event: Event) -> None:
+        """Follow an event for the completion capture, the trace and the interrupted
+        answers; only in-memory bookkeeping (no I/O per event)."""
+        handle._capture.observe(event)
+        if handle._trace is not None:
+            handle._trace.observe(event)
+        streamed = handle._streamed
+        if streamed is None or event.message is None or event.message.role != "assistant":
+            return
+        if event.partial:
+            message_id = event.extensions.get("message_id")
+            if isinstance(message_id, str) and event.message.content:
+                streamed.setdefault(message_id, (event, []))[1].append(event.message.content)
+        else:
+            streamed.pop(event.id, None)
+            streamed.pop(str(event.extensions.get("message_id") or ""), None)
+
+    def _interrupted_answers(self, handle: RunHandle) -> list[Event]:
+        """SPEC 1.10: after a cancel, each answer still streaming becomes an assistant
+        event of the text streamed so far (finish reason `cancelled`, marked
+        `interrupted_assistant`), in the order they began; written with the completion."""
+        streamed, handle._streamed = handle._streamed, None  # nothing streams after the cancel
+        if not streamed:
+            return []
+        kept = {event.text for event in handle.invocation.session.events if event.message is not None
+                and event.message.role == "assistant" and not event.partial}
+        out: list[Event] = []
+        for message_id, (first, deltas) in streamed.items():
+            text = "".join(deltas)
+            if not text.strip() or text in kept:
+                continue  # nothing said, or the same answer is already in the ledger
+            event = handle.invocation.stamp(Event(
+                author=first.author, branch=first.branch, filter_key=first.filter_key,
+                message=Message(role="assistant", content=text), done=True, finish_reason="cancelled",
+                extensions={INTERRUPTED_ASSISTANT: True, "message_id": message_id},
+            ))
+            self._observe(handle, event)
+            out.append(event)
+        return out
 
     def _over_event_limit(self, event: Event, persisted: set[str], held: Sequence[Event]) -> bool:
         """Whether persisting this event would exceed `max_events_per_run` (checked before
@@ -857,12 +950,17 @@ class Runner:
         """Persist the held events and the completion event in one write, emit them, save
         the final record, release the request id."""
         invocation = handle.invocation
+        capture = handle._capture
         completion = invocation.stamp(Event(
             author=self.app,
             object=OBJECT_RUNNER_COMPLETION,
             done=True,
-            error=error,
-            extensions={"run_id": handle.run_id, "status": status, **_output_of(handle.record, held), **self._close_steering(handle, status)},
+            # SPEC 1.9 step 1: the error is copied only when no terminal error event said it.
+            error=None if capture.terminal_error else error,
+            extensions={
+                "run_id": handle.run_id, "status": status, **_output_of(handle.record, held),
+                **self._close_steering(handle, status), **capture.extensions(error.type if error else None),
+            },
         ))
         # The completion marker is part of the ledger: it tells a reader (and a reaper)
         # that the run ended, and how. After a cancel it must be out
@@ -878,10 +976,13 @@ class Runner:
             self._account(handle, event)
             with contextlib.suppress(Exception):
                 await self._emit(handle, event)
+        ended_at = utcnow()
         handle.record = handle.record.replace(
             status=status,
-            ended_at=utcnow(),
+            ended_at=ended_at,
             error=error.to_dict() if error is not None else None,
+            # SPEC 1.9.3: the execution trace, written with the record (no statement per event).
+            trace=handle._trace.finish(status=status, ended_at=ended_at) if handle._trace is not None else None,
         )
         try:
             await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
@@ -945,6 +1046,7 @@ def _answer_pending_calls(session: Session, results: Sequence[Message], *, seed:
 def _normalize_message(message: str | Message) -> Message:
     if isinstance(message, str):
         message = Message(role="user", content=message)
+    message = normalize_role(message)  # SPEC 1.2 step 1
     if not message.content.strip() and not message.attachments:
         raise UsageError("message is empty")
     if message.role != "user":

@@ -247,7 +247,9 @@ async def test_model_failure_mid_run_keeps_the_ledger_and_fails_the_run(failure:
     assert [e.role for e in stored] == ["user", "assistant", "tool", "assistant", "system"]
     error_event = stored[3]
     assert error_event.is_error and error_event.text == REPAIRED_ERROR_TEXT
-    assert stored[-1].is_runner_completion and stored[-1].error is not None
+    # SPEC 1.9 step 1: the terminal error event said it; the completion does not repeat it.
+    assert stored[-1].is_runner_completion and stored[-1].error is None
+    assert stored[-1].extensions["status"] == "failed"
 
 
 async def test_an_agent_crash_becomes_a_visible_flow_error() -> None:
