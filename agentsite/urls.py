@@ -41,6 +41,7 @@ api = [
     path("api/evolution/candidates/", evolution_apis.CandidateListApi.as_view(), name="evolution-candidates"),
     path("api/runs/", off_thread(run_apis.RunCreateApi.as_view()), name="run-create"),
     path("api/runs/<str:run_id>/", run_apis.RunDetailApi.as_view(), name="run-detail"),
+    path("api/runs/<str:run_id>/trace/", run_apis.RunTraceApi.as_view(), name="run-trace"),
     path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),
     path("api/runs/<str:run_id>/resume/", off_thread(run_apis.RunResumeApi.as_view()), name="run-resume"),
     path("api/runs/<str:run_id>/messages/", off_thread(run_apis.RunMessagesApi.as_view()), name="run-messages"),

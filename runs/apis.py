@@ -214,6 +214,20 @@ class RunDetailApi(APIView):
         return Response(runs_data([_live(record)])[0])
 
 
+class RunTraceApi(APIView):
+    """The run's execution trace (SPEC 1.9.3, issue 21): spans for the agents, model calls,
+    tool calls, graph nodes, pre-call summaries and compactions, with start, duration,
+    status and parent. Written when the run ends: `trace` is null while it runs (and for
+    runs that ended before traces were kept). 404 for another user's run."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request: Request, run_id: str) -> Response:
+        record = selectors.run_get(user=request.user, run_id=run_id)
+        if record is None:
+            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+        return Response({"run_id": record.id, "status": record.status, "trace": record.trace})
+
+
 class RunResumeApi(APIView):
     """Answer a paused graph run: a new run on the same session continues the graph from
     its checkpoint, with `value` as the answer (`message`, if given, is the user turn the
