@@ -7,9 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from ag_ui.core import EventType
 
+from agentsite.demo.graph import build_troubleshoot_agent
 from runs.core.llm.base import Model
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from runs.core.protocols.agui import AguiTranslator
+from runs.core.runner import Runner
+from sessions_app.core.inmemory import InMemorySessionService
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,3 +65,25 @@ def test_spec_1_9_3_a_failed_tool_and_a_failed_run_are_marked_in_the_trace(
     [tool] = [s for s in trace["spans"] if s["kind"] == "tool"]
     assert tool["status"] == "error"  # bad arguments: the result is an error for the model
     assert trace["status"] == "failed" and next(s for s in trace["spans"] if s["id"] == "run")["status"] == "error"
+
+
+async def test_issue_21_the_parallel_tool_nodes_of_the_troubleshoot_graph_finish_done_not_stopped() -> None:
+    runner = Runner(app="t", agents=[build_troubleshoot_agent()], session_service=InMemorySessionService())
+    handle = await runner.start(user_id="alice", message="payments-api TLS errors on pay-01", stream=True)
+    translator = AguiTranslator(thread_id=handle.session_id)
+    finished: dict[str, Any] = {}
+    async for event in handle.events():
+        for frame in translator.translate(event, run_id=handle.run_id):
+            if frame.type == EventType.STEP_FINISHED and frame.metadata and "graph" in frame.metadata:
+                finished.setdefault(frame.step_name, frame.metadata["graph"].get("status"))
+    assert (await handle.wait()).status == "completed"
+
+    # Both tools finished: their steps end without a status (the chat shows "done").
+    assert finished["collect_logs"] is None and finished["check_certificate"] is None
+    assert finished["approve"] == "paused"
+    # The trace has the two nodes, overlapping, each ended by its own complete event.
+    trace = (await handle.wait()).trace
+    assert trace is not None
+    nodes = {s["name"]: s for s in trace["spans"] if s["kind"] == "node"}
+    assert nodes["collect_logs"]["status"] == nodes["check_certificate"]["status"] == "ok"
+    assert nodes["approve"]["status"] == "paused"

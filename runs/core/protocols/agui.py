@@ -386,7 +386,9 @@ class AguiTranslator:
             return []
         self._results.add(call_id)
         name = message.tool_name or self._tool_calls.get(call_id) or "tool"
-        out = self._close(run)
+        # Text and the model step end here; graph nodes end with their own complete event
+        # (a tool node's result comes before it: closing nodes here said "stopped", issue 21).
+        out = self._close_text(run) + self._close_step(run)
         out.append(StepStartedEvent(step_name=name))
         out.append(ToolCallResultEvent(message_id=event.id, tool_call_id=call_id, content=message.content, role="tool"))
         if event.state_delta:
