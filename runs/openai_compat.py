@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from agentsite.composition import run_manager
 from runs import selectors as run_selectors
 from runs.attachment_input import openai_parts
 from runs.core.attachments import AttachmentError
+from runs.core.context.fingerprint import conversation_after, history_fingerprint
 from runs.core.context.seeding import own_tool_names
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
@@ -55,6 +56,7 @@ from runs.core.tools.client import (
     openai_tools,
     takes_client_tools,
 )
+from sessions_app import fingerprints
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, ContentPart, Event, Message, ToolCall
@@ -64,6 +66,10 @@ SESSION_HEADER = "X-Session-Id"
 RUN_HEADER = "X-Run-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
+MATCH_HEADER = "X-Session-Match"
+"""Issue 25, item 5: `history` when a request without `X-Session-Id` continued the session
+holding its resent history; `history-ambiguous` when several of the user's sessions held it
+(the most recently updated one was continued)."""
 REQUEST_ID_MAX = 64  # Run.request_id's length
 # Between the texts of two assistant messages of one answer (a step's text before its tool
 # calls, then the final answer): without it they run together ("...first.The certificate...").
@@ -430,6 +436,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         except ClientToolError as exc:  # refused before anything is stored
             raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from None
         session_id = await _open_session(user, session_header)
+        match, seed = None, chat.seed
+        if session_header is None and chat.seed:
+            # A stateless client resending its chat: continue the session that holds it.
+            match = await db_call(fingerprints.session_of_history)(
+                user=user, fingerprint=history_fingerprint(chat.agent, chat.seed))
+            if match is not None:
+                session_id, seed = match.session_id, ()
         if key is not None:
             earlier = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
             if earlier is not None:
@@ -438,7 +451,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 
         async def start(runner: Runner) -> RunRecord:
             handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
-                                        agent=chat.agent, seed=chat.seed, listeners=[listener],
+                                        agent=chat.agent, seed=seed, listeners=[listener],
                                         tool_results=chat.tool_results, request_id=key,
                                         options=RunOptions(output=chat.output, client_tools=chat.client_tools,
                                                            tool_choice=chat.tool_choice))
@@ -464,14 +477,29 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return exc.response()
 
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
+    if match is not None:
+        headers[MATCH_HEADER] = "history-ambiguous" if match.ambiguous else "history"
+
+    async def remember(content: str, calls: Sequence[ToolCall]) -> None:
+        """The chat the client now holds, for its next request to find this session; only
+        when the ledger is that chat (the session is new or was found by it): a session
+        named by `X-Session-Id` may hold turns the client does not resend."""
+        if session_header is None:
+            sent = (*chat.seed, *((chat.message,) if chat.message is not None else chat.tool_results))
+            fingerprint = history_fingerprint(chat.agent, conversation_after(sent, content, calls))
+            await db_call(fingerprints.remember_history)(user=user, session_id=record.session_id,
+                                                         fingerprint=fingerprint)
+
     if chat.stream:
-        return _streaming(_stream(manager, record, chat, events), headers)
+        return _streaming(_stream(manager, record, chat, events, remember), headers)
     seen = [event async for event in events]  # the run's completion ends the iterator
     final = await manager.await_run(record.id, 5.0) or record
     if final.status != "completed":
         return _failure_response(final, headers)
     content = final.answer if chat.final_only else answer_text(seen)
-    return _completion(final, chat, content, headers, calls=waiting_calls(seen))
+    calls = waiting_calls(seen)
+    await remember(content, calls)
+    return _completion(final, chat, content, headers, calls=calls)
 
 
 def _streaming(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
@@ -582,8 +610,10 @@ def _result_param(chat: ChatRequest, problem: str) -> str | None:
     return None
 
 
-async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: AsyncIterator[Event],
+                  remember: Callable[[str, Sequence[ToolCall]], Awaitable[None]]) -> AsyncIterator[str]:
     created = int(time.time())
+    sent: list[str] = []  # the content as the client receives it, for `remember`
     yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
     streamed: set[str] = set()
     current: str | None = None  # the message whose text was sent last
@@ -606,10 +636,14 @@ async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: As
         if current is not None and message_id != current:
             text = PART_SEPARATOR + text  # as answer_text joins the parts
         current = message_id
+        sent.append(text)
         yield _chunk(record.id, chat.agent, created, {"content": text})
     final = await manager.await_run(record.id, 5.0) or record
     if final.status == "completed" and chat.final_only and final.answer:
+        sent.append(final.answer)
         yield _chunk(record.id, chat.agent, created, {"content": final.answer})
+    if final.status == "completed":
+        await remember("".join(sent), calls)
     for line in _stream_end(final, chat, created, calls):
         yield line
 

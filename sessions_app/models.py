@@ -18,10 +18,18 @@ class Session(models.Model):
     last_seq = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # Issue 25, item 5: the hash of the chat a stateless /v1 client holds after this
+    # session's last /v1 run (runs.core.context.fingerprint), and `last_seq` when it was
+    # taken: it matches only while the ledger has not grown since.
+    history_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    fingerprint_seq = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["app", "user", "-updated_at"], name="session_user_recent")]
+        indexes = [
+            models.Index(fields=["app", "user", "-updated_at"], name="session_user_recent"),
+            models.Index(fields=["app", "user", "history_fingerprint"], name="session_user_fingerprint"),
+        ]
 
     def __str__(self) -> str:
         return self.title or self.id
