@@ -10,6 +10,7 @@ from agentsite.health import healthz
 from evolution_app import apis as evolution_apis
 from runs import apis as run_apis
 from runs import openai_compat
+from runs import trace_views as run_trace_views
 from runs import views as run_views
 from runs.protocols import agui_views
 from sessions_app import apis as session_apis
@@ -62,6 +63,7 @@ urlpatterns = [
     path("", run_views.chat, name="chat"),
     path("chat/<str:session_id>/", run_views.chat, name="chat-session"),
     path("sessions/<str:session_id>/", session_views.session_ledger, name="session-ledger"),
+    path("runs/<str:run_id>/trace/", run_trace_views.run_trace_page, name="run-trace-page"),
     path("login/", auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(template_name="auth/logged_out.html"), name="logout"),
     path("healthz", healthz, name="healthz"),

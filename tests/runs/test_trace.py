@@ -87,3 +87,22 @@ async def test_issue_21_the_parallel_tool_nodes_of_the_troubleshoot_graph_finish
     nodes = {s["name"]: s for s in trace["spans"] if s["kind"] == "node"}
     assert nodes["collect_logs"]["status"] == nodes["check_certificate"]["status"] == "ok"
     assert nodes["approve"]["status"] == "paused"
+
+
+def test_issue_21_the_trace_page_shows_the_runs_timeline_to_its_owner_only(
+    alice: Any, bob: Any, alice_api: Any, client: Any, use_model: Callable[[Model], None]
+) -> None:
+    use_model(ScriptedModel.of(ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}), "It is open."))
+    run = alice_api.post("/api/runs/", {"message": "INC-1042?", "wait": True}, format="json").json()
+
+    client.force_login(alice)
+    page = client.get(f"/runs/{run['id']}/trace/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="trace-table"' in html and 'data-kind="tool"' in html and "lookup_ticket" in html
+    assert html.count('data-kind="model"') == 2
+    # The chat loads the module that links each answer to its run's trace.
+    assert "agentsite/trace.js" in client.get("/").content.decode()
+
+    client.force_login(bob)
+    assert client.get(f"/runs/{run['id']}/trace/").status_code == 404
