@@ -18,7 +18,7 @@ from runs.core.llm.base import Model
 from sessions_app import fingerprints
 from sessions_app.core.events import Message
 from tests.support.openai_asgi import agents_on, client_for, sessions_of, stored_events
-from tests.support.openai_server import ScriptedOpenAIServer
+from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,3 +155,55 @@ async def test_the_lookup_is_one_statement(
     match, statements = await look_up()
     assert match is not None and match.session_id == first["X-Session-Id"] and not match.ambiguous
     assert statements == 1
+
+
+WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, from the client's own service.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}}
+
+
+async def test_a_stateless_client_answering_its_tool_call_continues_the_session_waiting_on_it(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script(ServerStep.calls(("get_weather", {"city": "Paris"}, "call_p1"), text="Checking."),
+                         "Sunny, 18C.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    question = {"role": "user", "content": "What is the weather in Paris?"}
+
+    raw = await client.chat.completions.with_raw_response.create(
+        model="support", messages=[question], tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    message = raw.parse().choices[0].message
+    assert message.tool_calls is not None
+    resent = [question, message.model_dump(exclude_none=True),
+              {"role": "tool", "tool_call_id": "call_p1", "content": "sunny, 18C"}]
+    answered = await client.chat.completions.with_raw_response.create(
+        model="support", messages=resent, tools=[WEATHER_TOOL])  # type: ignore[arg-type]
+    assert answered.parse().choices[0].message.content == "Sunny, 18C."
+    openai_server.assert_consumed()
+
+    session = raw.headers["X-Session-Id"]
+    assert answered.headers["X-Session-Id"] == session and answered.headers["X-Session-Match"] == "history"
+    stored = await stored_events(session)
+    assert not any(e.extensions.get("seed") for e in stored)
+    assert [e.text for e in stored if e.is_tool_result] == ["sunny, 18C"]  # the waiting call's result, once
+    assert sum(len(e.message.tool_calls) for e in stored if e.is_tool_call and e.message is not None) == 1
+
+
+async def test_when_two_sessions_hold_the_history_the_most_recent_is_continued_and_the_header_says_so(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("Port 6432.", "Port 6432.", "Behind pgbouncer.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    chat: list[dict[str, Any]] = [{"role": "user", "content": "Which port does staging use?"}]
+    _, older = await _chat(client, chat)
+    answer, newer = await _chat(client, chat)  # the same question again: a second session, same chat
+
+    chat += [{"role": "assistant", "content": answer}, {"role": "user", "content": "And what sits in front?"}]
+    _, continued = await _chat(client, chat)
+    openai_server.assert_consumed()
+    assert older["X-Session-Id"] != newer["X-Session-Id"]
+    assert continued["X-Session-Id"] == newer["X-Session-Id"]
+    assert continued["X-Session-Match"] == "history-ambiguous"
