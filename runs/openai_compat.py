@@ -5,7 +5,10 @@
 run's input; earlier messages seed a new, empty session, in the whole message grammar
 (assistant `tool_calls` and `tool` results too: the client's tool rounds, stored as such and
 shown to the agent as context, runs.core.context.seeding); `X-Session-Id` continues a
-session and is echoed back. The content of an answer is the text of each assistant message
+session and is echoed back. Without it, a resent history that is exactly the chat of one of
+the user's sessions (its fingerprint, taken after the session's last /v1 run, the ledger
+unchanged since: runs.core.context.fingerprint) continues that session instead, nothing
+seeded again, `X-Session-Match` saying so (issue 25, item 5). The content of an answer is the text of each assistant message
 of the run, separated by a blank line, the final answer last, whether streamed or not
 (`answer_text`); streaming sends `chat.completion.chunk` events (role first, then text
 deltas) through tool rounds until the run's final answer, then `finish_reason`, a usage
