@@ -509,14 +509,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
 
     async def _cancel(self, frame: dict[str, Any]) -> None:
-        run_id = _checked_text(frame, "run_id")
-        if not isinstance(run_id, str) or not run_id:
-            raise FrameError("invalid_frame", "run_id must be a non-empty string", "run_id")
-        record = await _run_of_session(self.session_id, self.user.pk, run_id)
-        if record is None:
-            raise FrameError("not_found", f"run {run_id!r} not found in this session", "run_id")
-        if record.finished:
-            raise FrameError("run_not_active", f"run {run_id!r} already ended ({record.status})", "run_id")
+        run_id = await self._live_run(frame)
         await run_manager().acall(lambda runner: request_cancel(runner, run_id))
 
     async def _live_run(self, frame: dict[str, Any]) -> str:

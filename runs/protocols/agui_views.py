@@ -375,6 +375,17 @@ class _Started:
     state: dict[str, Any]
 
 
+async def _finish_from_record(manager: RunManager, translator: AguiTranslator, run_id: str, record: RunRecord) -> list[Any]:
+    """The closing events of a stream whose completion event never reached it, from the
+    run's stored record (its error, when it did not complete or get cancelled)."""
+    final = await manager.await_run(run_id, 5.0) or record
+    error = None
+    if final.status not in ("completed", "cancelled"):
+        details = final.error or {}
+        error = (str(details.get("type") or final.status), str(details.get("message") or f"the run ended as {final.status!r}"))
+    return list(translator.finish(run_id, error=error))
+
+
 @csrf_exempt  # bearer tokens need no CSRF; session authentication enforces it (DRF)
 async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
     """`POST /agui/<agent>`: run the agent and stream the run as AG-UI server-sent events."""
@@ -487,12 +498,7 @@ async def _stream(
                 yield encoder.encode(item)
         if not translator.is_finished(run_id):
             # The completion event never reached us (it could not be emitted in time).
-            final = await manager.await_run(run_id, 5.0) or record
-            error = None
-            if final.status not in ("completed", "cancelled"):
-                details = final.error or {}
-                error = (str(details.get("type") or final.status), str(details.get("message") or f"the run ended as {final.status!r}"))
-            for item in translator.finish(run_id, error=error):
+            for item in await _finish_from_record(manager, translator, run_id, record):
                 yield encoder.encode(item)
     finally:
         # A client that went away stops listening; the run itself goes on (detached).
@@ -651,12 +657,7 @@ async def _steer_stream(
                     "id": queued.id, "messageId": event.id, "state": event.extensions.get(QUEUED),
                 }))
         if not translator.is_finished(run_id):
-            final = await manager.await_run(run_id, 5.0) or record
-            error = None
-            if final.status not in ("completed", "cancelled"):
-                details = final.error or {}
-                error = (str(details.get("type") or final.status), str(details.get("message") or f"the run ended as {final.status!r}"))
-            for item in translator.finish(run_id, error=error):
+            for item in await _finish_from_record(manager, translator, run_id, record):
                 yield encoder.encode(item)
     finally:
         with contextlib.suppress(RuntimeError):
