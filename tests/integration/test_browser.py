@@ -408,3 +408,27 @@ def test_a_message_typed_while_the_reply_streams_is_queued_then_taken_by_the_sam
     assert second[-2]["role"] == "tool" and second[-1] == {"role": "user", "content": "And is INC-1187 open too?"}
     assert all(m.get("content") != "never mind this one" for m in second)
     assert page.js_errors == []
+
+
+def test_each_answer_links_to_its_runs_trace_which_shows_the_model_and_tool_calls(
+    offline_server: LiveServer, browser: Any
+) -> None:
+    """Issue 21: a run trace reachable from each answer, live and after a reload."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, color_scheme="light")
+    log_in(page, offline_server)
+    send(page, TLS_QUESTION)
+    link = page.locator(".msg-assistant .trace-link")
+    expect(link).to_have_count(1)
+    page.reload()  # the ledger replay links the answer too
+    expect(link).to_have_count(1)
+
+    link.click()
+    table = page.get_by_role("table", name="Timeline of the run")
+    expect(table).to_be_visible()
+    expect(table.locator('tr[data-kind="tool"]', has_text="inspect_certificate")).to_have_attribute("data-status", "ok")
+    expect(table.locator('tr[data-kind="model"]').first).to_be_visible()
+    page.get_by_role("link", name="Back to the chat").click()
+    expect(page.locator(".msg-assistant .msg-bubble")).to_contain_text("certificate expired on 2026-11-14")
+    assert page.js_errors == []
