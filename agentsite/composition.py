@@ -210,6 +210,7 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
         admission=active_runs_admission(settings.AGENTSITE_MAX_ACTIVE_RUNS_PER_USER),
         max_events_per_run=settings.AGENTSITE_MAX_RUN_EVENTS,
         max_queued_messages=settings.AGENTSITE_MAX_QUEUED_MESSAGES,
+        persist_interrupted_assistant=settings.AGENTSITE_PERSIST_INTERRUPTED_ASSISTANT,
         callbacks=demo_runner_callbacks(),
     )
 

@@ -225,6 +225,8 @@ AGENTSITE_MAX_ACTIVE_RUNS_PER_USER = env.integer("AGENTSITE_MAX_ACTIVE_RUNS_PER_
 AGENTSITE_MAX_RUN_EVENTS = env.integer("AGENTSITE_MAX_RUN_EVENTS", 2000, minimum=0)
 # Messages one run may hold queued for its next model step (SPEC 1.5 steering; 429 past it).
 AGENTSITE_MAX_QUEUED_MESSAGES = env.integer("AGENTSITE_MAX_QUEUED_MESSAGES", 20, minimum=1)
+# SPEC 1.10: keep a cancelled streaming answer as a marked assistant message (off, as the SPEC says).
+AGENTSITE_PERSIST_INTERRUPTED_ASSISTANT = env.boolean("AGENTSITE_PERSIST_INTERRUPTED_ASSISTANT", False)
 
 # -- long-term memory and artifacts (SPEC 6, 7) ----------------------------------------------------
 AGENTSITE_MEMORY_MAX_PER_USER = env.integer("AGENTSITE_MEMORY_MAX_PER_USER", 1000)

@@ -218,3 +218,13 @@ async def test_spec_1_10_a_cancelled_streaming_answer_can_be_kept_as_a_marked_pa
     await (await runner.start(user_id="alice", message="continue", session_id=session_id)).wait()
     assert [m.role for m in model.requests[-1].messages][-2:] == ["assistant", "user"]
     assert model.requests[-1].messages[-2].content == kept.text
+
+
+@pytest.mark.parametrize("setting", [False, True])
+def test_spec_1_10_the_site_setting_chooses_the_runners_default(setting: bool) -> None:
+    from django.test import override_settings
+
+    from agentsite.composition import build_runner
+
+    with override_settings(AGENTSITE_PERSIST_INTERRUPTED_ASSISTANT=setting):
+        assert build_runner(ScriptedModel.of("unused")).persist_interrupted_assistant is setting
