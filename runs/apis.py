@@ -48,7 +48,10 @@ class RunOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
-    event_count = serializers.IntegerField()
+    event_count = serializers.IntegerField(
+        help_text="the ledger events this run wrote: its user turn, each stored step and its completion "
+                  "marker; streamed deltas are not counted (issue 21)",
+    )
     model_calls = serializers.IntegerField()
     tool_calls = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField()

@@ -352,6 +352,8 @@ class Runner:
                 opening.append(invocation.stamp(route_note))  # the route is consumed or cleared
             # One transaction: a seeded history is in the ledger with its turn or not at all.
             await self.session_service.append_events(session, opening)
+            # Issue 21: event_count counts the ledger events this run wrote, its turn included.
+            handle.record = handle.record.replace(event_count=handle.record.event_count + len(opening))
         except BaseException as exc:
             # The run row exists: end it here, or it stays `running` for good (this process
             # owns it, so no reaper takes it; it holds the thread and a slot of the user's cap).
@@ -836,7 +838,11 @@ class Runner:
     @staticmethod
     def _account(handle: RunHandle, event: Event) -> None:
         record = handle.record
-        changes: dict[str, Any] = {"last_event_at": utcnow(), "event_count": record.event_count + 1}
+        changes: dict[str, Any] = {"last_event_at": utcnow()}
+        if event.seq is not None:
+            # Issue 21: only what the ledger holds (a stored event has its seq); streamed
+            # deltas and events whose write failed are not counted.
+            changes["event_count"] = record.event_count + 1
         if event.message is not None and event.message.role == "assistant" and not event.partial and not event.is_error:
             if not event.extensions.get(NO_MODEL_CALL):
                 changes["model_calls"] = record.model_calls + 1
@@ -978,6 +984,8 @@ class Runner:
                 await self._emit(handle, event)
         ended_at = utcnow()
         handle.record = handle.record.replace(
+            # The completion marker is a ledger event of the run too (when its write held).
+            event_count=handle.record.event_count + (1 if completion.seq is not None else 0),
             status=status,
             ended_at=ended_at,
             error=error.to_dict() if error is not None else None,

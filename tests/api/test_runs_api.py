@@ -267,3 +267,21 @@ def test_runs_are_listed_by_session_and_status_and_the_ledger_says_how_each_ende
     assert [(c["run_id"], c["status"]) for c in completions] == [
         (finished["id"], "completed"), (running["id"], "cancelled")
     ]
+
+
+def test_a_runs_event_count_is_its_events_in_the_ledger_not_its_streamed_deltas(
+    alice_api: Any, use_model: Callable[[Model], None]
+) -> None:
+    # Issue 21: event_count said 16/21/33 where the ledger showed 5/8/5, as it counted
+    # every streamed delta and left out the run's user turn and completion marker.
+    long_answer = "INC-2041 was an expired certificate on the payments gateway."
+    use_model(ScriptedModel.of(
+        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}), ScriptStep.answer(long_answer, chunk_size=4),
+        ScriptStep.answer("Renewed.", chunk_size=2),
+    ))
+    first = post_run(alice_api, message="What happened in INC-2041?", wait=True).json()
+    second = post_run(alice_api, message="And now?", session_id=first["session_id"], wait=True).json()
+    ledger = events_of(alice_api, first["session_id"]).json()["results"]
+    counts = [alice_api.get(f"/api/runs/{run['id']}/").json()["event_count"] for run in (first, second)]
+    assert counts == [5, 3]  # user, call, result, answer, completion; user, answer, completion
+    assert sum(counts) == len(ledger)
