@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, ContentPart, Event, Message, ToolCall
 from sessions_app.core.session import SessionNotFoundError
+
+logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-Session-Id"
 RUN_HEADER = "X-Run-Id"
@@ -205,10 +208,7 @@ def parse_messages(messages: list[Any]) -> list[Message]:
     while trailing > 0 and isinstance(messages[trailing - 1], dict) and messages[trailing - 1].get("role") == "tool":
         trailing -= 1
     for index, item in enumerate(messages):
-        if not isinstance(item, dict) or item.get("role") not in _ROLES:
-            raise OpenAIError(400, f"messages[{index}].role must be one of {sorted(_ROLES)}",
-                              param=f"messages[{index}].role")
-        role = item["role"]
+        role = _role(item, index)
         content = _content_text(item.get("content"), index)
         parts = _attachment_parts(item.get("content"), index, role)
         if role == "assistant":
@@ -231,6 +231,22 @@ def parse_messages(messages: list[Any]) -> list[Message]:
         else:
             parsed.append(Message(role="system" if role == "developer" else role, content=content, parts=parts))
     return parsed
+
+
+def _role(item: Any, index: int) -> str:
+    """A message's role; SPEC 1.2.1: an empty (or missing) role on a message with a payload
+    (text or attachments) is a user message, as the runner takes it. Without a payload the
+    message says nothing, so it is refused naming the role."""
+    if not isinstance(item, dict):
+        raise OpenAIError(400, f"messages[{index}] must be an object", param=f"messages[{index}]")
+    role = item.get("role")
+    if role in ("", None):
+        if _content_text(item.get("content"), index) or _attachment_parts(item.get("content"), index, "user"):
+            logger.warning("messages[%d] has no role: taken as a user message (SPEC 1.2.1)", index)
+            return "user"
+    if role not in _ROLES:
+        raise OpenAIError(400, f"messages[{index}].role must be one of {sorted(_ROLES)}", param=f"messages[{index}].role")
+    return str(role)
 
 
 def _answered_call(item: dict[str, Any], index: int, unanswered: dict[str, str]) -> str:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -101,6 +102,8 @@ from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import ContentPart, Event, EventError, Message
 from sessions_app.core.session import SessionNotFoundError
+
+logger = logging.getLogger(__name__)
 
 _LIVE = ("queued", "running")
 _SESSION_ID_MAX = 64
@@ -209,7 +212,7 @@ def parse_run_input(body: Any) -> AguiTurn:
     if not isinstance(body, dict):
         raise _invalid("the body must be a JSON object (a RunAgentInput)", None)
     try:
-        run_input = RunAgentInput.model_validate(body)
+        run_input = RunAgentInput.model_validate(_roles_normalized(body))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = _field_path(first["loc"])
@@ -256,6 +259,23 @@ def parse_run_input(body: Any) -> AguiTurn:
     raise _invalid(
         f"the last message must have role 'user' or 'tool', got {last.role!r}", f"messages.{last_index}.role"
     )
+
+
+def _roles_normalized(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with SPEC 1.2.1 applied: a message whose role is empty (or missing) and that
+    has a payload (content) is a user message, as the runner takes it. Done before the
+    schema check, whose messages are a union chosen by role; a message without a payload
+    keeps its role and is refused there, naming it."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    normalized = []
+    for index, item in enumerate(messages):
+        if isinstance(item, dict) and item.get("role") in ("", None) and item.get("content"):
+            logger.warning("messages.%d has no role: taken as a user message (SPEC 1.2.1)", index)
+            item = {**item, "role": "user"}
+        normalized.append(item)
+    return {**body, "messages": normalized}
 
 
 def _output_schema(props: Any) -> OutputSpec | None:

@@ -406,3 +406,24 @@ async def test_the_pre_0_3_card_path_answers_the_card_not_401() -> None:
     assert root.json()["name"] == "support" and root.json()["url"] == "http://testserver/a2a/support"
     assert json.loads(agent.text)["protocolVersion"].startswith("0.3")
     assert "supportedInterfaces" in as_1_0.json() and "url" not in as_1_0.json()
+
+
+
+# -- SPEC 1.2.1 ----------------------------------------------------------------------------------
+
+
+async def test_spec_1_2_1_does_not_apply_to_a2a_whose_schema_requires_the_role(
+    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+) -> None:
+    # A2A's `Message.role` is a required enum (user/agent): the SDK refuses a missing or empty
+    # role with -32602 naming it before our executor sees the message, so there is no empty
+    # role to take as the user's here (SPEC 1.2.1 holds on /v1, AG-UI and the runner).
+    model = ScriptedModel.of()
+    use_agents([LLMAgent(name="triage", model=model)])
+    for message in ({"messageId": "m-no-role", "parts": [{"text": TLS_QUESTION}]},
+                    {"role": "", "messageId": "m-empty-role", "parts": [{"text": TLS_QUESTION}]}):
+        error = (await a2a("triage", rpc("SendMessage", {"message": message}), alice_token)).json()["error"]
+        assert error["code"] == -32602 and "message.role" in json.dumps(error), error
+    assert model.requests == []
+    async with client(alice_token) as http:
+        assert (await http.get("/api/sessions/")).json()["results"] == []  # nothing ran

@@ -445,3 +445,33 @@ async def test_a_new_threads_earlier_messages_are_stored_as_earlier_turns_before
     # The model saw the history as its own earlier turn (same agent), then the question.
     sent = model.requests[0].messages
     assert [m.role for m in sent if m.role != "system"] == ["user", "assistant", "tool", "assistant", "user"]
+
+
+# -- SPEC 1.2.1 ------------------------------------------------------------------------------------
+
+
+async def test_spec_1_2_1_a_message_with_an_empty_or_missing_role_and_a_payload_is_a_user_message(
+    alice: Any, alice_token: str, use_model: Callable[[Model], None]
+) -> None:
+    model = ScriptedModel.of(ANSWER)
+    use_model(model)
+    body = run_input("thread-no-role", {"id": "u0", "content": "I run checkout-api."},
+                     {"id": "a0", "role": "assistant", "content": "Noted."},
+                     {"id": "u1", "role": "", "content": QUESTION})
+
+    events = await read_all(await post("/agui/support", body, alice_token))
+
+    assert types(events)[-1] == "RUN_FINISHED"
+    stored = await ledger("thread-no-role")
+    current = next(e for e in stored if e.is_user_message and not e.extensions.get("seed"))
+    assert (current.author, current.role, current.text) == ("user", "user", QUESTION)
+    sent = [(m.role, m.content) for m in model.requests[0].messages if m.role != "system"]
+    assert sent == [("user", "I run checkout-api."), ("assistant", "Noted."), ("user", QUESTION)]
+
+
+async def test_spec_1_2_1_an_empty_role_without_a_payload_is_422_naming_the_message(
+    alice: Any, alice_token: str
+) -> None:
+    response = await post("/agui/support", run_input("thread-empty", {"id": "u1", "role": "", "content": ""}), alice_token)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"].startswith("messages.0")
