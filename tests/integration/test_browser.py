@@ -421,8 +421,15 @@ def test_each_answer_links_to_its_runs_trace_which_shows_the_model_and_tool_call
     send(page, TLS_QUESTION)
     link = page.locator(".msg-assistant .trace-link")
     expect(link).to_have_count(1)
+    # The run record's figures under the answer (tokens in / out, latency, model calls).
+    figures = page.locator(".msg-assistant .msg-figures")
+    expect(figures).to_contain_text("model call")
+    assert int(figures.get_attribute("data-model-calls") or "0") >= 1
     page.reload()  # the ledger replay links the answer too
     expect(link).to_have_count(1)
+    expect(figures).to_have_count(1)
+    expect(figures).to_contain_text(re.compile(r"tokens in · [\d,]+ out · \d+\.\d s · [1-9]\d* model calls?"))
+    shoot(page, "chat-answer-figures.png")
 
     link.click()
     table = page.get_by_role("table", name="Timeline of the run")

@@ -784,6 +784,7 @@
     if (cancelled && !failed) notice(`cancel:${state.runId || Date.now()}`, "Run cancelled", "", { muted: true });
     setRunStatus(cancelled ? "Cancelled" : failed ? "Failed" : waiting ? "Waiting for your approval" : "Done");
     if (window.AgentsiteTrace) window.AgentsiteTrace.link(state.runId);
+    if (window.AgentsiteFigures) window.AgentsiteFigures.show(state.runId);
     state.runId = null;
     state.cancelRequested = false;
     state.cancelAfterAccept = false;
@@ -802,6 +803,7 @@
     const isError = Boolean(event.error) || event.object === "error";
     if (event.object === "runner.completion") {
       if (window.AgentsiteTrace) window.AgentsiteTrace.link(event.run_id);
+      if (window.AgentsiteFigures) window.AgentsiteFigures.show(event.run_id);
       for (const record of state.tools.values()) {
         if (record.status === "running" && record.invocationId === event.invocation_id && !state.running) {
           setToolStatus(record, "cancelled");
