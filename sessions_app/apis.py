@@ -54,6 +54,14 @@ class EventOutput(serializers.Serializer):
     error = serializers.DictField(required=False)
     run_id = serializers.CharField(required=False, help_text="runner.completion events: the run")
     status = serializers.CharField(required=False, help_text="runner.completion events: how the run ended")
+    final_state_delta = serializers.DictField(
+        required=False, help_text="runner.completion events: the state the run changed, all its deltas merged (SPEC 1.9.2)"
+    )
+    final_choices = serializers.ListField(
+        child=serializers.DictField(), required=False,
+        help_text="runner.completion events: the run's final answer as OpenAI-style choices "
+                  "({index, message, finish_reason, event_id}); absent when it ended without one (SPEC 1.9.2)",
+    )
     artifact = serializers.DictField(required=False, help_text="a tool result that saved an artifact")
     queued = serializers.CharField(required=False, help_text="a user message sent into a running run: consumed or carried")
     queued_id = serializers.CharField(required=False, help_text="the id POST /api/runs/<id>/messages/ answered")
@@ -104,6 +112,11 @@ def event_data(row: orm.Event) -> dict[str, Any]:
         # How the run ended, so a reader of the ledger alone can tell a cancel from a failure.
         data["run_id"] = extensions.get("run_id")
         data["status"] = extensions.get("status")
+        # SPEC 1.9.2 (runs.core.trace.CompletionCapture): what the run left behind, carried
+        # on the marker only, never applied again as its own state_delta.
+        for key in ("final_state_delta", "final_choices"):
+            if extensions.get(key):
+                data[key] = extensions[key]
     if extensions.get("artifact"):
         data["artifact"] = extensions["artifact"]
     # Steering (SPEC 1.5, runs.core.steering): how a queued message entered its run, and
