@@ -104,7 +104,10 @@ async def test_streamed_a_stateless_client_resends_the_history_and_continues(
         (0, "call_s1", "get_weather", json.dumps({"city": "Paris"}))]
     assert finishes == ["tool_calls"]
 
-    # No X-Session-Id: the whole history (the call, then the result) starts a seeded session.
+    # No X-Session-Id: the client resends the whole history (the call, then its result). The
+    # messages before the trailing result are the first run's chat, so the history fingerprint
+    # matches that session, waiting on call_s1, and it continues with the result
+    # (X-Session-Match: history); nothing is seeded again.
     stream = await client.chat.completions.create(model="support", stream=True, tools=[WEATHER_TOOL],  # type: ignore[list-item]
                                                   messages=[QUESTION, {"role": "assistant", "content": "Checking.",
                                                                        "tool_calls": [{"id": "call_s1", "type": "function",
