@@ -88,6 +88,7 @@ from a2a.types.a2a_pb2 import (
     SecurityScheme,
     SendMessageRequest,
     StringList,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
@@ -103,6 +104,8 @@ from a2a.utils.errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
 )
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
@@ -130,7 +133,8 @@ from runs.core.manager import RunManager
 from runs.core.output import OUTPUT_EXTENSION, OutputSpec, SchemaError
 from runs.core.routing import ROUTE_STATE_KEY
 from runs.core.runner import Runner
-from runs.fanout import request_cancel
+from runs.core.steering import QueueFullError, RunNotActiveError
+from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
 from sessions_app import models as sessions_orm
 from sessions_app.backends import db_call
 from sessions_app.core.events import (
@@ -715,12 +719,87 @@ def _hiding_internals(cls: type[RequestHandler]) -> type[RequestHandler]:
 
 @_hiding_internals
 class AgentsiteRequestHandler(DefaultRequestHandler):
-    """The SDK's handler; a cancel of a task that runs in another process reaches its run;
-    an unexpected error answers "internal error", never its text (see `_hide_internals`)."""
+    """The SDK's handler; a message on a working task steers its run (`_steer`); a cancel
+    of a task that runs in another process reaches its run; an unexpected error answers
+    "internal error", never its text (see `_hide_internals`)."""
 
     def __init__(self, *, executor: AgentsiteAgentExecutor, **kwargs: Any) -> None:
         super().__init__(agent_executor=executor, **kwargs)
         self.executor = executor
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Message | Task:
+        steered = await self._steer(params, context)
+        if steered is not None:
+            return steered
+        return await super().on_message_send(params, context)
+
+    async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext) -> AsyncIterator[Any]:
+        steered = await self._steer(params, context)
+        if steered is None:
+            async for event in super().on_message_send_stream(params, context):
+                yield event
+            return
+        # The steered run's own updates, from the task as it stands to its end.
+        sent = False
+        try:
+            async for event in super().on_subscribe_to_task(SubscribeToTaskRequest(id=steered.id), context):
+                sent = True
+                yield event
+        except (TaskNotFoundError, UnsupportedOperationError):
+            # Run by another process (no queue here to follow), or ended meanwhile: the
+            # task as it stands; the caller follows it with GetTask.
+            if not sent:
+                yield await self.task_store.get(steered.id, context) or steered
+
+    async def _steer(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
+        """Queue a message on a working task (its `taskId`, else its `contextId`) into the
+        task's run (SPEC 1.5), consumed before the run's next model step; the task, still
+        working, is the answer. None when no run of the caller's is working there: the
+        SDK goes on as for any message (a new task, an ended task refused, an
+        `input-required` one resumed)."""
+        message = params.message
+        store = self.task_store
+        if message.task_id:
+            task = await store.get(message.task_id, context)
+        elif message.context_id and isinstance(store, DjangoTaskStore):
+            task = await store.working_in(message.context_id, context)
+        else:
+            return None
+        if task is None or task.status.state != TaskState.TASK_STATE_WORKING:
+            return None
+        run_field = task.metadata.fields.get(META_RUN_ID)
+        run_id = run_field.string_value if run_field is not None else ""
+        if not run_id:
+            return None  # still starting its run: nothing to queue into yet
+        if message.context_id and message.context_id != task.context_id:
+            raise InvalidParamsError(
+                message=f"task {task.id!r} belongs to context {task.context_id!r}, not {message.context_id!r}",
+                data={"taskId": task.id, "contextId": message.context_id})
+        # The checks every message passes (role, text, length, the caller's context).
+        await self._request_context_builder.build(
+            context=context, params=params, task_id=task.id, context_id=task.context_id, task=task)
+        if message_files(message):
+            raise InvalidParamsError(
+                message=f"task {task.id!r} is working: a message queued into its run carries text only; "
+                        "send files once the task has ended", data={"taskId": task.id})
+        text = message_text(message)
+        try:
+            await self.executor.manager.acall(lambda runner: request_enqueue(runner, run_id, text))
+        except RunNotActiveError:
+            return None  # the run ended meanwhile: as for any message on the task
+        except QueueFullError as exc:
+            raise InvalidRequestError(
+                message=f"task {task.id!r}: its run already holds {exc.limit} queued messages, the limit; "
+                        "wait for it to take them",
+                data={"code": "queue_full", "taskId": task.id, "limit": exc.limit}) from None
+        except RunUnreachableError:
+            raise InternalError(
+                message=f"task {task.id!r}: its run did not answer (its process may be gone); try again",
+                data={"code": "run_unreachable", "taskId": task.id}) from None
+        except UsageError as exc:
+            raise InvalidParamsError(message=f"task {task.id!r}: {exc}", data={"taskId": task.id}) from None
+        logger.info("A2A message queued into run %s of working task %s", run_id, task.id)
+        return await store.get(task.id, context) or task
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         local = self.executor.is_running(params.id)

@@ -130,6 +130,13 @@ def close_answered_pauses(user_id: int, context_id: str, *, answered_in: str) ->
     return closed
 
 
+def _working_in(user_id: int, agent: str, context_id: str) -> Task | None:
+    payload = _owned(user_id, agent).filter(
+        context_id=context_id, state=TaskState.Name(TaskState.TASK_STATE_WORKING),
+    ).order_by("-updated_at").values_list("payload", flat=True).first()
+    return task_from_payload(payload) if payload is not None else None
+
+
 def _delete(user_id: int, agent: str, task_id: str) -> None:
     _owned(user_id, agent).filter(pk=task_id).delete()
 
@@ -165,6 +172,13 @@ class DjangoTaskStore(TaskStore):
         if owner is None:
             return ListTasksResponse(page_size=params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE)
         return await db_call(_list)(owner, self.agent, params)
+
+    async def working_in(self, context_id: str, context: ServerCallContext) -> Task | None:
+        """The caller's most recently updated `working` task of session `context_id`, or None."""
+        owner = self._owner(context)
+        if owner is None:
+            return None
+        return await db_call(_working_in)(owner, self.agent, context_id)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         """Delete the caller's task; someone else's is left alone."""
