@@ -38,6 +38,12 @@ the ledger, and the run's events become the task's updates:
 | completion `failed` | status `failed`, message: the error (metadata: error type, message); no artifact |
 | completion `cancelled` | status `canceled` |
 
+A message on a `working` task (its `taskId`, or only its `contextId`) does not start a
+second run: it is queued into the task's run (SPEC 1.5, `request_enqueue`, across
+processes), taken before the run's next model step, and the answer is the same task, still
+working (`message/stream` follows it to its end). Past the queue limit: -32600 with
+`queue_full`; the run's process silent: -32603 with `run_unreachable`.
+
 Progress is never a message: a client that stores status messages as the agent's words
 (ADK's `RemoteA2aAgent` keeps `working` ones as thoughts) stores none of it, and the answer
 is stored once, the same whether the task was sent or streamed. `agentsite_progress` merges
