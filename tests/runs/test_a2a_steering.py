@@ -32,13 +32,13 @@ from tests.security.support import client, rpc
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WORKING, COMPLETED = TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED
-ANSWER = "T-100 and T-200 are open."
+ANSWER = "INC-1042 and INC-1187 are open."
 
 
 def slow_tool_step() -> ScriptStep:
     """A model step that talks for a while (about two seconds) before it calls a tool."""
     return dataclasses.replace(
-        ScriptStep.call("lookup_ticket", {"ticket_id": "T-100"}, id="call_1"),
+        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
         text="Let me look that ticket up. " * 4, chunk_size=4, delay_s=0.08,
     )
 
@@ -109,16 +109,16 @@ async def test_a_message_on_a_working_task_is_queued_into_its_run(
     use_model(model)
     async with connected(alice_token, "support", streaming=True) as streaming, \
             connected(alice_token, "support") as sending:
-        first = FirstStream(streaming, "Is T-100 open?", model)
+        first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
-        [steered] = [r async for r in sending.send_message(user_message("and T-200?", task_id=first.task_id))]
+        [steered] = [r async for r in sending.send_message(user_message("and INC-1187?", task_id=first.task_id))]
         # The same task, still working: no second task, no second run.
         assert steered.task.id == first.task_id and steered.task.status.state == WORKING
         await asyncio.wait_for(first.done, 20)
     assert first.states()[-1] == COMPLETED
     [artifact] = [r.artifact_update for r in first.responses if r.HasField("artifact_update")]
     assert text_of(artifact.artifact.parts) == ANSWER
-    assert_steered(model, await ledger(alice, first.context_id), "and T-200?")
+    assert_steered(model, await ledger(alice, first.context_id), "and INC-1187?")
 
 
 async def test_a_streamed_message_on_the_context_follows_the_steered_task_to_its_end(
@@ -128,15 +128,15 @@ async def test_a_streamed_message_on_the_context_follows_the_steered_task_to_its
     use_model(model)
     async with connected(alice_token, "support", streaming=True) as streaming, \
             connected(alice_token, "support", streaming=True) as second:
-        first = FirstStream(streaming, "Is T-100 open?", model)
+        first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
-        follow = [r async for r in second.send_message(user_message("and T-200?", context_id=first.context_id))]
+        follow = [r async for r in second.send_message(user_message("and INC-1187?", context_id=first.context_id))]
         await asyncio.wait_for(first.done, 20)
     assert follow[0].task.id == first.task_id and follow[0].task.status.state == WORKING
     states = [r.status_update.status.state for r in follow if r.HasField("status_update")]
     assert states[-1] == COMPLETED and states.count(COMPLETED) == 1
     assert first.states()[-1] == COMPLETED
-    assert_steered(model, await ledger(alice, first.context_id), "and T-200?")
+    assert_steered(model, await ledger(alice, first.context_id), "and INC-1187?")
 
 
 @pytest.mark.parametrize("method", ["message/send", "message/stream"])
@@ -146,10 +146,10 @@ async def test_the_0_3_names_steer_a_working_task(
     model = ScriptedModel.of(slow_tool_step(), ANSWER)
     use_model(model)
     async with connected(alice_token, "support", streaming=True) as streaming, client(alice_token) as http:
-        first = FirstStream(streaming, "Is T-100 open?", model)
+        first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
         message = {"kind": "message", "role": "user", "messageId": "m-steer", "taskId": first.task_id,
-                   "parts": [{"kind": "text", "text": "and T-200?"}]}
+                   "parts": [{"kind": "text", "text": "and INC-1187?"}]}
         response = await http.post("/a2a/support", json=rpc(method, {"message": message}),
                                    headers={"A2A-Version": "0.3"})
         assert response.status_code == 200, response.text
@@ -161,7 +161,7 @@ async def test_the_0_3_names_steer_a_working_task(
         assert result["id"] == first.task_id and result["status"]["state"] == "working", result
         await asyncio.wait_for(first.done, 20)
     assert first.states()[-1] == COMPLETED
-    assert_steered(model, await ledger(alice, first.context_id), "and T-200?")
+    assert_steered(model, await ledger(alice, first.context_id), "and INC-1187?")
 
 
 async def steer_raw(http: Any, task_id: str, text: str) -> dict[str, Any]:
@@ -180,10 +180,10 @@ async def test_a_full_queue_is_a_json_rpc_error_naming_the_limit(
     model = ScriptedModel.of(slow_tool_step(), ANSWER, "Noted.")
     use_model(model)
     async with connected(alice_token, "support", streaming=True) as streaming, client(alice_token) as http:
-        first = FirstStream(streaming, "Is T-100 open?", model)
+        first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
-        assert MessageToDict(await_task(await steer_raw(http, first.task_id, "and T-200?")))  # queued
-        refused = await steer_raw(http, first.task_id, "and T-300?")
+        assert MessageToDict(await_task(await steer_raw(http, first.task_id, "and INC-1187?")))  # queued
+        refused = await steer_raw(http, first.task_id, "and INC-1203?")
         await asyncio.wait_for(first.done, 20)
     error = refused["error"]
     assert error["code"] == -32600 and "1 queued messages, the limit" in error["message"]
@@ -217,9 +217,9 @@ async def test_an_unreachable_run_is_a_json_rpc_error(
     use_model(model)
     monkeypatch.setattr("runs.a2a.server.request_enqueue", unreachable)
     async with connected(alice_token, "support", streaming=True) as streaming, client(alice_token) as http:
-        first = FirstStream(streaming, "Is T-100 open?", model)
+        first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
-        refused = await steer_raw(http, first.task_id, "and T-200?")
+        refused = await steer_raw(http, first.task_id, "and INC-1187?")
         await asyncio.wait_for(first.done, 20)
     error = refused["error"]
     assert error["code"] == -32603 and "did not answer" in error["message"]
