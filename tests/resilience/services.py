@@ -98,10 +98,12 @@ def private_postgres(tmp_path: Path) -> Iterator[PrivatePostgres]:
                 break
             parent.chmod(parent.stat().st_mode | 0o011)
     data = home / "data"
-    subprocess.run(
+    done = subprocess.run(
         [*run_as, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-        check=True, capture_output=True,
+        capture_output=True, text=True,
     )
+    if done.returncode != 0:  # say why (a CalledProcessError alone hides initdb's reason)
+        raise RuntimeError(f"initdb failed ({done.returncode}) in {data}: {done.stderr.strip() or done.stdout.strip()}")
     cluster = PrivatePostgres(data=data, port=free_port(), run_as=run_as)
     cluster.start()
     try:
