@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -89,14 +90,16 @@ def private_postgres(tmp_path: Path) -> Iterator[PrivatePostgres]:
     if not (PG_BIN / "initdb").exists():
         skip(f"no PostgreSQL server binaries under {PG_BIN} (set AGENTSITE_TEST_PG_BIN)")
     run_as = _run_as_postgres()
-    home = tmp_path / "pg"
-    home.mkdir()
     if run_as:
+        # Its own folder in the temp dir, not under pytest's: pytest sets its root back to
+        # 0700 whenever another pytest process starts, and the postgres user then cannot
+        # reach a cluster inside it (initdb failed so in CI while other suites ran).
+        home = Path(tempfile.mkdtemp(prefix="agentsite-pg-"))
+        home.chmod(0o700)
         shutil.chown(home, "postgres")
-        for parent in (tmp_path, *tmp_path.parents):  # the postgres user must reach its folder
-            if parent == Path("/"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o011)
+    else:
+        home = tmp_path / "pg"
+        home.mkdir()
     data = home / "data"
     done = subprocess.run(
         [*run_as, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
@@ -105,14 +108,16 @@ def private_postgres(tmp_path: Path) -> Iterator[PrivatePostgres]:
     if done.returncode != 0:  # say why (a CalledProcessError alone hides initdb's reason)
         raise RuntimeError(f"initdb failed ({done.returncode}) in {data}: {done.stderr.strip() or done.stdout.strip()}")
     cluster = PrivatePostgres(data=data, port=free_port(), run_as=run_as)
-    cluster.start()
     try:
+        cluster.start()
         yield cluster
     finally:
         try:
             cluster.stop()
         except subprocess.CalledProcessError:
-            pass  # already stopped
+            pass  # already stopped (or never started)
+        if run_as:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def createdb(cluster: PrivatePostgres, database: str) -> None:
