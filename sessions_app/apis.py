@@ -153,9 +153,23 @@ class SessionListCreateApi(APIView):
 
 
 class SessionDetailApi(APIView):
+    class UpdateSerializer(serializers.Serializer):
+        title = StrictCharField(
+            min_length=1, max_length=200, trim_whitespace=True, help_text="the chat's new name, 1 to 200 characters"
+        )
+
     @extend_schema(responses=SessionOutput)
     def get(self, request: Request, session_id: str) -> Response:
         return Response(SessionOutput(get_owned_session(request, session_id)).data)
+
+    @extend_schema(request=UpdateSerializer, responses=SessionOutput)
+    def patch(self, request: Request, session_id: str) -> Response:
+        """Rename the chat (issue 21): only the title can change here."""
+        session = get_owned_session(request, session_id)
+        body = self.UpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        row = services.session_rename(session=session, title=body.validated_data["title"])
+        return Response(SessionOutput(row).data)
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, session_id: str) -> Response:

@@ -23,6 +23,13 @@ def session_create(*, user: Any, agent: str, title: str = "", state: dict[str, A
     )
 
 
+def session_rename(*, session: orm.Session, title: str) -> orm.Session:
+    """Set the session's title; `updated_at` stays, so a rename does not move the chat up the list."""
+    session.title = title
+    session.save(update_fields=["title"])
+    return session
+
+
 def session_delete(*, session: orm.Session) -> None:
     """Delete the session, its ledger and derived rows, and its artifacts' files.
 
