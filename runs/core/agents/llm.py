@@ -22,6 +22,7 @@ from runs.core.context.governance import ContextGovernance
 from runs.core.context.pinned import STATE_KEY as PINNED_STATE_KEY
 from runs.core.context.pinned import PinnedState
 from runs.core.context.precall import BackgroundCompactions, compact_before_call, summarize_now
+from runs.core.context.recall_preload import SessionRecallPreload, recall_preload_block, with_user_block
 from runs.core.context.request import BuiltRequest, build_context, build_for_invocation, pinned_state
 from runs.core.errors import ModelError, TransientModelError
 from runs.core.flow.tools import execute_tool_calls
@@ -101,6 +102,7 @@ class LLMAgent:
         parallel_tools: bool = True,
         governance: ContextGovernance | None = None,
         memory_preload: int = 0,
+        session_recall: SessionRecallPreload | None = None,
         output: OutputSpec | Mapping[str, Any] | type[Any] | None = None,
         callbacks: Callbacks | None = None,
         sub_agents: Sequence[Agent] = (),
@@ -126,6 +128,8 @@ class LLMAgent:
         self.governance = governance
         # SPEC 6.5: 0 off, -1 every memory, N adaptive; needs services["memory"].
         self.memory_preload = memory_preload
+        # SPEC 5.4: None (or max_results 0) off; needs services["recall"].
+        self.session_recall = session_recall
         self.output = output if output is None or isinstance(output, OutputSpec) else OutputSpec.of(output)
         self.callbacks = callbacks
         # Per running invocation: its last request (fork parent) and pre-call report.
@@ -259,6 +263,12 @@ class LLMAgent:
         )
         if memories:
             instruction = f"{instruction}\n\n{memories}" if instruction else memories
+        recalled = await recall_preload_block(
+            self.session_recall, invocation.services, session=invocation.session, message=invocation.message.content,
+        )
+        recall_in_user = recalled is not None and self.session_recall is not None and self.session_recall.injection == "user"
+        if recalled and not recall_in_user:
+            instruction = f"{instruction}\n\n{recalled}" if instruction else recalled
         # Issue 20: the caller's own tools go beside the agent's (never in place of one);
         # its tool choice binds the first step only, so that a forced call can be followed
         # by an answer ("none" offers no tools at all, in every step).
@@ -279,6 +289,8 @@ class LLMAgent:
                 yield queued
             built = await self._request(invocation, step, instruction, specs)
             request = built.request if output is None else replace(built.request, output=output)
+            if recall_in_user and recalled:
+                request = replace(request, messages=with_user_block(request.messages, recalled, invocation.message.content))
             if step == 0 and choice is not None and specs:
                 request = replace(request, tool_choice=choice)
             message_id = new_id()
