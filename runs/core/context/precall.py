@@ -58,6 +58,10 @@ class PrecallReport:
     """The request was still over the threshold after the summary (or without one):
     `placeholders` (the run's older results replaced), `truncated` (results cut too) or
     `over` (nothing more could be taken out)."""
+    lock_timeout: bool = False
+    """SPEC 3.3.1: the synchronous summary waited `ContextGovernance.sync_lock_wait_s` (5 s)
+    for another summariser's lock and gave up; the request went out without that summary
+    (fitted, see `fallback`, when it was still over the threshold)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +76,7 @@ class PrecallReport:
             "stall_ms": self.stall_ms,
             "wait_ms": self.wait_ms,
             "fallback": self.fallback,
+            "lock_timeout": self.lock_timeout,
         }
 
 
@@ -392,7 +397,8 @@ async def compact_before_call(
     extra = {"summary_reason": outcome.primary.reason, "persisted": outcome.primary.persisted}
     rebuilt, status = _swap_in(invocation, built, outcome, rebuild)
     if status == "not_advanced":
-        return done(built, status, summary_reason=outcome.primary.reason)
+        # "busy": the bounded lock wait ran out (SPEC 3.3.1); `done` fits the request instead.
+        return done(built, status, summary_reason=outcome.primary.reason, lock_timeout=outcome.primary.reason == "busy")
     if status != "advanced":
         return done(built, status, **extra)
     return done(rebuilt, "advanced", tokens_after=rebuilt.sent_tokens, **extra)
