@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -135,6 +136,31 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
+
+
+def _redis_db_url(url: str, db: int) -> str:
+    """`url` aimed at Redis database `db` (the path of redis://, the `db` query of unix://)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(db))]
+        return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+# -- cache: the API rate counters (issue 23, item 4) ---------------------------------------------
+# DRF's throttles count requests in the default cache. With REDIS_URL every web process
+# counts in the same Redis database, so the rate holds across the cluster; its own database
+# number (not the broker's/channels', whose keys `cache.clear()` would flush with it).
+# Without Redis: local memory, one count per process.
+if REDIS_URL:
+    AGENTSITE_CACHE_REDIS_DB = env.integer("AGENTSITE_CACHE_REDIS_DB", 1, minimum=0)
+    CACHES = {"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _redis_db_url(REDIS_URL, AGENTSITE_CACHE_REDIS_DB),
+        "KEY_PREFIX": env.string("AGENTSITE_CACHE_KEY_PREFIX", "agentsite"),
+    }}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -410,7 +436,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "agentsite.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # Per-user (token or login) and per-address request rates of the REST API, counted in
-    # the default cache (per process unless CACHES names a shared one); past them: 429.
+    # the default cache (CACHES: Redis, shared by every process, when REDIS_URL is set); past them: 429.
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.UserRateThrottle",
         "rest_framework.throttling.AnonRateThrottle",

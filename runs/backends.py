@@ -80,8 +80,11 @@ def _active_runs_of(user_id: str) -> int:
 
 def active_runs_admission(limit: int) -> Any:
     """The Runner's admission hook: refuse a user's run while `limit` of theirs are live, in
-    any process (0: no limit). Two starts racing past the count can both pass: the limit
-    is a guard against runaway clients, not an exact quota."""
+    any process (0: no limit). It counts the user's queued/running rows of runs.Run, so
+    every web process and worker sees the same count (issue 23, item 4). The count and
+    the run's INSERT are not one transaction: starts of one user that all count before
+    any of them inserts can all pass, so at most limit + (that user's concurrent starts
+    - 1) runs are live. The limit is a guard against runaway clients, not an exact quota."""
 
     async def admit(user_id: str) -> None:
         if not limit:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -26,3 +28,20 @@ def eager_celery(monkeypatch: pytest.MonkeyPatch) -> None:
     from agentsite.celery import app
 
     monkeypatch.setitem(app.conf, "task_always_eager", True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_keys() -> Iterator[None]:
+    """With REDIS_URL the default cache (the API rate counters) is one Redis database shared
+    by every test process on the machine; a key prefix of this process's own keeps their
+    counts apart (`cache.clear()` still flushes that whole database)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    cache = dict(settings.CACHES["default"])
+    if not cache["BACKEND"].endswith("RedisCache"):
+        yield
+        return
+    cache["KEY_PREFIX"] = f"agentsite-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with override_settings(CACHES={**settings.CACHES, "default": cache}):
+        yield
