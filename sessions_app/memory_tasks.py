@@ -44,6 +44,7 @@ from sessions_app.core.memory_extract import (
     check_message_threshold,
     check_time_interval,
 )
+from sessions_app.core.session import SessionNotFoundError
 from sessions_app.jobs import enqueue_session_job, session_key
 from sessions_app.memory_backends import DjangoMemoryService
 
@@ -135,7 +136,11 @@ def memory_extract(*, session_id: str, extractor: MemoryExtractor | None = None)
     key = session_key(session_id)
     if key is None:
         return {"status": "missing"}
-    outcome = async_to_sync(build_auto_memory(extractor).process)(key)
+    try:
+        outcome = async_to_sync(build_auto_memory(extractor).process)(key)
+    except SessionNotFoundError:
+        # Deleted while the job read it (a user deleting a chat right after its run).
+        return {"status": "missing"}
     return outcome.to_dict()
 
 

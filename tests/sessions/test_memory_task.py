@@ -80,6 +80,25 @@ def test_the_task_of_a_deleted_session_does_nothing(alice: Any) -> None:
     assert memory_extract_task("no-such-session") == {"status": "missing"}
 
 
+def test_a_session_deleted_while_the_task_reads_it_ends_the_task_as_missing(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat deleted right after its run: the job read the session, then it was gone before
+    the job read its events (a traceback in the worker before)."""
+    session = open_session(alice)
+    say(session, "I run Go in production.")
+    read = DjangoSessionService.get_session
+
+    async def read_then_deleted(self: DjangoSessionService, *args: Any, **kwargs: Any) -> Any:
+        found = await read(self, *args, **kwargs)
+        await orm.Session.objects.filter(id=session.id).adelete()
+        return found
+
+    monkeypatch.setattr(DjangoSessionService, "get_session", read_then_deleted)
+    assert memory_extract_task(session.id) == {"status": "missing"}
+
+
+
 def test_memories_are_written_for_the_sessions_owner_only(alice: Any, bob: Any) -> None:
     session = open_session(bob)
     say(session, "My name is Bob.")
