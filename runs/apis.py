@@ -37,6 +37,17 @@ from sessions_app.core.events import ContentPart, Message
 CANCEL_WAIT_S = 5.0
 
 
+
+def within_message_limit(value: str) -> str:
+    """`value`, or a 413 naming `message` when it is longer than AGENTSITE_MAX_MESSAGE_CHARS."""
+    limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
+    if len(value) > limit:
+        raise ApplicationError(
+            "message_too_large", f"message is {len(value)} characters; the limit is {limit}",
+            status_code=413, field="message",
+        )
+    return value
+
 class RunOutput(serializers.Serializer):
     id = serializers.CharField()
     session_id = serializers.CharField()
@@ -135,13 +146,7 @@ class RunCreateApi(APIView):
         def validate_message(self, value: str) -> str:
             if not value.strip() and not self.initial_data.get("attachments"):
                 raise serializers.ValidationError("must not be empty")
-            limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
-            if len(value) > limit:
-                raise ApplicationError(
-                    "message_too_large", f"message is {len(value)} characters; the limit is {limit}",
-                    status_code=413, field="message",
-                )
-            return value
+            return within_message_limit(value)
 
     class ListQuery(serializers.Serializer):
         session_id = serializers.CharField(required=False, max_length=64)
@@ -321,13 +326,7 @@ class RunMessagesApi(APIView):
         def validate_message(self, value: str) -> str:
             if not value.strip():
                 raise serializers.ValidationError("must not be empty")
-            limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
-            if len(value) > limit:
-                raise ApplicationError(
-                    "message_too_large", f"message is {len(value)} characters; the limit is {limit}",
-                    status_code=413, field="message",
-                )
-            return value
+            return within_message_limit(value)
 
     @staticmethod
     def _live_run(request: Request, run_id: str) -> RunRecord:
