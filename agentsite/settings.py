@@ -158,6 +158,9 @@ if REDIS_URL:
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": _redis_db_url(REDIS_URL, AGENTSITE_CACHE_REDIS_DB),
         "KEY_PREFIX": env.string("AGENTSITE_CACHE_KEY_PREFIX", "agentsite"),
+        # A Redis that stops answering costs a request at most this long (the throttles then
+        # let it through: agentsite.api.throttling).
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
     }}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -438,8 +441,8 @@ REST_FRAMEWORK = {
     # Per-user (token or login) and per-address request rates of the REST API, counted in
     # the default cache (CACHES: Redis, shared by every process, when REDIS_URL is set); past them: 429.
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.UserRateThrottle",
-        "rest_framework.throttling.AnonRateThrottle",
+        "agentsite.api.throttling.UserRateThrottle",
+        "agentsite.api.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": _rate("AGENTSITE_API_RATE_USER", "6000/min"),

@@ -569,6 +569,11 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
     """Answer a request whose `Idempotency-Key` already made a run with that run's result,
     waiting for it while it is in flight; a different request under the same key is refused."""
     turn = await db_call(run_selectors.run_turn)(record=record)
+    for _ in range(50):  # a concurrent request's run row is written before its turn is
+        if turn:
+            break
+        await asyncio.sleep(0.1)
+        turn = await db_call(run_selectors.run_turn)(record=record)
     if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
             or not _same_input(turn, chat)):
         raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "

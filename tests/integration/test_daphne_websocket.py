@@ -42,7 +42,10 @@ def model_server() -> Iterator[ScriptedOpenAIServer]:
 def server(
     tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, model_server: ScriptedOpenAIServer
 ) -> Iterator[LiveServer]:
-    env = {"AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model_server.base_url, "OPENAI_API_KEY": "sk-test"}
+    # Auto memory off: the scripted model answers only the chat turns these tests script, and
+    # an extraction after a run would take one of them (or find the script exhausted).
+    env = {"AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model_server.base_url, "OPENAI_API_KEY": "sk-test",
+           "AGENTSITE_MEMORY_AUTO": "0"}
     with live_daphne(tmp_path_factory.mktemp("daphne"), env=env) as live:
         yield live
 
