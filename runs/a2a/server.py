@@ -311,12 +311,6 @@ def output_spec(message: Message, request_metadata: Mapping[str, Any] | None = N
         raise InvalidParamsError(message=f"{where}: {exc}", data={"field": where}) from None
 
 
-def _data_part(data: Mapping[str, Any], kind: str) -> Part:
-    part = Part(metadata={"type": kind})
-    part.data.struct_value.update(dict(data))
-    return part
-
-
 def _value_part(value: Any) -> Part:
     """A structured answer as a data part (`application/json`)."""
     part = Part(media_type="application/json")

@@ -25,7 +25,6 @@ class RunOptions:
 
     max_steps: int | None = None
     instruction: str | None = None
-    history_event_limit: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # Issue 20: the final answer must be JSON of this spec (overrides the agent's own).
     output: OutputSpec | None = None

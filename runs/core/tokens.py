@@ -61,7 +61,3 @@ def count_message(message: Message) -> int:
 
 def count_messages(messages: Iterable[Message]) -> int:
     return sum(count_message(m) for m in messages)
-
-
-def encoder_name() -> str:
-    return "cl100k_base" if _encoder() is not None else "chars/4"

@@ -174,17 +174,12 @@ def _truncation_marker(item: ProjectedItem, dropped: int, *, session_load: bool)
     return "; ".join(parts)
 
 
-def truncate_middle(item: ProjectedItem, limit: int, tokenizer: Tokenizer, *, session_load: bool) -> str | None:
-    """The longest head + marker + tail of the result within `limit` tokens (binary search
-    over the characters kept), or None when even the marker alone does not fit."""
-    cut = _truncate(item, limit, tokenizer, session_load=session_load)
-    return cut[0] if cut is not None else None
-
-
 def _truncate(
     item: ProjectedItem, limit: int, tokenizer: Tokenizer, *, session_load: bool
 ) -> tuple[str, int, int] | None:
-    """`truncate_middle`'s text with the head and tail lengths it kept (for the manifest)."""
+    """The longest head + marker + tail of the result within `limit` tokens (binary search over
+    the characters kept) with the head and tail lengths it kept, or None when even the marker
+    alone does not fit."""
     content = item.message.content
     best: tuple[str, int, int] | None = None
     low, high = 0, len(content)

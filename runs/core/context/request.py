@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,27 +39,13 @@ from runs.core.context.projection import ProjectedItem, Projection, SummaryInjec
 from runs.core.context.seeding import SEED_EXTENSION
 from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelRequest, ToolSpec
-from sessions_app.core.events import ContentPart, Event, Message
+from sessions_app.core.events import ContentPart, Message
 from sessions_app.core.session import Session
-from sessions_app.core.summary import ForkParent, Tokenizer, model_message
+from sessions_app.core.summary import ForkParent, Tokenizer
 
 NEXT_UNIT = "req:(next)"
 """The compaction unit of a request not made yet (the inspector's "next call")."""
 _PREVIEW_CHARS = 280
-
-
-def event_to_message(event: Event) -> Message | None:
-    """The model-visible message of a ledger event, or None when it has none."""
-    return model_message(event)
-
-
-def project_history(
-    events: Iterable[Event], *, filter_key: str, session: Session | None = None, active_invocation_id: str | None = None
-) -> list[Message]:
-    """The ledger events an agent's next request shows, as messages, oldest first
-    (with `session`'s summaries, when given)."""
-    view = Session(app="-", user_id="-", id="-", events=list(events), summaries=dict(session.summaries) if session else {})
-    return [item.message for item in project(view, filter_key=filter_key, active_invocation_id=active_invocation_id).items]
 
 
 def sanitize(messages: Sequence[Message]) -> list[Message]:
@@ -147,9 +133,6 @@ class BuiltRequest:
             summary_last_seq=summary.last_seq if summary is not None else 0,
             covered_last_seq=self.covered_last_seq,
         )
-
-    def with_items(self, items: Sequence[ProjectedItem]) -> BuiltRequest:
-        return dataclasses.replace(self, items=tuple(items))
 
     def stats(self) -> dict[str, Any]:
         """Per-call context stats (JSON-safe), kept in the answer event's `extensions["context"]`."""
@@ -404,17 +387,3 @@ def build_for_invocation(
         agent_name=invocation.agent_name,
         fit_to=fit_to,
     )
-
-
-def build_request(
-    invocation: Invocation,
-    *,
-    instruction: str,
-    tools: Sequence[ToolSpec],
-    governance: ContextGovernance | None = None,
-    window: int = 8192,
-) -> ModelRequest:
-    """Instruction first, then the projected history (which ends with the current turn)."""
-    return build_for_invocation(
-        invocation, instruction=instruction, tools=tools, governance=governance, window=window
-    ).request

@@ -13,7 +13,6 @@ happens twice, so ask first, or keep that part idempotent.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import json
@@ -243,12 +242,3 @@ def agent_node(agent: Agent, *, output_key: str | None = None, messages_key: str
         return update
 
     return run
-
-
-async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Cancel tasks and wait until each has really ended (so nothing runs on after us)."""
-    for task in tasks:
-        if not task.done():
-            task.cancel()
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
