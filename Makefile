@@ -41,6 +41,7 @@ run: setup
 lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
+	$(BIN)/python tools/deadcode.py
 
 # The whole suite on the embedded defaults; then, when DATABASE_URL and REDIS_URL are set
 # (CI sets them), again on PostgreSQL and Redis.

@@ -125,9 +125,6 @@ class ContentPart:
             return len(self.text) // 4 + 1  # SPEC's characters / 4 estimate
         return IMAGE_TOKEN_ESTIMATE if self.type == "image" else FILE_TOKEN_ESTIMATE
 
-    def without_data(self) -> ContentPart:
-        return dataclasses.replace(self, data=None) if self.data is not None else self
-
     def to_dict(self) -> dict[str, Any]:
         if self.data is not None and self.artifact is None:
             raise ValueError(f"attachment {self.name!r} must be stored as an artifact before it is serialized")

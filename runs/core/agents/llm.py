@@ -436,5 +436,5 @@ class LLMAgent:
 
 async def _nothing() -> AsyncIterator[ModelResponse]:
     """The stream of a model call a callback answered: nothing more to read."""
-    return
-    yield  # an async generator that yields nothing
+    for response in ():  # an async generator that yields nothing
+        yield response

@@ -1,0 +1,22 @@
+"""Names only a framework reaches, for `tools/deadcode.py` (never imported or run).
+
+Each line says who calls the name; anything else unused is dead code and goes.
+"""
+
+from agentsite.api.fields import ObjectJSONParser
+from agentsite.errors import json_404, json_500
+from agentsite.middleware import malformed_request_middleware
+from runs.a2a.auth import AgentsiteCallContextBuilder
+from runs.consumers import SessionConsumer
+from runs.core.agents.graph.builder import StateGraph
+from sessions_app.artifact_apis import _AnyAccept
+
+USED_BY_FRAMEWORKS = (
+    ObjectJSONParser,  # settings.REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"], by dotted path
+    json_404, json_500,  # agentsite.urls handler404/handler500, by dotted path
+    malformed_request_middleware,  # settings.MIDDLEWARE, by dotted path
+    AgentsiteCallContextBuilder.build_user,  # a2a-sdk's CallContextBuilder hook
+    SessionConsumer.run_event, SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
+    _AnyAccept.select_parser, _AnyAccept.select_renderer,  # DRF content negotiation
+    StateGraph.add_agent_node,  # public graph API, docs/graphs.md
+)
