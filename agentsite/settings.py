@@ -65,6 +65,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "agentsite.middleware.malformed_request_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # After sessions, before common (Django's order): the language from the `django_language`
+    # cookie that the switch sets, else Accept-Language, else LANGUAGE_CODE.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -459,7 +462,15 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-LANGUAGE_CODE = "en-us"
+# Pages, the admin, JavaScript strings and API error messages in English and Simplified
+# Chinese (issue 21). Catalogs under locale/, compiled .mo files committed: running needs no
+# gettext tools. Machine-readable error codes never change with the language.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+# The language switch's choice lasts a year (Django's default lasts the browser session).
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
