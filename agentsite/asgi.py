@@ -22,7 +22,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from agentsite.composition import run_manager  # noqa: E402
+from agentsite.runtime import run_manager  # noqa: E402
 from runs.a2a.server import a2a_application, serves  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 from runs.ws_auth import TokenAuthMiddleware  # noqa: E402

@@ -1,4 +1,10 @@
-"""The composition root: builds the model, agents, services and Runner from settings."""
+"""The composition root: builds the model, agents, services and Runner from settings.
+
+Nothing imports this module but `agentsite.apps`, whose `ready()` installs it as the
+process's `agentsite.runtime` (an import-linter contract keeps the apps off it); the apps
+reach what it builds through that accessor. Tests and benchmarks may import it to build a
+Runner of their own.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ from typing import Any
 
 from django.conf import settings
 
+from agentsite.runtime import Runtime
+from agentsite.runtime import install as install_runtime
 from runs.backends import DjangoRunStore, active_runs_admission
 from runs.core.context.compaction import CompactionConfig
 from runs.core.context.governance import (
@@ -339,3 +347,31 @@ def run_manager() -> RunManager:
 
 def session_service() -> DjangoSessionService:
     return DjangoSessionService()
+
+
+def replay_agent(name: str, model: Model, skills: Any) -> Any:
+    """The agent `name` for the evolution gate's replay: on `model`, with its own tools and
+    the `skills` repository in knowledge-only mode (a replay never runs a skill's script)."""
+    from agentsite.demo.agents import build_support_agent
+    from skills_app.core.tools import SkillsConfig, SkillToolset
+
+    if name != "support":
+        raise LookupError(f"no agent named {name!r} to replay")
+    return build_support_agent(model, skills=SkillToolset(skills, config=SkillsConfig(profile="knowledge_only")))
+
+
+def runtime() -> Runtime:
+    """This root as the apps reach it (`agentsite.runtime`)."""
+    return Runtime(
+        run_manager=run_manager,
+        build_model=build_model,
+        summary_engine=summary_engine,
+        skill_repository=skill_repository,
+        workspace_config=workspace_config,
+        replay_agent=replay_agent,
+    )
+
+
+def install() -> None:
+    """Install this root for the process (`agentsite.apps.AgentsiteConfig.ready`)."""
+    install_runtime(runtime())

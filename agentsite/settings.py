@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "runs",
     "skills_app",
     "evolution_app",
+    # Last: its ready() installs the composition root (agentsite.runtime) once the apps are loaded.
+    "agentsite",
 ]
 
 MIDDLEWARE = [

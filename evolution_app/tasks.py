@@ -31,7 +31,7 @@ from skills_app.core.repository import SkillRepository
 
 
 def evolution_model() -> Model:
-    from agentsite.composition import build_model
+    from agentsite.runtime import build_model
 
     return build_model(settings.AGENTSITE_EVOLUTION_MODEL)
 
@@ -45,17 +45,16 @@ def build_reviewer(model: Model | None = None) -> Reviewer:
 
 
 def replay_agent(model: Model, skills: SkillRepository) -> Agent:
-    """The agent the Effectiveness gate replays with: the demo support agent, its own tools,
-    the skills in knowledge-only mode (a replay never runs a skill's script)."""
-    from agentsite.demo.agents import build_support_agent
-    from skills_app.core.tools import SkillsConfig, SkillToolset
+    """The agent the Effectiveness gate replays with: the support agent as the runtime
+    rebuilds it, the skills in knowledge-only mode (a replay never runs a skill's script)."""
+    from agentsite import runtime
 
-    return build_support_agent(model, skills=SkillToolset(skills, config=SkillsConfig(profile="knowledge_only")))
+    return runtime.replay_agent("support", model, skills)
 
 
 def build_gates(model: Model | None = None) -> list[Gate]:
     """The gates AGENTSITE_EVOLUTION_GATES names (run in the canonical order)."""
-    from agentsite.composition import skill_repository
+    from agentsite.runtime import skill_repository
 
     gates: list[Gate] = []
     names = settings.AGENTSITE_EVOLUTION_GATES

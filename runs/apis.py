@@ -13,8 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentsite.api.fields import StrictBooleanField, StrictCharField
-from agentsite.composition import run_manager
 from agentsite.errors import ApplicationError
+from agentsite.runtime import run_manager
 from runs import selectors
 from runs.attachment_input import rest_parts
 from runs.backends import pending_interrupts

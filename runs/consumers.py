@@ -87,7 +87,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db.models import Max, Min
 
-from agentsite.composition import run_manager
+from agentsite.runtime import run_manager
 from runs import models as run_orm
 from runs.attachment_input import rest_parts
 from runs.core.attachments import AttachmentError

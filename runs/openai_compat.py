@@ -39,7 +39,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agentsite.api.auth import AuthenticationError, authenticate
 from agentsite.api.json_input import InputError, check_text, parse_json
-from agentsite.composition import run_manager
+from agentsite.runtime import run_manager
 from runs import selectors as run_selectors
 from runs.attachment_input import openai_parts
 from runs.core.attachments import AttachmentError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from agentsite.composition import run_manager
+from agentsite.runtime import run_manager
 from runs import models as orm
 from runs.fanout import request_cancel
 

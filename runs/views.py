@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from agentsite.composition import run_manager
+from agentsite.runtime import run_manager
 from runs.apis import agent_model_fields
 from sessions_app import models as orm
 from sessions_app import selectors as session_selectors

@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentsite.api.fields import StrictCharField
-from agentsite.composition import run_manager
 from agentsite.errors import ApplicationError
+from agentsite.runtime import run_manager
 from sessions_app import models as orm
 from sessions_app import selectors, services
 from sessions_app.backends import session_state_view_sync, update_session_state_sync

@@ -103,7 +103,7 @@ class ModelMemoryExtractor:
 def build_memory_extractor(model: Model | None = None) -> MemoryExtractor:
     """The offline model extracts by patterns; any other model by its tool calls."""
     if model is None:
-        from agentsite.composition import build_model
+        from agentsite.runtime import build_model
 
         model = build_model(settings.AGENTSITE_SUMMARY_MODEL)
     if model.info().provider == "offline":

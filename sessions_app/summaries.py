@@ -18,7 +18,7 @@ def session_summarize(*, session_id: str, filter_key: str, last_seq: int) -> Sum
 
     Idempotent: once the stored summary covers `last_seq`, running it again does nothing.
     """
-    from agentsite.composition import summary_engine
+    from agentsite.runtime import summary_engine
 
     row = orm.Session.objects.filter(id=session_id).only("id", "app", "user_id").first()
     if row is None:
@@ -45,7 +45,7 @@ MAX_CALLS = 500
 def context_report(*, session: orm.Session) -> dict[str, Any]:
     """What the next model call on `session` would see, block by block, and the context
     stats of its past model calls (the inspector's chart), oldest first."""
-    from agentsite.composition import run_manager
+    from agentsite.runtime import run_manager
     from runs.core.errors import AgentNotFoundError
 
     runner = run_manager().runner

@@ -122,7 +122,7 @@ from starlette.responses import JSONResponse, Response
 
 from agentsite.api.auth import AuthenticationError
 from agentsite.api.json_input import InputError, parse_json
-from agentsite.composition import run_manager
+from agentsite.runtime import run_manager
 from runs.a2a.agent import PROGRESS_KEY
 from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
 from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor

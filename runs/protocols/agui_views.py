@@ -64,8 +64,8 @@ from rest_framework import exceptions
 from rest_framework.request import Request
 
 from agentsite.api.json_input import InputError, parse_json
-from agentsite.composition import run_manager
 from agentsite.errors import envelope
+from agentsite.runtime import run_manager
 from agentsite.threads import DB_EXECUTOR
 from runs import models as run_orm
 from runs.attachment_input import agui_parts

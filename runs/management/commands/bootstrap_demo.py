@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
-from agentsite.composition import build_model, workspace_config
+from agentsite.runtime import build_model, workspace_config
 from skills_app.core.workspace import Isolation, probe_isolation
 from skills_app.services import skill_import_folders
 
