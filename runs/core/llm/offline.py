@@ -32,6 +32,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonschema
+from jsonschema.validators import validator_for
+
 from runs.core.attachments import describe_part
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
 from runs.core.output import OutputSpec, minimal_instance
@@ -202,13 +205,21 @@ def _analyse(text: str) -> _Analysis:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolPlan:
-    """One tool as the planner sees it: its score, the arguments it could fill, what is missing."""
+    """One tool as the planner sees it: its score, the arguments it could fill, what is
+    missing, and what its JSON schema refuses in the arguments (`invalid`)."""
 
     tool: str
     score: int
     arguments: dict[str, Any]
     missing: tuple[str, ...]
     order: int
+    invalid: tuple[str, ...] = ()
+    # Enum values the call names (a skill, a mode): the object it acts on.
+    targets: tuple[str, ...] = ()
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.missing or self.invalid)
 
 
 def _param_kind(name: str, schema: Mapping[str, Any]) -> str:
@@ -352,16 +363,55 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
         # A tool whose parameters are each optional but not all at once: without one whole
         # group the call could only fail, so the planner names the first group as missing.
         missing += tuple(p for p in spec.requires_one_of[0] if p not in arguments)
-    return ToolPlan(tool=spec.name, score=score, arguments=arguments, missing=missing, order=order)
+    targets = tuple(str(arguments[p]) for p in properties if p in arguments and kinds[p] == "enum")
+    return ToolPlan(
+        tool=spec.name, score=score, arguments=arguments, missing=missing, order=order,
+        invalid=() if missing else schema_problems(spec, arguments), targets=targets,
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Any:
+    schema = json.loads(schema_json)
+    cls = validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError:
+        return None  # a tool with a broken schema is the tool's bug: its own call checks report it
+    return cls(schema)
+
+
+def schema_problems(spec: ToolSpec, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the tool's JSON schema refuses in `arguments` (() when they are valid). The
+    planner emits no call that fails this: a call the tool would refuse is no plan."""
+    validator = _validator(json.dumps(spec.parameters or {"type": "object"}, sort_keys=True, default=str))
+    if validator is None:
+        return ()
+    problems = []
+    for error in sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in error.absolute_path)
+        problems.append(f"{where}: {error.message}" if where else error.message)
+    return tuple(problems)
 
 
 def plan_tool_calls(text: str, tools: Sequence[ToolSpec]) -> tuple[list[ToolPlan], list[ToolPlan]]:
-    """(calls to make, relevant tools that lack required arguments), best first."""
+    """(calls to make, relevant tools that lack required arguments or whose arguments their
+    schema refuses), best first.
+
+    When more tools fit than a step may call (`MAX_TOOL_CALLS`), a tool acting on an object
+    a better-ranked call already names (`skill_run` of the skill `skill_load` loads) gives
+    way first: a skill whose description matches the request is loaded, and the step's
+    budget goes to the other tools the request asks for before the skill is also run.
+    """
     analysis = _analyse(text)
     plans = [_plan_tool(spec, analysis, i) for i, spec in enumerate(tools)]
     relevant = sorted((p for p in plans if p.score >= MIN_TOOL_SCORE), key=lambda p: (-p.score, p.order))
-    callable_ = [p for p in relevant if not p.missing][:MAX_TOOL_CALLS]
-    blocked = [p for p in relevant if p.missing]
+    callable_ = [p for p in relevant if not p.blocked]
+    while len(callable_) > MAX_TOOL_CALLS:
+        follower = next((p for p in reversed(callable_) if any(
+            set(c.targets) & set(p.targets) for c in callable_[:callable_.index(p)])), callable_[-1])
+        callable_.remove(follower)
+    blocked = [p for p in relevant if p.blocked]
     return callable_, blocked
 
 
@@ -587,7 +637,11 @@ def _compose_no_tool_answer(tools: Sequence[ToolSpec], blocked: Sequence[ToolPla
             schema = (specs[plan.tool].parameters.get("properties", {}) or {}).get(pname, {})
             hint = schema.get("description")
             needs.append(f"`{pname}` ({_truncate(str(hint), 120)})" if hint else f"`{pname}`")
-        lines.append(f"{plan.tool} looks relevant but needs {', '.join(needs)}, which the request does not give.")
+        if needs:
+            lines.append(f"{plan.tool} looks relevant but needs {', '.join(needs)}, which the request does not give.")
+        else:
+            lines.append(f"{plan.tool} looks relevant but the arguments the request gives do not fit it: "
+                         f"{'; '.join(plan.invalid[:2])}.")
     if tools:
         lines.append("")
         lines.append("What it can do here:")
