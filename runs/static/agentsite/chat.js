@@ -16,6 +16,10 @@
  */
 (() => {
   "use strict";
+  // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
+  const gettext = window.gettext || ((text) => text);
+  const interpolate = window.interpolate || ((format, values) => format.replace(/%\((\w+)\)s/g, (_, key) => values[key]));
+  const format = (text, values) => interpolate(text, values, true);
 
   const config = JSON.parse(document.getElementById("chat-config").textContent);
   const $ = (id) => document.getElementById(id);
@@ -47,7 +51,7 @@
     attachInput: $("attach-input"),
   };
 
-  const REPAIRED_ERROR_TEXT = "An error occurred during execution. Please contact the service provider.";
+  const REPAIRED_ERROR_TEXT = gettext("An error occurred during execution. Please contact the service provider.");
   const FATAL_CLOSE_CODES = new Set([4400, 4401, 4403, 4404]);
   const TITLE_CHARS = 80;
 
@@ -196,10 +200,10 @@
 
   function relativeTime(date) {
     const seconds = (Date.now() - date.getTime()) / 1000;
-    if (seconds < 45) return "just now";
-    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
-    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-    if (seconds < 172800) return "yesterday";
+    if (seconds < 45) return gettext("just now");
+    if (seconds < 3600) return format(gettext("%(count)s min ago"), { count: Math.round(seconds / 60) });
+    if (seconds < 86400) return format(gettext("%(count)s h ago"), { count: Math.round(seconds / 3600) });
+    if (seconds < 172800) return gettext("yesterday");
     return date.toLocaleDateString(undefined, { month: "short", day: "numeric" });
   }
 
@@ -358,7 +362,7 @@
     const element = h(
       "div",
       { className: `msg msg-${user ? "user" : "assistant"}`, dataset: { messageId: id || "" } },
-      h("div", { className: "msg-author", text: user ? "You" : author || state.agent || "Assistant" }),
+      h("div", { className: "msg-author", text: user ? gettext("You") : author || state.agent || gettext("Assistant") }),
       h("div", { className: "msg-bubble" }, body),
     );
     const record = { id, role: user ? "user" : "assistant", element, body, text: "", ended: false, confirmed: false };
@@ -435,7 +439,7 @@
   function setToolStatus(record, status) {
     record.status = status;
     record.card.dataset.status = status;
-    const labels = { running: "Running…", done: "Done", error: "Failed", cancelled: "Not completed" };
+    const labels = { running: gettext("Running…"), done: gettext("Done"), error: gettext("Failed"), cancelled: gettext("Not completed") };
     const icon = status === "running"
       ? h("span", { className: "spinner", "aria-hidden": "true" })
       : svg(status === "done" ? ICONS.check : status === "error" ? ICONS.cross : ICONS.stop);
@@ -453,11 +457,11 @@
     }
     const nameEl = h("span", { className: "tool-name", text: name || "tool" });
     const stateEl = h("span", { className: "tool-state" });
-    const argsPre = h("pre", { "aria-label": "Arguments" }, h("code"));
+    const argsPre = h("pre", { "aria-label": gettext("Arguments") }, h("code"));
     const args = h("div", { className: "tool-args" }, argsPre);
     const card = h(
       "article",
-      { className: "tool-card", dataset: { toolCallId: id, toolName: name || "" }, "aria-label": `Tool call ${name || ""}` },
+      { className: "tool-card", dataset: { toolCallId: id, toolName: name || "" }, "aria-label": format(gettext("Tool call %(name)s"), { name: name || "" }) },
       h("header", { className: "tool-head" }, h("span", { className: "tool-icon" }, svg(ICONS.tool)), nameEl, stateEl),
       args,
     );
@@ -482,7 +486,7 @@
     const details = h(
       "details",
       { className: `tool-result${failed ? " is-error" : ""}`, open: failed },
-      h("summary", {}, h("span", { text: failed ? "Error" : "Result" }), h("span", { className: "result-preview", text: preview })),
+      h("summary", {}, h("span", { text: failed ? gettext("Error") : gettext("Result") }), h("span", { className: "result-preview", text: preview })),
       h("pre", {}, h("code", { text: pretty })),
     );
     if (record.result) record.result.replaceWith(details);
@@ -522,7 +526,7 @@
     const done = Number(value.done) || 0;
     const total = Number(value.total) || 0;
     if (!record.progress) {
-      const bar = h("progress", { className: "tool-progress-bar", "aria-label": `${record.name || "tool"} progress` });
+      const bar = h("progress", { className: "tool-progress-bar", "aria-label": format(gettext("%(name)s progress"), { name: record.name || gettext("tool") }) });
       const note = h("span", { className: "tool-progress-note" });
       const wrap = h("div", { className: "tool-progress", role: "status", "aria-live": "polite" }, bar, note);
       record.args.after(wrap);
@@ -561,7 +565,7 @@
   function liveError(message, code) {
     const key = `live:${state.runId || ""}:${code || ""}:${message}`;
     if (state.notices.has(key)) return;
-    const element = notice(key, "The run failed", errorText(message, code));
+    const element = notice(key, gettext("The run failed"), errorText(message, code));
     state.liveErrors.push({ message, element });
   }
 
@@ -579,10 +583,11 @@
     const key = `${value.filename}@${value.version}`;
     if (state.artifacts.has(key)) return;
     state.artifacts.add(key);
+    document.dispatchEvent(new CustomEvent("agentsite:artifact", { detail: value })); // artifacts.js
     const href = safeHref(value.url);
     const label = [
       svg(ICONS.file, 16),
-      h("span", { text: value.filename || "artifact" }),
+      h("span", { text: value.filename || gettext("artifact") }),
       value.version !== undefined ? h("span", { className: "artifact-version", text: `v${value.version}` }) : null,
     ];
     const element = href
@@ -593,7 +598,9 @@
 
   // -- graph runs: node progress and approvals ------------------------------------------------
 
-  const NODE_LABELS = { running: "running", done: "done", paused: "waiting for approval", stopped: "stopped" };
+  const NODE_LABELS = {
+    running: gettext("running"), done: gettext("done"), paused: gettext("waiting for approval"), stopped: gettext("stopped"),
+  };
 
   function graphCard(runId, graphName) {
     let card = state.graphs.get(runId);
@@ -601,9 +608,9 @@
     const list = h("ol", { className: "graph-nodes" });
     const element = h(
       "section",
-      { className: "graph-card", dataset: { runId }, "aria-label": `Progress of the ${graphName || "graph"} run` },
-      h("header", { className: "graph-head" }, h("span", { className: "graph-title", text: graphName || "graph" }),
-        h("span", { className: "graph-sub muted", text: "steps" })),
+      { className: "graph-card", dataset: { runId }, "aria-label": format(gettext("Progress of the %(name)s run"), { name: graphName || gettext("graph") }) },
+      h("header", { className: "graph-head" }, h("span", { className: "graph-title", text: graphName || gettext("graph") }),
+        h("span", { className: "graph-sub muted", text: gettext("steps") })),
       list,
     );
     card = { element, list, nodes: new Map() };
@@ -650,14 +657,14 @@
     const key = interruptId || runId;
     if (!key || state.approvals.has(key)) return state.approvals.get(key);
     const status = h("p", { className: "approval-status muted", role: "status" });
-    const approve = h("button", { type: "button", className: "button primary small" }, svg(ICONS.check), h("span", { text: "Approve" }));
-    const reject = h("button", { type: "button", className: "button danger small" }, svg(ICONS.cross), h("span", { text: "Reject" }));
+    const approve = h("button", { type: "button", className: "button primary small" }, svg(ICONS.check), h("span", { text: gettext("Approve") }));
+    const reject = h("button", { type: "button", className: "button danger small" }, svg(ICONS.cross), h("span", { text: gettext("Reject") }));
     const node = payload && typeof payload === "object" && payload.node ? payload.node : null;
     const element = h(
       "section",
-      { className: "approval-card", role: "group", "aria-label": "Approval needed", dataset: { runId, interruptId: interruptId || "" } },
-      h("header", { className: "approval-head" }, h("strong", { text: "Approval needed" }), node ? h("span", { className: "muted", text: node }) : null),
-      h("p", { className: "approval-question", text: message || "The run is waiting for your input." }),
+      { className: "approval-card", role: "group", "aria-label": gettext("Approval needed"), dataset: { runId, interruptId: interruptId || "" } },
+      h("header", { className: "approval-head" }, h("strong", { text: gettext("Approval needed") }), node ? h("span", { className: "muted", text: node }) : null),
+      h("p", { className: "approval-question", text: message || gettext("The run is waiting for your input.") }),
       h("div", { className: "approval-actions" }, approve, reject),
       status,
     );
@@ -681,8 +688,8 @@
     if (card.resolved || state.running) return;
     card.approve.disabled = true;
     card.reject.disabled = true;
-    card.status.textContent = "Sending…";
-    const message = approved ? "Approve" : "Reject";
+    card.status.textContent = gettext("Sending…");
+    const message = approved ? gettext("Approve") : gettext("Reject");
     // The bubble goes up before the request: the resumed run's user message can reach the
     // socket before the REST answer does, and it must find this bubble to take its place.
     stickToBottom = true;
@@ -693,7 +700,7 @@
     };
     try {
       const run = await api("POST", resumeUrl(card.runId), { value: { approved }, message });
-      resolveApproval(card, approved ? "Approved: the run continues." : "Rejected: the run continues.");
+      resolveApproval(card, approved ? gettext("Approved: the run continues.") : gettext("Rejected: the run continues."));
       state.runId = run.id;
       state.awaitingAcceptSince = 0;
       setRunning(true);
@@ -701,11 +708,11 @@
     } catch (error) {
       dropPending();
       if (error.status === 409 || error.status === 404) {
-        resolveApproval(card, "Already answered.");
+        resolveApproval(card, gettext("Already answered."));
       } else {
         card.approve.disabled = false;
         card.reject.disabled = false;
-        card.status.textContent = `Could not send: ${error.message}`;
+        card.status.textContent = format(gettext("Could not send: %(error)s"), { error: error.message });
       }
     }
   }
@@ -721,7 +728,7 @@
         const payload = interrupt.payload;
         const message = typeof payload === "string" ? payload : (payload && (payload.question || payload.prompt || payload.message)) || "";
         approvalCard({ runId: run.id, interruptId: interrupt.id, message, payload: { ...(typeof payload === "object" ? payload : {}), node: interrupt.node } });
-        setRunStatus("Waiting for your approval");
+        setRunStatus(gettext("Waiting for your approval"));
       }
     } catch (_) {
       // Not fatal: the run can still be answered through the API.
@@ -731,14 +738,15 @@
   // -- run state ------------------------------------------------------------------------------
 
   function setSendMode(mode) {
-    const label = { send: "Send", cancel: "Cancel", cancelling: "Cancelling…", queue: "Queue" }[mode];
+    const label = { send: gettext("Send"), cancel: gettext("Cancel"), cancelling: gettext("Cancelling…"), queue: gettext("Queue") }[mode];
     els.send.dataset.mode = mode;
     els.send.classList.toggle("primary", mode === "send" || mode === "queue");
     els.send.classList.toggle("danger", mode === "cancel" || mode === "cancelling");
     els.send.disabled = mode === "cancelling";
     els.send.querySelector(".send-label").textContent = label;
     els.send.setAttribute("aria-label", {
-      send: "Send message", cancel: "Cancel the running reply", cancelling: "Cancelling", queue: "Queue the message for the running reply",
+      send: gettext("Send message"), cancel: gettext("Cancel the running reply"), cancelling: gettext("Cancelling"),
+      queue: gettext("Queue the message for the running reply"),
     }[mode]);
   }
 
@@ -763,13 +771,15 @@
       state.lastFrameAt = Date.now();
       setSendMode("cancel");
       updateSendMode();
-      setRunStatus("Working…", true);
+      setRunStatus(gettext("Working…"), true);
       showThinking();
     } else {
       state.awaitingAcceptSince = 0;
       setSendMode("send");
       hideThinking();
     }
+    // For turns.js and artifacts.js (issue 21): what they offer depends on a reply running.
+    document.dispatchEvent(new CustomEvent("agentsite:running", { detail: { running } }));
   }
 
   function finishRun({ failed = false, waiting = false } = {}) {
@@ -781,8 +791,8 @@
     for (const record of state.messages.values()) {
       if (!record.ended && record.role === "assistant") messageEnd(record.id);
     }
-    if (cancelled && !failed) notice(`cancel:${state.runId || Date.now()}`, "Run cancelled", "", { muted: true });
-    setRunStatus(cancelled ? "Cancelled" : failed ? "Failed" : waiting ? "Waiting for your approval" : "Done");
+    if (cancelled && !failed) notice(`cancel:${state.runId || Date.now()}`, gettext("Run cancelled"), "", { muted: true });
+    setRunStatus(cancelled ? gettext("Cancelled") : failed ? gettext("Failed") : waiting ? gettext("Waiting for your approval") : gettext("Done"));
     if (window.AgentsiteTrace) window.AgentsiteTrace.link(state.runId);
     if (window.AgentsiteFigures) window.AgentsiteFigures.show(state.runId);
     state.runId = null;
@@ -831,6 +841,9 @@
       bindMessage(record, event.id);
       record.confirmed = true;
       record.ended = true;
+      // Redone turns (issue 21, turns.js): the earlier user message this one regenerates or edits.
+      if (event.regenerates) record.element.dataset.regenerates = event.regenerates;
+      if (event.edit_of) record.element.dataset.editOf = event.edit_of;
       setText(record, event.text || "");
       if (event.attachments && event.attachments.length) {
         // The stored artifacts replace the local previews (issue 20).
@@ -878,7 +891,7 @@
       state.liveErrors.splice(live, 1);
       return;
     }
-    notice(key, "The run failed", errorText(message, error.code || error.type));
+    notice(key, gettext("The run failed"), errorText(message, error.code || error.type));
   }
 
   async function loadLedger() {
@@ -895,7 +908,7 @@
   function syncHistory() {
     state.syncing = state.syncing.then(loadLedger).catch((error) => {
       if (error.status === 404) {
-        connectionState("offline", "Session not found");
+        connectionState("offline", gettext("Session not found"));
         state.sessionId = null;
       }
     });
@@ -916,13 +929,13 @@
     const path = url("websocket", { SESSION_ID: state.sessionId });
     const socket = new WebSocket(`${scheme}://${window.location.host}${path}?after_seq=${state.lastSeq}`);
     state.socket = socket;
-    connectionState("connecting", state.socketEverOpened ? "Reconnecting…" : "Connecting…");
+    connectionState("connecting", state.socketEverOpened ? gettext("Reconnecting…") : gettext("Connecting…"));
     socket.addEventListener("open", () => {
       if (state.socket !== socket) return;
       state.socketReady = true;
       state.socketEverOpened = true;
       state.reconnectDelay = 500;
-      connectionState("live", "Live");
+      connectionState("live", gettext("Live"));
       const queued = state.outbox.splice(0);
       for (const frame of queued) socket.send(JSON.stringify(frame));
     });
@@ -945,11 +958,11 @@
       state.socket = null;
       state.socketReady = false;
       if (FATAL_CLOSE_CODES.has(event.code)) {
-        connectionState("offline", "Disconnected");
+        connectionState("offline", gettext("Disconnected"));
         if (state.running) finishRun({ failed: true });
         return;
       }
-      connectionState("connecting", "Reconnecting…");
+      connectionState("connecting", gettext("Reconnecting…"));
       const delay = state.reconnectDelay;
       state.reconnectDelay = Math.min(state.reconnectDelay * 2, 8000);
       state.reconnectTimer = setTimeout(async () => {
@@ -985,7 +998,7 @@
         for (const id of frame.ids || [frame.id]) dropQueued(id);
         break;
       case "message.dropped":
-        returnQueued(frame.ids || [], "Queued messages were not sent", "The run was cancelled; they are back in the message box.");
+        returnQueued(frame.ids || [], gettext("Queued messages were not sent"), gettext("The run was cancelled; they are back in the message box."));
         break;
       case "error": {
         const error = frame.error || {};
@@ -993,14 +1006,14 @@
           // A queued message the server refused: it goes back into the message box.
           const entry = state.steerPending.shift();
           returnQueued([], "", "", [entry]);
-          notice(`frame:${Date.now()}:${error.code}`, "The message was not queued", errorText(error.message || "unknown error", error.code));
+          notice(`frame:${Date.now()}:${error.code}`, gettext("The message was not queued"), errorText(error.message || gettext("unknown error"), error.code));
           break;
         }
         if (state.cancelRequested && error.field === "run_id") {
           finishRun(); // the run ended before the cancel reached it
           break;
         }
-        notice(`frame:${Date.now()}:${error.code}`, "The server refused that", errorText(error.message || "unknown error", error.code));
+        notice(`frame:${Date.now()}:${error.code}`, gettext("The server refused that"), errorText(error.message || gettext("unknown error"), error.code));
         if (state.awaitingAcceptSince || state.cancelRequested) {
           const pending = state.pendingUsers.pop();
           if (pending && state.awaitingAcceptSince) pending.element.classList.add("msg-failed");
@@ -1030,13 +1043,13 @@
       case "RUN_ERROR": {
         const cancelled = frame.code === "cancelled" || state.cancelRequested;
         if (cancelled) state.cancelRequested = true;
-        else liveError(frame.message || "The run failed", frame.code);
+        else liveError(frame.message || gettext("The run failed"), frame.code);
         finishRun({ failed: !cancelled });
         break;
       }
       case "STEP_STARTED":
         if (frame.metadata && frame.metadata.graph) setNode(frame.runId || state.runId, frame.metadata.graph, "running");
-        if (state.running && frame.stepName) setRunStatus(`Working: ${frame.stepName}`, true);
+        if (state.running && frame.stepName) setRunStatus(format(gettext("Working: %(step)s"), { step: frame.stepName }), true);
         break;
       case "STEP_FINISHED":
         if (frame.metadata && frame.metadata.graph) {
@@ -1171,7 +1184,7 @@
       try {
         await createSession(text || attachments.map((a) => a.name).join(", "));
       } catch (error) {
-        notice(`create:${Date.now()}`, "Could not start a chat", error.message);
+        notice(`create:${Date.now()}`, gettext("Could not start a chat"), error.message);
         state.pendingUsers.pop()?.element.classList.add("msg-failed");
         setRunning(false);
         setRunStatus("");
@@ -1224,7 +1237,7 @@
           previewUrl: mime.startsWith("image/") ? URL.createObjectURL(file) : null,
         });
       } catch (error) {
-        notice(`attach:${Date.now()}`, "Could not read the file", `${file.name}: ${error && error.message}`);
+        notice(`attach:${Date.now()}`, gettext("Could not read the file"), `${file.name}: ${error && error.message}`);
       }
     }
     renderAttachmentTray();
@@ -1241,7 +1254,7 @@
     if (!els.attachmentTray) return;
     els.attachmentTray.hidden = state.attachments.length === 0;
     els.attachmentTray.replaceChildren(...state.attachments.map((file, index) => {
-      const remove = h("button", { type: "button", className: "icon-button", "aria-label": `Remove ${file.name}`, text: "×" });
+      const remove = h("button", { type: "button", className: "icon-button", "aria-label": format(gettext("Remove %(name)s"), { name: file.name }), text: "×" });
       remove.addEventListener("click", () => {
         state.attachments.splice(index, 1);
         renderAttachmentTray();
@@ -1306,8 +1319,10 @@
   /** A message in the tray above the box: sending (no id yet) or queued (with its id). */
   function queuedEntry(text, { id = null, runId = null } = {}) {
     const entry = { text, id, runId, deferred: false, withdrawWhenQueued: false };
-    entry.state = h("span", { className: "queued-state", text: id ? "Queued" : "Sending…" });
-    entry.button = h("button", { type: "button", className: "button", text: "Withdraw", title: "Take the queued messages back into the message box" });
+    entry.state = h("span", { className: "queued-state", text: id ? gettext("Queued") : gettext("Sending…") });
+    entry.button = h("button", {
+      type: "button", className: "button", text: gettext("Withdraw"), title: gettext("Take the queued messages back into the message box"),
+    });
     entry.button.addEventListener("click", () => withdrawQueued(entry));
     entry.element = h("div", { className: "queued-item", dataset: { queued: id || "" } }, h("span", { className: "queued-text", text }), entry.state, entry.button);
     state.queued.push(entry);
@@ -1341,7 +1356,7 @@
     if (!entry) return;
     entry.id = frame.id;
     entry.element.dataset.queued = frame.id;
-    entry.state.textContent = "Queued";
+    entry.state.textContent = gettext("Queued");
     if (entry.withdrawWhenQueued) withdrawQueued(entry);
   }
 
@@ -1384,7 +1399,7 @@
     } catch (error) {
       // The run ended meanwhile: the message went into the next run (or a cancel dropped it).
       entry.button.disabled = false;
-      notice(`withdraw:${Date.now()}`, "Could not withdraw", errorText(error.message, error.code), { muted: true });
+      notice(`withdraw:${Date.now()}`, gettext("Could not withdraw"), errorText(error.message, error.code), { muted: true });
     }
   }
 
@@ -1392,7 +1407,7 @@
     if (!state.running) return;
     state.cancelRequested = true;
     setSendMode("cancelling");
-    setRunStatus("Cancelling…", true);
+    setRunStatus(gettext("Cancelling…"), true);
     if (!state.runId) {
       state.cancelAfterAccept = true; // sent as soon as the run is accepted
       return;
@@ -1414,7 +1429,7 @@
     if (!state.running) return;
     const quietFor = Date.now() - state.lastFrameAt;
     if (state.awaitingAcceptSince && Date.now() - state.awaitingAcceptSince > 20000 && !state.runId) {
-      notice(`accept:${Date.now()}`, "No answer from the server", "The message was not accepted; try again.");
+      notice(`accept:${Date.now()}`, gettext("No answer from the server"), gettext("The message was not accepted; try again."));
       state.awaitingAcceptSince = 0;
       setRunning(false);
       setRunStatus("");
@@ -1424,7 +1439,7 @@
     try {
       const run = await api("GET", url("runDetail", { RUN_ID: state.runId }));
       if (!["queued", "running"].includes(run.status) && state.running) {
-        if (run.error && run.status === "failed") liveError(run.error.message || "The run failed", run.error.code);
+        if (run.error && run.status === "failed") liveError(run.error.message || gettext("The run failed"), run.error.code);
         finishRun({ failed: run.status === "failed" });
       }
     } catch (error) {
@@ -1444,8 +1459,8 @@
     state.agent = agent.name;
     els.badgeText.textContent = agent.badge;
     els.badge.classList.toggle("badge-offline", agent.model_provider === "offline");
-    els.badge.title = `${agent.model || "no model"}${agent.model_description ? `: ${agent.model_description}` : ""}`;
-    els.input.placeholder = `Message the ${agent.name} agent…`;
+    els.badge.title = `${agent.model || gettext("no model")}${agent.model_description ? `: ${agent.model_description}` : ""}`;
+    els.input.placeholder = format(gettext("Message the %(name)s agent…"), { name: agent.name });
     if (els.emptyAgentName) els.emptyAgentName.textContent = agent.name;
     if (els.emptyAgentDescription) els.emptyAgentDescription.textContent = agent.description;
   }
@@ -1534,13 +1549,13 @@
       return;
     }
     els.historyStatus.hidden = false;
-    els.historyStatus.textContent = "Loading the conversation…";
+    els.historyStatus.textContent = gettext("Loading the conversation…");
     await syncHistory();
     els.historyStatus.hidden = true;
     els.historyStatus.textContent = "";
     if (!els.messages.querySelector(".msg, .tool-card, .notice-inline")) els.empty.hidden = false;
     if (runLooksActive(state.lastEvent)) {
-      setRunStatus("A reply is in progress…", true);
+      setRunStatus(gettext("A reply is in progress…"), true);
       await adoptActiveRun();
     } else {
       await showPendingApproval();
@@ -1551,6 +1566,8 @@
     els.input.focus();
   }
 
-  window.agentsiteChat = { state }; // for debugging in the console and for the browser tests
+  // `state` for debugging in the console and for the browser tests; `sync` brings the screen
+  // up to the ledger (turns.js calls it once a regenerated or edited turn is written).
+  window.agentsiteChat = { state, sync: syncHistory };
   start();
 })();

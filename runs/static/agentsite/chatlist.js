@@ -14,6 +14,10 @@
 (function () {
   "use strict";
   const COPIED_MS = 2000;
+  // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
+  const gettext = window.gettext || ((text) => text);
+  const interpolate = window.interpolate || ((format, values) => format.replace(/%\((\w+)\)s/g, (_, key) => values[key]));
+  const format = (text, values) => interpolate(text, values, true);
 
   function sessionsUrl() {
     const node = document.getElementById("chat-config");
@@ -41,7 +45,7 @@
     try { data = await response.json(); } catch (_) { data = null; }
     if (!response.ok) {
       const error = (data && data.error) || {};
-      throw new Error(error.message || `${method} answered ${response.status}`);
+      throw new Error(error.message || format(gettext("%(method)s answered %(status)s"), { method, status: response.status }));
     }
     return data;
   }
@@ -88,8 +92,8 @@
   function labelActions(item) {
     const link = item.querySelector(".session-link");
     const title = titleOf(link);
-    item.querySelector(".session-rename").setAttribute("aria-label", `Rename chat “${title}”`);
-    item.querySelector(".session-delete").setAttribute("aria-label", `Delete chat “${title}”`);
+    item.querySelector(".session-rename").setAttribute("aria-label", format(gettext("Rename chat “%(title)s”"), { title }));
+    item.querySelector(".session-delete").setAttribute("aria-label", format(gettext("Delete chat “%(title)s”"), { title }));
   }
 
   function decorate(item) {
@@ -97,8 +101,8 @@
     if (!link || item.querySelector(".session-actions")) return;
     const actions = document.createElement("span");
     actions.className = "session-actions";
-    const rename = iconButton("icon-button session-rename", "Rename chat", "rename");
-    const remove = iconButton("icon-button session-delete", "Delete chat", "delete");
+    const rename = iconButton("icon-button session-rename", gettext("Rename chat"), "rename");
+    const remove = iconButton("icon-button session-delete", gettext("Delete chat"), "delete");
     rename.addEventListener("click", () => startRename(item));
     remove.addEventListener("click", () => deleteChat(item));
     actions.append(rename, remove);
@@ -119,7 +123,7 @@
     input.value = before;
     input.maxLength = 200;
     input.required = true;
-    input.setAttribute("aria-label", "New chat name (Enter saves, Escape cancels)");
+    input.setAttribute("aria-label", gettext("New chat name (Enter saves, Escape cancels)"));
     form.append(input);
     link.hidden = true;
     item.querySelector(".session-actions").hidden = true;
@@ -158,10 +162,10 @@
           document.title = `${session.title} · Agentsite`;
         }
         labelActions(item);
-        announce(`Renamed to ${session.title}`);
+        announce(format(gettext("Renamed to %(title)s"), { title: session.title }));
       } catch (error) {
-        announce(`Could not rename: ${error.message}`);
-        window.alert(`Could not rename the chat: ${error.message}`);
+        announce(format(gettext("Could not rename: %(error)s"), { error: error.message }));
+        window.alert(format(gettext("Could not rename the chat: %(error)s"), { error: error.message }));
       }
       finish();
     });
@@ -170,7 +174,8 @@
   async function deleteChat(item) {
     const link = item.querySelector(".session-link");
     const title = titleOf(link);
-    if (!window.confirm(`Delete the chat “${title}”? Its messages and files are removed, and a running reply is stopped.`)) {
+    const question = gettext("Delete the chat “%(title)s”? Its messages and files are removed, and a running reply is stopped.");
+    if (!window.confirm(format(question, { title }))) {
       item.querySelector(".session-delete").focus();
       return;
     }
@@ -178,8 +183,8 @@
     try {
       await call("DELETE", link.dataset.sessionId);
     } catch (error) {
-      announce(`Could not delete: ${error.message}`);
-      window.alert(`Could not delete the chat: ${error.message}`);
+      announce(format(gettext("Could not delete: %(error)s"), { error: error.message }));
+      window.alert(format(gettext("Could not delete the chat: %(error)s"), { error: error.message }));
       return;
     }
     if (open) {
@@ -189,7 +194,7 @@
     }
     const next = item.nextElementSibling || item.previousElementSibling;
     item.remove();
-    announce(`Deleted ${title}`);
+    announce(format(gettext("Deleted %(title)s"), { title }));
     const focus = next && next.querySelector(".session-link");
     (focus || document.getElementById("new-chat")).focus();
     filter();
@@ -225,7 +230,7 @@
     area.select();
     const ok = document.execCommand("copy");
     area.remove();
-    if (!ok) throw new Error("the browser refused to copy");
+    if (!ok) throw new Error(gettext("the browser refused to copy"));
   }
 
   async function copyText(text) {
@@ -244,19 +249,19 @@
     if (message.querySelector(".msg-copy")) return;
     const bubble = message.querySelector(".msg-bubble");
     if (!bubble) return;
-    const copy = button("link-button msg-copy", "Copy message", "Copy");
+    const copy = button("link-button msg-copy", gettext("Copy message"), gettext("Copy"));
     copy.addEventListener("click", async () => {
       const body = bubble.querySelector(".msg-text, .md") || bubble;
       try {
         await copyText(body.innerText.trim());
-        copy.textContent = "Copied";
+        copy.textContent = gettext("Copied");
         copy.dataset.state = "copied";
-        announce("Copied to the clipboard");
+        announce(gettext("Copied to the clipboard"));
       } catch (error) {
-        copy.textContent = "Copy failed";
-        announce(`Could not copy: ${error.message}`);
+        copy.textContent = gettext("Copy failed");
+        announce(format(gettext("Could not copy: %(error)s"), { error: error.message }));
       }
-      window.setTimeout(() => { copy.textContent = "Copy"; delete copy.dataset.state; }, COPIED_MS);
+      window.setTimeout(() => { copy.textContent = gettext("Copy"); delete copy.dataset.state; }, COPIED_MS);
     });
     const actions = document.createElement("div");
     actions.className = "msg-actions";

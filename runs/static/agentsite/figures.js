@@ -5,17 +5,22 @@
 (function () {
   "use strict";
   const RETRIES = 5;
+  // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
+  const gettext = window.gettext || ((text) => text);
+  const ngettext = window.ngettext || ((one, other, count) => (count === 1 ? one : other));
+  const interpolate = window.interpolate || ((format, values) => format.replace(/%\((\w+)\)s/g, (_, key) => values[key]));
+  const format = (text, values) => interpolate(text, values, true);
 
   function text(run) {
     const parts = [
-      `${run.prompt_tokens.toLocaleString()} tokens in`,
-      `${run.completion_tokens.toLocaleString()} out`,
+      format(gettext("%(count)s tokens in"), { count: run.prompt_tokens.toLocaleString() }),
+      format(gettext("%(count)s out"), { count: run.completion_tokens.toLocaleString() }),
     ];
     if (run.started_at && run.ended_at) {
       const seconds = (new Date(run.ended_at) - new Date(run.started_at)) / 1000;
-      if (Number.isFinite(seconds)) parts.push(`${seconds.toFixed(1)} s`);
+      if (Number.isFinite(seconds)) parts.push(format(gettext("%(seconds)s s"), { seconds: seconds.toFixed(1) }));
     }
-    parts.push(`${run.model_calls} model call${run.model_calls === 1 ? "" : "s"}`);
+    parts.push(format(ngettext("%(count)s model call", "%(count)s model calls", run.model_calls), { count: run.model_calls }));
     return parts.join(" · ");
   }
 
@@ -51,7 +56,7 @@
     line.className = "msg-figures muted small";
     line.hidden = true;
     line.dataset.runId = runId;
-    line.setAttribute("aria-label", "Figures of the run that wrote this answer");
+    line.setAttribute("aria-label", gettext("Figures of the run that wrote this answer"));
     answer.appendChild(line);
     fill(line, runId, RETRIES);
   }

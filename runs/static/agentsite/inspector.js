@@ -3,6 +3,11 @@
    against sent tokens, marking where a summary advanced or tool results were compacted. */
 (() => {
   "use strict";
+  // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
+  const gettext = window.gettext || ((text) => text);
+  const ngettext = window.ngettext || ((one, other, count) => (count === 1 ? one : other));
+  const interpolate = window.interpolate || ((format, values) => format.replace(/%\((\w+)\)s/g, (_, key) => values[key]));
+  const format = (text, values) => interpolate(text, values, true);
 
   const section = document.getElementById("context-inspector");
   if (!section) return;
@@ -38,13 +43,14 @@
     const t = report.totals;
     if (!t) return;
     const saved = t.raw_tokens > 0 ? Math.round((100 * t.saved_tokens) / t.raw_tokens) : 0;
+    const tokens = (value) => format(gettext("%(count)s tokens"), { count: number(value) });
     const facts = [
-      ["Next call sends", `${number(t.sent_tokens)} tokens`],
-      ["Raw ledger", `${number(t.raw_tokens)} tokens (${saved}% saved)`],
-      ["Context window", `${number(report.context_window)} tokens`],
-      ["Ledger events", number(t.ledger_events)],
-      ["Behind the summary", `${number(t.hidden_events)} events`],
-      ["Summary boundary", report.boundary ? `seq ${report.boundary.last_seq}` : "none yet"],
+      [gettext("Next call sends"), tokens(t.sent_tokens)],
+      [gettext("Raw ledger"), format(gettext("%(count)s tokens (%(saved)s saved)"), { count: number(t.raw_tokens), saved: `${saved}%` })],
+      [gettext("Context window"), tokens(report.context_window)],
+      [gettext("Ledger events"), number(t.ledger_events)],
+      [gettext("Behind the summary"), format(gettext("%(count)s events"), { count: number(t.hidden_events) })],
+      [gettext("Summary boundary"), report.boundary ? format(gettext("seq %(seq)s"), { seq: report.boundary.last_seq }) : gettext("none yet")],
     ];
     const list = el("dl");
     for (const [term, value] of facts) {
@@ -84,13 +90,13 @@
       if ((precall.wait_ms || 0) > 0) {
         // Issue 12, C5: the call waited for a summary (the synchronous fallback or one in flight).
         const mark = svg("text", { x: x(i), y: pad.top + 2, "text-anchor": "middle", class: "mark-stall" }, "●");
-        mark.append(svg("title", {}, `waited ${number(Math.round(precall.wait_ms))} ms for a summary`));
+        mark.append(svg("title", {}, format(gettext("waited %(ms)s ms for a summary"), { ms: number(Math.round(precall.wait_ms)) })));
         root.append(mark);
       }
       if (call.intra_run_summary) {
         // Issue 18: a summary made inside this run hides its earlier rounds (resume tail shown).
         const mark = svg("text", { x: x(i), y: y(call.sent_tokens) + 16, "text-anchor": "middle", class: "mark-summary" }, "◇");
-        mark.append(svg("title", {}, "intra-run summary: the run's earlier rounds are summarized"));
+        mark.append(svg("title", {}, gettext("intra-run summary: the run's earlier rounds are summarized")));
         root.append(mark);
       }
       const compaction = call.compaction || {};
@@ -99,16 +105,17 @@
       }
     });
     root.append(
-      svg("text", { x: pad.left + 8, y: pad.top + 4, class: "legend raw" }, "- - raw ledger"),
-      svg("text", { x: pad.left + 8, y: pad.top + 20, class: "legend sent" }, "—— sent"),
+      svg("text", { x: pad.left + 8, y: pad.top + 4, class: "legend raw" }, gettext("- - raw ledger")),
+      svg("text", { x: pad.left + 8, y: pad.top + 20, class: "legend sent" }, gettext("—— sent")),
     );
     chart.replaceChildren(root);
     const last = calls[calls.length - 1];
     const waited = calls.filter((c) => ((c.precall || {}).wait_ms || 0) > 0).length;
     chart.setAttribute(
       "aria-label",
-      `${calls.length} model calls; the last sent ${number(last.sent_tokens)} of ${number(last.raw_tokens)} raw tokens; ` +
-        `${waited} waited for a summary.`,
+      format(gettext("%(calls)s model calls; the last sent %(sent)s of %(raw)s raw tokens; %(waited)s waited for a summary."), {
+        calls: calls.length, sent: number(last.sent_tokens), raw: number(last.raw_tokens), waited,
+      }),
     );
     figure.hidden = false;
   }
@@ -126,8 +133,9 @@
         : file.url;
       const link = el("a", file.artifact ? { href, download: "" } : { href, rel: "noopener noreferrer", target: "_blank" });
       if (file.artifact && file.type === "image") link.append(el("img", { class: "attachment-thumb", src: href, alt: "", loading: "lazy" }));
-      link.append(document.createTextNode(file.name || "attachment"));
-      entry.append(link, el("span", { class: "muted" }, `${file.mime || "image by URL"} · ~${number(file.tokens)} tokens`));
+      link.append(document.createTextNode(file.name || gettext("attachment")));
+      const tokens = format(gettext("~%(count)s tokens"), { count: number(file.tokens) });
+      entry.append(link, el("span", { class: "muted" }, `${file.mime || gettext("image by URL")} · ${tokens}`));
       list.append(entry);
     }
     return list;
@@ -139,11 +147,11 @@
       const head = el("div", { class: "context-block-head" });
       head.append(el("span", { class: "badge" }, block.kind), el("span", { class: "muted" }, block.role || ""));
       // Issue 18: where a shown event comes from, beyond its kind.
-      if (block.resume_tail) head.append(el("span", { class: "badge" }, "resume tail"));
-      if (block.seeded) head.append(el("span", { class: "badge" }, "seeded history"));
-      if (block.merged_events) head.append(el("span", { class: "badge" }, `${block.merged_events} events merged`));
-      if (block.kind === "summary" && block.intra_run) head.append(el("span", { class: "badge" }, "intra-run"));
-      head.append(el("span", { class: "tokens" }, `${number(block.tokens)} tokens`));
+      if (block.resume_tail) head.append(el("span", { class: "badge" }, gettext("resume tail")));
+      if (block.seeded) head.append(el("span", { class: "badge" }, gettext("seeded history")));
+      if (block.merged_events) head.append(el("span", { class: "badge" }, format(gettext("%(count)s events merged"), { count: block.merged_events })));
+      if (block.kind === "summary" && block.intra_run) head.append(el("span", { class: "badge" }, gettext("intra-run")));
+      head.append(el("span", { class: "tokens" }, format(gettext("%(count)s tokens"), { count: number(block.tokens) })));
       item.append(head);
       if (block.preview) item.append(el("p", { class: "context-preview" }, block.preview));
       if (block.attachments && block.attachments.length) item.append(attachmentList(block.attachments));
@@ -154,14 +162,14 @@
 
   // Issue 12, C3: what each disposition means for the model, and how it gets the rest back.
   const WAY_BACK = {
-    verbatim: "in the request as recorded",
-    truncated: "head and tail shown; session_load with the event_id pages through the rest",
-    placeholder: "session_load with the event_id in the placeholder",
-    withheld: "left out by the tool policy on purpose",
-    summarized: "the summary stands for it; session_search scope current_hidden, then session_load",
-    gap: "not loaded (announced); session_load with seq",
-    silent: "nothing to show a model (completion marker, state change)",
-    foreign: "another branch of the session",
+    verbatim: gettext("in the request as recorded"),
+    truncated: gettext("head and tail shown; session_load with the event_id pages through the rest"),
+    placeholder: gettext("session_load with the event_id in the placeholder"),
+    withheld: gettext("left out by the tool policy on purpose"),
+    summarized: gettext("the summary stands for it; session_search scope current_hidden, then session_load"),
+    gap: gettext("not loaded (announced); session_load with seq"),
+    silent: gettext("nothing to show a model (completion marker, state change)"),
+    foreign: gettext("another branch of the session"),
   };
 
   function showManifest(manifest) {
@@ -178,7 +186,9 @@
       body.append(row);
     }
     const counts = Object.entries(manifest.counts || {}).map(([k, v]) => `${v} ${k}`).join(", ");
-    manifestHeading.textContent = `Manifest: ${Math.round(100 * (manifest.coverage ?? 0))}% of ${number(manifest.last_seq)} ledger events accounted for (${counts})`;
+    manifestHeading.textContent = format(gettext("Manifest: %(coverage)s of %(events)s ledger events accounted for (%(counts)s)"), {
+      coverage: `${Math.round(100 * (manifest.coverage ?? 0))}%`, events: number(manifest.last_seq), counts,
+    });
     manifestHeading.hidden = false;
     manifestTable.hidden = false;
   }
@@ -191,10 +201,10 @@
     for (const pin of block.pins || []) {
       const item = el("li", {});
       item.append(el("span", { class: "badge" }, pin.kind), document.createTextNode(` ${pin.text} `),
-        el("span", { class: "muted" }, `(event seq ${pin.source_seq})`));
+        el("span", { class: "muted" }, format(gettext("(event seq %(seq)s)"), { seq: pin.source_seq })));
       pinned.append(item);
     }
-    if ((block.omitted || []).length) pinned.append(el("li", { class: "muted" }, `${block.omitted.length} more over the pinned budget`));
+    if ((block.omitted || []).length) pinned.append(el("li", { class: "muted" }, format(gettext("%(count)s more over the pinned budget"), { count: block.omitted.length })));
     pinnedHeading.hidden = false;
   }
 
@@ -210,10 +220,10 @@
       showManifest(report.manifest);
       showBlocks(report.blocks || []);
       status.textContent = calls.length
-        ? `${calls.length} model call(s) recorded; the chart shows each one.`
-        : "No model call recorded yet: the chart appears after the first run.";
+        ? format(gettext("%(count)s model call(s) recorded; the chart shows each one."), { count: calls.length })
+        : gettext("No model call recorded yet: the chart appears after the first run.");
     } catch (error) {
-      status.textContent = `The context inspector could not load: ${error.message}`;
+      status.textContent = format(gettext("The context inspector could not load: %(error)s"), { error: error.message });
       status.classList.add("error-text");
     }
   }

@@ -1,6 +1,11 @@
 /* Agentsite session ledger: client-side filters by role, author, tool and text; local times. */
 (() => {
   "use strict";
+  // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
+  const gettext = window.gettext || ((text) => text);
+  const ngettext = window.ngettext || ((one, other, count) => (count === 1 ? one : other));
+  const interpolate = window.interpolate || ((format, values) => format.replace(/%\((\w+)\)s/g, (_, key) => values[key]));
+  const format = (text, values) => interpolate(text, values, true);
 
   const form = document.getElementById("ledger-filters");
   const table = document.getElementById("ledger-table");
@@ -43,8 +48,8 @@
     }
     const total = rows.length;
     count.textContent = shown === total
-      ? `${total} event${total === 1 ? "" : "s"}`
-      : `Showing ${shown} of ${total} event${total === 1 ? "" : "s"}`;
+      ? format(ngettext("%(total)s event", "%(total)s events", total), { total })
+      : format(ngettext("Showing %(shown)s of %(total)s event", "Showing %(shown)s of %(total)s events", total), { shown, total });
     if (noMatch) noMatch.hidden = shown !== 0;
     const params = new URLSearchParams(window.location.search);
     for (const [key, value] of Object.entries(wanted)) {

@@ -3,6 +3,9 @@
    timeline page. Kept apart from chat.js so the chat's own code stays as it is. */
 (function () {
   "use strict";
+  // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
+  const gettext = window.gettext || ((text) => text);
+
   function link(runId) {
     if (!runId) return;
     const answers = document.querySelectorAll(".msg-assistant");
@@ -11,8 +14,8 @@
     const a = document.createElement("a");
     a.className = "trace-link muted small";
     a.href = `/runs/${encodeURIComponent(runId)}/trace/`;
-    a.textContent = "Trace";
-    a.setAttribute("aria-label", "Trace of the run that wrote this answer");
+    a.textContent = gettext("Trace");
+    a.setAttribute("aria-label", gettext("Trace of the run that wrote this answer"));
     answer.appendChild(a);
   }
   window.AgentsiteTrace = { link };
