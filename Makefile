@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup js-client run test test-embedded test-services lint fuzz bench bench-peers clean
+.PHONY: setup js-client run test test-fast test-embedded test-services lint fuzz bench bench-peers clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ test: lint
 	$(MAKE) --no-print-directory test-embedded
 	@if [ -n "$$DATABASE_URL" ] || [ -n "$$REDIS_URL" ]; then $(MAKE) --no-print-directory test-services; \
 	else echo "DATABASE_URL/REDIS_URL not set: skipped the PostgreSQL + Redis pass"; fi
+
+# The fast tier: the tests that need no database, no live server and no other process
+# (tests/conftest.py, --fast), on the embedded defaults; under a minute on 2 cores.
+test-fast: setup
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q --fast
 
 test-embedded: setup js-client
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q

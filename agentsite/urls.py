@@ -10,7 +10,7 @@ from agentsite.api.views import off_thread
 from agentsite.health import healthz
 from evolution_app import apis as evolution_apis
 from runs import apis as run_apis
-from runs import openai_compat
+from runs import openai_compat, turn_apis
 from runs import trace_views as run_trace_views
 from runs import views as run_views
 from runs.protocols import agui_views
@@ -30,6 +30,12 @@ api = [
     path("api/sessions/<str:session_id>/context/", session_apis.SessionContextApi.as_view(), name="session-context"),
     path("api/sessions/<str:session_id>/state/", session_apis.SessionStateApi.as_view(), name="session-state"),
     path("api/sessions/<str:session_id>/pins/", run_apis.SessionPinsApi.as_view(), name="session-pins"),
+    path("api/sessions/<str:session_id>/regenerate/", off_thread(turn_apis.SessionRegenerateApi.as_view()), name="session-regenerate"),
+    path(
+        "api/sessions/<str:session_id>/events/<str:event_id>/edit/",
+        off_thread(turn_apis.SessionMessageEditApi.as_view()),
+        name="session-message-edit",
+    ),
     path("api/sessions/<str:session_id>/artifacts/", artifact_apis.SessionArtifactListApi.as_view(), name="session-artifacts"),
     path(
         "api/sessions/<str:session_id>/artifacts/<str:filename>",

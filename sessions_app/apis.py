@@ -66,6 +66,8 @@ class EventOutput(serializers.Serializer):
     queued = serializers.CharField(required=False, help_text="a user message sent into a running run: consumed or carried")
     queued_id = serializers.CharField(required=False, help_text="the id POST /api/runs/<id>/messages/ answered")
     queued_dropped = serializers.ListField(required=False, help_text="runner.completion of a cancel: the queued messages it dropped")
+    regenerates = serializers.CharField(required=False, help_text="a user message that answers an earlier one again: its event id")
+    edit_of = serializers.CharField(required=False, help_text="a user message resent with edited text: the original's event id")
     invocation_id = serializers.CharField()
     created_at = serializers.DateTimeField()
 
@@ -122,6 +124,10 @@ def event_data(row: orm.Event) -> dict[str, Any]:
     # Steering (SPEC 1.5, runs.core.steering): how a queued message entered its run, and
     # the queued messages a cancel dropped.
     for key in ("queued", "queued_id", "queued_dropped"):
+        if extensions.get(key):
+            data[key] = extensions[key]
+    # Redone turns (issue 21, runs.turns): which earlier user message this one regenerates or edits.
+    for key in ("regenerates", "edit_of"):
         if extensions.get(key):
             data[key] = extensions[key]
     return data

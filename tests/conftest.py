@@ -159,3 +159,32 @@ def _files_in_temporary_folders(tmp_path_factory: Any) -> Iterator[None]:
         os.environ.pop("AGENTSITE_STORAGE_LOCATION", None)
     else:
         os.environ["AGENTSITE_STORAGE_LOCATION"] = previous
+
+
+# `make test-fast` (pytest --fast): the tests that need no database, no live server and no
+# other process: the core packages' contracts and the pure units, for a run under a minute.
+_SLOW_FIXTURES = frozenset({"db", "transactional_db", "live_server"})
+_SLOW_FOLDERS = ("integration", "resilience", "security", "ui")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", help="only the tests that need no database or other process")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--fast"):
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        folder = item.path.parent.name
+        fixtures = set(getattr(item, "fixturenames", ()))
+        slow = (
+            folder in _SLOW_FOLDERS
+            or item.get_closest_marker("django_db") is not None
+            or item.get_closest_marker("integration") is not None
+            or bool(fixtures & _SLOW_FIXTURES)
+        )
+        (dropped if slow else kept).append(item)
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = kept

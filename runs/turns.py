@@ -1,0 +1,160 @@
+"""Redo a turn (issue 21, chat features): regenerate the last answer, or resend an edited
+user message.
+
+Both start a new run on the session whose user turn is a *new* ledger event: the ledger
+stays append-only and nothing earlier is changed or hidden. The new user event says what
+it redoes in its extensions, so a transcript can show the newest version of a turn and
+offer the earlier ones:
+
+- `regenerates: <event id>`: the user message it answers again (its text and files are
+  copied from that message);
+- `edit_of: <event id>`: the user message whose text it replaces (that message's files
+  are kept).
+
+Each names the event it was made from directly; a chain (an edit of a regeneration, a
+regeneration of an edit) is followed back by the reader.
+
+A session takes one redo at a time and none while one of its runs is queued or running
+(`TurnConflictError`): a second answer to the same message racing the first would make
+the transcript's "newest version" depend on which one ends last.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentsite.runtime import run_manager
+from runs import models as run_orm
+from runs.core.invocation import RunOptions
+from runs.core.records import RunRecord
+from runs.core.runner import Runner
+from sessions_app import models as orm
+from sessions_app.core.events import Event, Message
+from sessions_app.mapping import event_from_row
+
+REGENERATES = "regenerates"
+EDIT_OF = "edit_of"
+RedoKind = Literal["regenerates", "edit_of"]
+
+_LIVE = ("queued", "running")
+# Sessions whose redo is between its active-run check and its run's row: a second redo of
+# the same session in this process is refused meanwhile (the row makes it visible to the
+# others).
+_claimed: set[str] = set()
+_claimed_lock = threading.Lock()
+
+
+class TurnError(Exception):
+    """A redo refused before anything was written; `code` and `field` for the API."""
+
+    def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+class NothingToRegenerateError(TurnError):
+    """The session has no user message to answer again."""
+
+
+class NotEditableError(TurnError):
+    """The event named is not a user message of the session."""
+
+
+class TurnNotFoundError(TurnError):
+    """No event of the session has the id named."""
+
+
+class TurnConflictError(TurnError):
+    """A run of the session is queued or running."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedoneTurn:
+    """A started redo: its run, the user event it wrote and the one it redoes."""
+
+    record: RunRecord
+    kind: RedoKind
+    of_event_id: str
+    event_id: str | None
+
+
+def last_user_message(*, session: orm.Session) -> Event | None:
+    """The session's newest message from its user with text or files, if any."""
+    rows = orm.Event.objects.filter(session=session, role="user", author="user").order_by("-seq")
+    for row in rows.iterator(chunk_size=20):
+        event = event_from_row(row)
+        if event.message is not None and (event.message.content.strip() or event.message.parts):
+            return event
+    return None
+
+
+def user_message(*, session: orm.Session, event_id: str) -> Event:
+    """The session's user message `event_id` (`TurnNotFoundError`, `NotEditableError`)."""
+    row = orm.Event.objects.filter(session=session, event_id=event_id).first()
+    if row is None:
+        raise TurnNotFoundError("not_found", f"event {event_id!r} not found in this session", field="event_id")
+    event = event_from_row(row)
+    if event.author != "user" or event.message is None or event.message.role != "user":
+        raise NotEditableError(
+            "not_editable", f"event {event_id!r} is not a message you sent ({event.author}/{row.role})", field="event_id",
+        )
+    return event
+
+
+def session_regenerate(*, user: Any, session: orm.Session) -> RedoneTurn:
+    """Answer the session's last user message again, in a new run."""
+    target = last_user_message(session=session)
+    if target is None or target.message is None:
+        raise NothingToRegenerateError("nothing_to_regenerate", f"session {session.id!r} has no message to answer again")
+    message = Message(role="user", content=target.message.content, parts=target.message.parts)
+    return _redo(user=user, session=session, message=message, kind=REGENERATES, of_event_id=target.id)
+
+
+def session_message_edit(*, user: Any, session: orm.Session, event_id: str, text: str) -> RedoneTurn:
+    """Send the edited text of the session's user message `event_id` as a new turn (the
+    message's files go with it)."""
+    target = user_message(session=session, event_id=event_id)
+    assert target.message is not None  # user_message checked it
+    message = Message(role="user", content=text, parts=target.message.parts)
+    return _redo(user=user, session=session, message=message, kind=EDIT_OF, of_event_id=target.id)
+
+
+def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, of_event_id: str) -> RedoneTurn:
+    with _claimed_lock:
+        if session.id in _claimed:
+            raise _busy(session.id)
+        _claimed.add(session.id)
+    try:
+        if run_orm.Run.objects.filter(session_id=session.id, status__in=_LIVE).exists():
+            raise _busy(session.id)
+
+        async def start(runner: Runner) -> RunRecord:
+            handle = await runner.start(
+                user_id=str(user.pk),
+                message=message,
+                session_id=session.id,
+                options=RunOptions(),
+                turn_extensions={kind: of_event_id},
+            )
+            return handle.record
+
+        record = run_manager().call(start)
+    finally:
+        with _claimed_lock:
+            _claimed.discard(session.id)
+    # The user message is in the ledger once start returns: its id, for the client to follow.
+    written = (
+        orm.Event.objects.filter(session=session, request_id=record.request_id, role="user", author="user")
+        .order_by("seq").values_list("event_id", flat=True).first()
+    )
+    return RedoneTurn(record=record, kind=kind, of_event_id=of_event_id, event_id=written)
+
+
+def _busy(session_id: str) -> TurnConflictError:
+    return TurnConflictError(
+        "run_active", f"session {session_id!r} has a reply in progress: wait for it to end, or cancel it", field=None,
+    )
