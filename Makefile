@@ -38,6 +38,13 @@ run: setup
 	$(BIN)/python manage.py bootstrap_demo --host $(HOST) --port $(PORT)
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-1} $(BIN)/python manage.py runserver $(HOST):$(PORT)
 
+# The production topology of docs/operations.md: HAProxy on HOST:PORT in front of two Daphne
+# processes (PORT+1, PORT+2), two Celery workers, on DATABASE_URL / REDIS_URL (default: the
+# local PostgreSQL database `agentsite` and Redis database 0), run by honcho from the
+# Procfile. Needs Debian's haproxy (`apt-get install -y haproxy`). Ctrl-C stops everything.
+stack: setup
+	$(BIN)/python deploy/stack.py --demo --host $(HOST) --port $(PORT)
+
 lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
