@@ -53,7 +53,8 @@ class RunOutput(serializers.Serializer):
     session_id = serializers.CharField()
     agent = serializers.CharField()
     request_id = serializers.CharField()
-    status = serializers.CharField()
+    status = serializers.CharField(help_text="queued, running, requires_action (paused for the client's tool "
+                                             "results, issue 20), completed, failed, cancelled or interrupted")
     answer = serializers.CharField(required=False)
     error = serializers.DictField(required=False, allow_null=True)
     created_at = serializers.DateTimeField()
@@ -150,8 +151,8 @@ class RunCreateApi(APIView):
 
     class ListQuery(serializers.Serializer):
         session_id = serializers.CharField(required=False, max_length=64)
-        status = serializers.ChoiceField(required=False, choices=["queued", "running", "completed", "failed",
-                                                                  "cancelled", "interrupted"])
+        status = serializers.ChoiceField(required=False, choices=["queued", "running", "requires_action", "completed",
+                                                                  "failed", "cancelled", "interrupted"])
         limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
 
     @extend_schema(parameters=[ListQuery], responses=RunOutput(many=True))

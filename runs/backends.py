@@ -74,6 +74,19 @@ def _interrupt(run_id: str, at: datetime, reason: str) -> RunRecord | None:
     return _get(run_id) if won else None
 
 
+def _resume(run_id: str, user_id: str, request_id: str, owner: str, at: datetime) -> RunRecord | None:
+    # Issue 20: a conditional update claims the paused run: of two requests bringing its
+    # client's tool results at once, one continues it.
+    try:
+        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+            won = orm.Run.objects.filter(pk=run_id, user_id=int(user_id), status="requires_action").update(
+                status="running", request_id=request_id, owner=owner, heartbeat_at=at, ended_at=None, error=None,
+            )
+    except IntegrityError:
+        raise DuplicateRequestError(request_id) from None
+    return _get(run_id) if won else None
+
+
 def _active_runs_of(user_id: str) -> int:
     return orm.Run.objects.filter(user_id=user_id, status__in=_LIVE).count()
 
@@ -115,6 +128,9 @@ class DjangoRunStore:
 
     async def interrupt(self, run_id: str, *, at: datetime, reason: str) -> RunRecord | None:
         return await db_call(_interrupt)(run_id, at, reason)
+
+    async def resume(self, run_id: str, *, user_id: str, request_id: str, owner: str, at: datetime) -> RunRecord | None:
+        return await db_call(_resume)(run_id, user_id, request_id, owner, at)
 
 
 # -- graph checkpoints ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ class Run(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
+        REQUIRES_ACTION = "requires_action"  # paused for the client's tool results (issue 20)
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"

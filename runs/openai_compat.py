@@ -14,9 +14,9 @@ of the run, separated by a blank line, the final answer last, whether streamed o
 deltas) through tool rounds until the run's final answer, then `finish_reason`, a usage
 chunk when asked, and `data: [DONE]`. The request's `tools` are the client's own functions,
 offered beside the agent's (issue 20, runs.core.tools.client): a call of one answers
-`finish_reason: "tool_calls"` with the call and leaves it waiting in the ledger; the next
-request's trailing `tool` results are the run's input; `tool_choice` binds the first model
-step. `Idempotency-Key` makes a repeated request answer
+`finish_reason: "tool_calls"` with the call and pauses the run (`requires_action`), the call
+waiting in the ledger; the next request's trailing `tool` results continue that same run;
+`tool_choice` binds the first model step. `Idempotency-Key` makes a repeated request answer
 with the first run's result (joining it while it runs); a run that failed answers 422, which
 SDKs do not retry. Errors use OpenAI's error format. Sampling parameters are accepted and
 ignored: they are settings of the agent, not of the request.
@@ -49,7 +49,7 @@ from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyR
 from runs.core.invocation import RunOptions
 from runs.core.llm.base import ToolChoice, ToolSpec
 from runs.core.output import OutputSpec, SchemaError, output_from_response_format
-from runs.core.records import RunRecord
+from runs.core.records import REQUIRES_ACTION, RunRecord
 from runs.core.runner import Runner
 from runs.core.tools.client import (
     ClientToolError,
@@ -89,6 +89,8 @@ _IGNORED = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "pres
 
 # Answers that must parse: their content is the final answer alone (ChatRequest.final_only).
 _JSON_FORMATS = {"json_object", "json_schema"}
+# A run that answers: it completed, or it paused for the client's tool calls (issue 20).
+_ANSWERED = ("completed", REQUIRES_ACTION)
 
 
 class OpenAIError(Exception):
@@ -513,7 +515,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return _streaming(_stream(manager, record, chat, events, remember), headers)
     seen = [event async for event in events]  # the run's completion ends the iterator
     final = await manager.await_run(record.id, 5.0) or record
-    if final.status != "completed":
+    if final.status not in _ANSWERED:
         return _failure_response(final, headers)
     content = final.answer if chat.final_only else answer_text(seen)
     calls = waiting_calls(seen)
@@ -584,7 +586,7 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
     if not final.finished:
         raise OpenAIError(409, f"the run {record.id} of this {IDEMPOTENCY_HEADER} is still in progress; retry later",
                           param=IDEMPOTENCY_HEADER, code="run_in_progress")
-    if final.status != "completed":
+    if final.status not in _ANSWERED:
         return _failure_response(final, headers)
     if not record.finished:
         turn = await db_call(run_selectors.run_turn)(record=final)  # what the run wrote since
@@ -666,7 +668,7 @@ async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: As
     if final.status == "completed" and chat.final_only and final.answer:
         sent.append(final.answer)
         yield _chunk(record.id, chat.agent, created, {"content": final.answer})
-    if final.status == "completed":
+    if final.status in _ANSWERED:
         await remember("".join(sent), calls)
     for line in _stream_end(final, chat, created, calls):
         yield line
@@ -688,7 +690,7 @@ def _stream_end(record: RunRecord, chat: ChatRequest, created: int, calls: Seque
     when the run waits for them, else the finish chunk; then (when the client asked for it)
     the usage chunk with no choices, as OpenAI sends them, and `[DONE]`; an error event
     instead for a failed run."""
-    if record.status == "completed" and calls:
+    if record.status in _ANSWERED and calls:
         wire = [{"index": i, **call} for i, call in enumerate(_wire_calls(calls))]
         lines = [_chunk(record.id, chat.agent, created, {"tool_calls": wire}),
                  _chunk(record.id, chat.agent, created, {}, finish="tool_calls")]

@@ -10,8 +10,12 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from runs.core.errors import DuplicateRequestError
 from sessions_app.core.events import utcnow
 
-RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+RunStatusName = Literal["queued", "running", "requires_action", "completed", "failed", "cancelled", "interrupted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
+REQUIRES_ACTION: RunStatusName = "requires_action"
+"""Issue 20: a run paused for the results of its client's tools (OpenAI's Assistants name
+for it). Not executing and not ended: the client's next request with the results continues
+the same run (`RunStore.resume`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +47,9 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
-        return self.status in TERMINAL_STATUSES
+        """Not executing: ended, or paused for its client's tool results (its outcome so
+        far is saved; nothing of it runs until a request resumes it)."""
+        return self.status in TERMINAL_STATUSES or self.status == REQUIRES_ACTION
 
     def replace(self, **changes: Any) -> RunRecord:
         return replace(self, **changes)
@@ -76,6 +82,13 @@ class RunStore(Protocol):
         when another process got there first (a conditional update: one winner)."""
         ...
 
+    async def resume(self, run_id: str, *, user_id: str, request_id: str, owner: str, at: datetime) -> RunRecord | None:
+        """Claim a run paused in `requires_action` for `user_id`: it is `running` again, owned
+        by `owner`, its request id the resuming request's; the new record, or None when it is
+        not (or no longer) paused (a conditional update: of two resumes, one wins). Raises
+        `DuplicateRequestError` when the user already used `request_id`."""
+        ...
+
 
 class InMemoryRunStore:
     def __init__(self) -> None:
@@ -106,6 +119,17 @@ class InMemoryRunStore:
         if record is None or record.finished:
             return None
         record = record.replace(status="interrupted", ended_at=at, error={"type": "interrupted", "message": reason, "code": None})
+        self._runs[run_id] = record
+        return record
+
+    async def resume(self, run_id: str, *, user_id: str, request_id: str, owner: str, at: datetime) -> RunRecord | None:
+        record = self._runs.get(run_id)
+        if record is None or record.status != REQUIRES_ACTION or record.user_id != user_id:
+            return None
+        if any(r.request_id == request_id and r.user_id == user_id and r.id != run_id for r in self._runs.values()):
+            raise DuplicateRequestError(request_id)
+        record = record.replace(status="running", request_id=request_id, owner=owner, heartbeat_at=at, ended_at=None,
+                                error=None)
         self._runs[run_id] = record
         return record
 

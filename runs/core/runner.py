@@ -17,6 +17,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, Protocol
 
 from runs.core.agents.base import Agent
@@ -34,7 +35,7 @@ from runs.core.context.seeding import own_tool_names, seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.output import OUTPUT_EXTENSION
-from runs.core.records import InMemoryRunStore, RunRecord, RunStatusName, RunStore
+from runs.core.records import REQUIRES_ACTION, InMemoryRunStore, RunRecord, RunStatusName, RunStore
 from runs.core.rewriting import REWRITTEN, RewriteContext, UserMessageRewriter, normalize_role, rewrite_user_message
 from runs.core.routing import resolve_route
 from runs.core.steering import (
@@ -50,6 +51,7 @@ from runs.core.steering import (
     SteeringQueue,
 )
 from runs.core.steps import take_mark
+from runs.core.tools.client import CLIENT_CALLS_EXTENSION
 from runs.core.tools.progress import PROGRESS_SINK, ProgressSink, ToolProgress
 from runs.core.trace import CompletionCapture, TraceRecorder
 from sessions_app.core.events import (
@@ -128,6 +130,10 @@ class RunHandle:
     # SPEC 1.10: streamed assistant text per message id, kept only when the run persists
     # interrupted answers; a message's complete event removes its entry.
     _streamed: dict[str, tuple[Event, list[str]]] | None = field(default=None, repr=False)
+    # Issue 20: the client-tool calls of the run's last step (the run pauses for them), and
+    # the trace of the segments before a pause this run resumed from.
+    _client_calls: list[str] = field(default_factory=list, repr=False)
+    _earlier_trace: Mapping[str, Any] | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -259,6 +265,10 @@ class Runner:
         loaded history that has no result yet. They are persisted in order as the current
         turn and the agent continues with them. Pass `message` or `tool_results`.
 
+        Issue 20: when the results answer the client-tool calls a run of this session paused
+        for (status `requires_action`), that run continues: same run id, `running` again,
+        its request id this request's. Otherwise a new run starts with them.
+
         Raises `UsageError` (empty message, unknown agent, duplicate request id, a tool
         result that answers no pending call) and `SessionNotFoundError` (a session id that
         belongs to someone else).
@@ -293,7 +303,8 @@ class Runner:
                 ), msg)
                 msg = turn[-1]
                 turn_extensions = {**dict(turn_extensions or {}), REWRITTEN: True}
-            run_id = new_id()
+            paused = await self._paused_run(session, turn, agent=chosen.name) if tool_results and not created else None
+            run_id = paused.id if paused is not None else new_id()
             steering = SteeringQueue(run_id=run_id, limit=self.max_queued_messages)
             invocation = Invocation(
                 invocation_id=new_id(),
@@ -310,17 +321,19 @@ class Runner:
                 cancel_event=asyncio.Event(),
                 services={**self.services, STEERING_SERVICE: steering},
             )
-            # 3. register the run; a request id may run once per user
-            record = await self._register(invocation, user_id=user_id, agent=chosen.name)
+            # 3. register the run (or claim the paused one); a request id may run once per user
+            record = await (self._resume(invocation, user_id=user_id) if paused is not None
+                            else self._register(invocation, user_id=user_id, agent=chosen.name))
             self._steering[record.id] = steering
         except BaseException:
             if created:
                 # A refused start leaves no session behind (a duplicate request id, a bad agent).
                 await self._drop_session(session)
             raise
-        handle = RunHandle(record=record, invocation=invocation, agent=chosen, steering=steering)
+        handle = RunHandle(record=record, invocation=invocation, agent=chosen, steering=steering,
+                           _earlier_trace=paused.trace if paused is not None else None)
         handle._trace = TraceRecorder(run_id=record.id, agent=chosen.name, branch=invocation.branch,
-                                      started_at=record.started_at or utcnow())
+                                      started_at=utcnow() if paused is not None else record.started_at or utcnow())
         if self._persists_interrupted(options):
             handle._streamed = {}
         try:
@@ -582,6 +595,41 @@ class Runner:
             self._starting.discard(invocation.run_id)
             raise
 
+    async def _paused_run(self, session: Session, results: Sequence[Message], *, agent: str) -> RunRecord | None:
+        """Issue 20: the run of this session paused for the client-tool calls `results`
+        answer, when its completion event (the session's last) says so and it is still
+        paused, for this agent; else None (the results start a new run)."""
+        completion = next((e for e in reversed(session.events) if e.is_runner_completion), None)
+        if completion is None or completion.extensions.get("status") != REQUIRES_ACTION:
+            return None
+        waiting = set(completion.extensions.get(CLIENT_CALLS_EXTENSION) or ())
+        if not waiting or not {r.tool_call_id for r in results} <= waiting:
+            return None
+        record = await self.run_store.get(str(completion.extensions.get("run_id") or ""))
+        if record is None or record.status != REQUIRES_ACTION or record.agent != agent or record.session_id != session.id:
+            return None
+        return record
+
+    async def _resume(self, invocation: Invocation, *, user_id: str) -> RunRecord:
+        """Claim the paused run `invocation` continues (a conditional update: of two
+        requests with its results, one wins; the other's results answer calls that have
+        one, a `UsageError`)."""
+        request = (user_id, invocation.request_id)
+        if request in self._active_requests:
+            raise DuplicateRequestError(invocation.request_id)
+        self._active_requests.add(request)
+        self._starting.add(invocation.run_id)
+        try:
+            record = await self.run_store.resume(invocation.run_id, user_id=user_id, request_id=invocation.request_id,
+                                                 owner=self.owner, at=utcnow())
+            if record is None:
+                raise UsageError(f"run {invocation.run_id!r} is no longer waiting for tool results")
+            return record
+        except BaseException:
+            self._active_requests.discard(request)
+            self._starting.discard(invocation.run_id)
+            raise
+
     async def _end_unstarted(self, handle: RunHandle, exc: BaseException) -> None:
         """A run whose start failed after its record was created ends now, in the same call:
         failed with the reason (cancelled if the start itself was cancelled). SPEC 1.2
@@ -664,6 +712,10 @@ class Runner:
         finally:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(agen.aclose(), COMPLETION_BUDGET_S)
+        if status == "completed" and handle._client_calls:
+            # Issue 20: the last step called client tools: the run pauses for their results,
+            # durably (the record and the completion event say so); it is not over.
+            status = REQUIRES_ACTION
         if status == "cancelled" and handle._streamed:
             try:
                 held.extend(self._interrupted_answers(handle))
@@ -701,6 +753,8 @@ class Runner:
         handle._capture.observe(event)
         if handle._trace is not None:
             handle._trace.observe(event)
+        if event.message is not None and event.message.role == "assistant" and not event.partial and not event.is_error:
+            handle._client_calls = list(event.extensions.get(CLIENT_CALLS_EXTENSION) or ())
         streamed = handle._streamed
         if streamed is None or event.message is None or event.message.role != "assistant":
             return
@@ -883,6 +937,10 @@ class Runner:
     ) -> RunRecord:
         """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
         await self._record_end(handle, status, error, held=held, persisted=persisted)
+        if status == REQUIRES_ACTION:
+            # Paused, not ended: after_run and the post-run jobs see the run when it ends.
+            await self._after_pause(handle)
+            return handle.record
         if self.callbacks.after_run:
             try:
                 await run_after_run(self.callbacks, handle.record)
@@ -908,6 +966,14 @@ class Runner:
         finally:
             self._active.pop(handle.run_id, None)
         return handle.record
+
+    async def _after_pause(self, handle: RunHandle) -> None:
+        """The end of a run's segment that paused for its client's tool results."""
+        try:
+            if handle._carried:
+                await self._follow_up(handle, handle._carried)
+        finally:
+            self._active.pop(handle.run_id, None)
 
     async def _follow_up(self, handle: RunHandle, carried: Sequence[QueuedMessage]) -> None:
         """SPEC 1.5: messages still queued when a run ended open the next run of its
@@ -965,6 +1031,8 @@ class Runner:
             error=None if capture.terminal_error else error,
             extensions={
                 "run_id": handle.run_id, "status": status, **_output_of(handle.record, held),
+                # Issue 20: a paused run's completion names the calls it waits for.
+                **({CLIENT_CALLS_EXTENSION: list(handle._client_calls)} if status == REQUIRES_ACTION else {}),
                 **self._close_steering(handle, status), **capture.extensions(error.type if error else None),
             },
         ))
@@ -987,10 +1055,10 @@ class Runner:
             # The completion marker is a ledger event of the run too (when its write held).
             event_count=handle.record.event_count + (1 if completion.seq is not None else 0),
             status=status,
-            ended_at=ended_at,
+            ended_at=None if status == REQUIRES_ACTION else ended_at,
             error=error.to_dict() if error is not None else None,
             # SPEC 1.9.3: the execution trace, written with the record (no statement per event).
-            trace=handle._trace.finish(status=status, ended_at=ended_at) if handle._trace is not None else None,
+            trace=_trace_of(handle, status, ended_at),
         )
         try:
             await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
@@ -1011,6 +1079,19 @@ def _output_of(record: RunRecord, held: Sequence[Event]) -> dict[str, Any]:
         if OUTPUT_EXTENSION in event.extensions and not event.is_error:
             return {OUTPUT_EXTENSION: event.extensions[OUTPUT_EXTENSION]}
     return {OUTPUT_EXTENSION: record.output} if record.output is not None else {}
+
+
+def _trace_of(handle: RunHandle, status: RunStatusName, ended_at: datetime) -> dict[str, Any] | None:
+    """The run's execution trace; a run resumed after pauses (issue 20) keeps the traces of
+    its earlier segments, oldest first, under `earlier_segments`."""
+    if handle._trace is None:
+        return None
+    trace = handle._trace.finish(status=status, ended_at=ended_at)
+    earlier = handle._earlier_trace
+    if earlier:
+        before = [*earlier.get("earlier_segments", ()), {k: v for k, v in earlier.items() if k != "earlier_segments"}]
+        trace = {**trace, "earlier_segments": before}
+    return trace
 
 
 async def _only(event: Event) -> AsyncIterator[Event]:

@@ -2,8 +2,9 @@
 
 The client's `tools` are offered to the model beside the agent's own; a call of one ends the
 request with `finish_reason: "tool_calls"` (streamed and not), the call waiting in the
-ledger; the client's next request with the `tool` result (same `X-Session-Id`, or the whole
-history) continues, and the model's next step sees the result. `tool_choice` reaches the
+ledger and the run paused (`requires_action`); the client's next request with the `tool`
+result (same `X-Session-Id`, or the whole history) continues the same run, and the model's
+next step sees the result. `tool_choice` reaches the
 upstream. The scripted upstream records every request it receives."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ async def test_a_client_tool_is_called_answered_and_the_run_completes(
     raw = await client.chat.completions.with_raw_response.create(model="support", messages=[QUESTION],
                                                                  tools=[WEATHER_TOOL])  # type: ignore[list-item]
     first = raw.parse()
-    session_id = raw.headers["X-Session-Id"]
+    session_id, run_id = raw.headers["X-Session-Id"], raw.headers["X-Run-Id"]
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls is not None
@@ -63,6 +64,7 @@ async def test_a_client_tool_is_called_answered_and_the_run_completes(
     stored = await stored_events(session_id)
     assert next(e for e in stored if e.is_tool_call).extensions["client_tool_calls"] == ["call_c1"]
     assert not [e for e in stored if e.is_tool_result]
+    assert [(r.id, r.status) for r in await runs_of(alice)] == [(run_id, "requires_action")]
 
     raw = await client.chat.completions.with_raw_response.create(
         model="support", tools=[WEATHER_TOOL],  # type: ignore[list-item]
@@ -71,7 +73,7 @@ async def test_a_client_tool_is_called_answered_and_the_run_completes(
         extra_headers={"X-Session-Id": session_id},
     )
     second = raw.parse()
-    assert raw.headers["X-Session-Id"] == session_id
+    assert (raw.headers["X-Session-Id"], raw.headers["X-Run-Id"]) == (session_id, run_id)
     assert (second.choices[0].finish_reason, second.choices[0].message.content) == ("stop", "It is 18C and sunny in Paris.")
     assert second.choices[0].message.tool_calls is None
     # The model's next step saw its call and the client's result, in order.
@@ -82,7 +84,11 @@ async def test_a_client_tool_is_called_answered_and_the_run_completes(
     # The result is the call's result event in the ledger, authored by the agent that called.
     results = [e for e in await stored_events(session_id) if e.is_tool_result]
     assert [(e.author, e.message.tool_name, e.text) for e in results if e.message] == [("support", "get_weather", "18C and sunny")]
-    assert sorted(r.status for r in await runs_of(alice)) == ["completed", "completed"]
+    # One run, paused and continued, completed once.
+    [run] = await runs_of(alice)
+    assert (run.id, run.status, run.model_calls, run.answer) == (run_id, "completed", 2, "It is 18C and sunny in Paris.")
+    completions = [e.extensions for e in await stored_events(session_id) if e.is_runner_completion]
+    assert [(c["run_id"], c["status"]) for c in completions] == [(run_id, "requires_action"), (run_id, "completed")]
 
 
 async def test_streamed_a_stateless_client_resends_the_history_and_continues(

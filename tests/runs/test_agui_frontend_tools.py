@@ -1,9 +1,9 @@
 """Issue 25, item 9: AG-UI frontend tools (`RunAgentInput.tools`), as CopilotKit uses them.
 
 They are offered to the model beside the agent's own; when the model calls one, the stream
-shows the call and ends with RUN_FINISHED, the run waiting for the client; the client's next
-input on the thread carries the `tool` message with the result, and the agent continues with
-it. Through `POST /agui/<agent>`, the scripted OpenAI-compatible upstream recording what it
+shows the call and ends with RUN_FINISHED, the run paused for the client (`requires_action`);
+the client's next input on the thread carries the `tool` message with the result, and the same
+run continues with it (issue 20). Through `POST /agui/<agent>`, the scripted OpenAI-compatible upstream recording what it
 received."""
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     args = "".join(e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS")
     assert json.loads(args) == {"service": "payments"}
     assert kinds[-1] == "RUN_FINISHED"
+    run_id = next(e["runId"] for e in events if e["type"] == "RUN_STARTED")
     # Offered to the model beside the agent's own tools, with the client's schema.
     offered = {t["function"]["name"]: t["function"] for t in openai_server.requests[0]["tools"]}
     assert {"confirm_restart", "lookup_ticket"} <= set(offered)
@@ -75,6 +76,7 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     events = await read_all(response)
     kinds = types(events)
     assert kinds[:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"] and kinds[-1] == "RUN_FINISHED"
+    assert next(e["runId"] for e in events if e["type"] == "RUN_STARTED") == run_id  # the same run
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert text == "Confirmed: restarting payments now."
     # The model's next step saw its call and the client's result.
@@ -85,6 +87,8 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     stored = [e for e in await ledger("fe-thread") if e.is_tool_result]
     assert [(e.author, e.message.tool_name, e.text) for e in stored if e.message] == [
         ("support", "confirm_restart", "confirmed by the operator")]
+    assert [(e.extensions["run_id"], e.extensions["status"]) for e in await ledger("fe-thread")
+            if e.is_runner_completion] == [(run_id, "requires_action"), (run_id, "completed")]
 
 
 @pytest.mark.parametrize(("tool", "field", "code"), [

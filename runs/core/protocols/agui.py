@@ -421,7 +421,9 @@ class AguiTranslator:
         if status == "completed" and run.interrupts:
             outcome = RunFinishedInterruptOutcome(interrupts=list(run.interrupts))
             return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id, outcome=outcome)]
-        if status == "completed":
+        if status in ("completed", "requires_action"):
+            # requires_action: the run paused for the client's frontend tools (issue 20);
+            # the client's next input with their results continues it.
             return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id)]
         if status == "cancelled":
             # SPEC 12.1: an explicit cancel ends the run with RUN_FINISHED, not RUN_ERROR.

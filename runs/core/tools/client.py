@@ -2,11 +2,13 @@
 its request and runs itself.
 
 A client tool is offered to the model beside the agent's own (`RunOptions.client_tools`).
-When the model calls one, the agent runs its own tools of that step as usual and ends the
-run there: the assistant event with the calls carries `CLIENT_CALLS_EXTENSION` (the ids of
-the calls the client must answer), and the turn waits in the ledger. The client's next
-request brings `tool` results for those ids (`Runner.start(tool_results=...)`), which are
-stored as the results of the calls and continue the session from there.
+When the model calls one, the agent runs its own tools of that step as usual and ends its
+turn there: the assistant event with the calls carries `CLIENT_CALLS_EXTENSION` (the ids of
+the calls the client must answer), and the Runner pauses the run durably: status
+`requires_action` in its record, a completion event of that status naming the calls. The
+client's next request brings `tool` results for those ids (`Runner.start(tool_results=...)`),
+which are stored as the results of the calls and continue the same run from there (the
+Runner claims it back with `RunStore.resume`).
 
 `ToolChoice` says how the model may use the tools of a request (OpenAI's `tool_choice`).
 Parsing the client's wire formats (OpenAI `tools`, AG-UI `Tool`) lives here too, so that
