@@ -10,7 +10,7 @@ from agentsite.api.views import off_thread
 from agentsite.health import healthz
 from evolution_app import apis as evolution_apis
 from runs import apis as run_apis
-from runs import openai_compat, turn_apis
+from runs import openai_compat, openai_responses, turn_apis
 from runs import trace_views as run_trace_views
 from runs import views as run_views
 from runs.protocols import agui_views
@@ -59,6 +59,8 @@ openai_compatible = [
     path("v1/chat/completions", openai_compat.chat_completions, name="openai-chat-completions"),
     path("v1/models", openai_compat.list_models, name="openai-models"),
     path("v1/models/<path:model_id>", openai_compat.retrieve_model, name="openai-model"),
+    path("v1/responses", openai_responses.create_response, name="openai-responses"),
+    path("v1/responses/<str:response_id>", openai_responses.retrieve_response, name="openai-response"),
 ]
 
 agui = [

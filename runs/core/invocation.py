@@ -25,6 +25,9 @@ class RunOptions:
 
     max_steps: int | None = None
     instruction: str | None = None
+    # Issue 25: the caller's instructions for this run (the Responses API's `instructions`),
+    # added after each LLM agent's own instruction, never in place of it.
+    added_instruction: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # Issue 20: the final answer must be JSON of this spec (overrides the agent's own).
     output: OutputSpec | None = None

@@ -256,6 +256,8 @@ class LLMAgent:
     async def _run(self, invocation: Invocation) -> AsyncIterator[Event]:
         max_steps = invocation.options.max_steps or self.max_steps
         instruction = invocation.options.instruction or self.instruction
+        if added := invocation.options.added_instruction:
+            instruction = f"{instruction}\n\n{added}" if instruction else added
         # Preloaded once per run, so the request prefix stays the same across its steps.
         memories = await memory_preload_block(
             invocation.services.get(MEMORY_SERVICE), app=invocation.app, user_id=invocation.session.user_id,
