@@ -1,0 +1,140 @@
+"""Regenerate an answer, edit and resend a message, and the artifacts panel (issue 21, chat
+features), in a real browser against the scripted model (so each answer differs): the
+newest version of a redone turn is shown with buttons to see the earlier ones, before and
+after a reload; an edit opens in place (Escape cancels); a file a run saves appears in the
+Files panel without a reload. Uses test_browser.py's live Daphne, Chromium and helpers;
+its scripted server runs without auto memory (AGENTSITE_MEMORY_AUTO=0)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.test_browser import (  # noqa: F401 (fixtures used by name)
+    _require_chromium,
+    browser,
+    carol,
+    log_in,
+    open_page,
+    scripted_model,
+    send,
+    shoot,
+    slow_server,
+)
+from tests.support.daphne import LiveServer
+from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+QUESTION = "What broke the payments gateway?"
+EDITED = "What broke the payments gateway on Friday?"
+REPORT = "# Gateway report\n\nThe certificate expired.\n"
+
+
+def test_regenerate_edit_and_resend_and_the_files_panel(
+    slow_server: LiveServer,  # noqa: F811
+    scripted_model: ScriptedOpenAIServer,  # noqa: F811
+    browser: Any,  # noqa: F811
+) -> None:
+    from playwright.sync_api import expect
+
+    scripted_model.script(
+        ServerStep.answer("First answer: the certificate expired."),
+        ServerStep.answer("Second answer: an expired certificate on the gateway."),
+        ServerStep.answer("Edited answer: on Friday the certificate expired at noon."),
+        ServerStep.calls(("artifact_save", {"filename": "report.md", "content": REPORT, "mime": "text/markdown"})),
+        ServerStep.answer("I saved the report as report.md."),
+    )
+    page = open_page(browser)
+    log_in(page, slow_server)
+    send(page, QUESTION)
+    visible_answers = page.locator(".msg-assistant:visible .msg-bubble")
+    expect(visible_answers).to_have_text(["First answer: the certificate expired."])
+
+    # Regenerate: a new answer replaces the first on screen; the first is one click away.
+    regenerate = page.get_by_role("button", name="Regenerate this answer")
+    expect(regenerate).to_be_enabled()
+    regenerate.click()
+    expect(visible_answers).to_have_text(["Second answer: an expired certificate on the gateway."])
+    expect(page.locator(".msg-user:visible")).to_have_count(1)
+    versions = page.get_by_role("group", name="Versions of this message and its answer")
+    expect(versions).to_contain_text("2 / 2")
+    expect(page.get_by_role("button", name="Regenerate this answer")).to_be_enabled()
+    shoot(page, "chat-regenerated.png")
+
+    versions.get_by_role("button", name="Show the previous version").click()
+    expect(visible_answers).to_have_text(["First answer: the certificate expired."])
+    expect(versions).to_contain_text("1 / 2")
+    # The previous button is disabled at the first version: focus went to the next one.
+    expect(versions.get_by_role("button", name="Show the next version")).to_be_focused()
+    expect(page.get_by_role("button", name="Regenerate this answer")).to_have_count(0)
+    page.keyboard.press("Enter")
+    expect(visible_answers).to_have_text(["Second answer: an expired certificate on the gateway."])
+
+    # Edit in place: Escape cancels and gives focus back to the Edit button.
+    user = page.locator(".msg-user:visible")
+    edit = user.get_by_role("button", name="Edit and resend this message")
+    edit.click()
+    field = page.get_by_label("Edit your message (Enter sends, Shift+Enter adds a line, Escape cancels)")
+    expect(field).to_be_focused()
+    expect(field).to_have_value(QUESTION)
+    field.fill("never sent")
+    field.press("Escape")
+    expect(field).to_have_count(0)
+    expect(edit).to_be_focused()
+    expect(user.locator(".msg-text")).to_have_text(QUESTION)
+
+    # Resend the edited text: a new turn, shown as the newest version, marked edited.
+    edit.click()
+    field.fill(EDITED)
+    field.press("Enter")
+    expect(visible_answers).to_have_text(["Edited answer: on Friday the certificate expired at noon."])
+    expect(page.locator(".msg-user:visible .msg-text")).to_have_text([EDITED])
+    expect(page.locator(".msg-user:visible .msg-author")).to_contain_text("edited")
+    expect(versions).to_contain_text("3 / 3")
+    shoot(page, "chat-edited.png")
+
+    # The Files panel: empty, then the file a run saves appears without a reload.
+    files = page.locator("#artifacts-toggle")
+    files.click()
+    expect(files).to_have_attribute("aria-expanded", "true")
+    panel = page.get_by_role("region", name="Files in this chat")
+    expect(panel).to_contain_text("No files yet")
+    page.keyboard.press("Escape")
+    expect(panel).to_be_hidden()
+    expect(files).to_be_focused()
+    send(page, "Write the report as a file.")
+    expect(page.locator(".msg-assistant:visible .msg-bubble").last).to_have_text("I saved the report as report.md.")
+    expect(files.locator(".artifacts-count")).to_have_text("1")
+    files.click()
+    item = panel.locator(".artifact-item")
+    expect(item).to_have_count(1)
+    expect(item).to_contain_text("report.md")
+    expect(item).to_contain_text("text/markdown")
+    expect(item).to_contain_text("1 version")
+    link = item.get_by_role("link", name="Download report.md (newest version)")
+    href = link.get_attribute("href")
+    assert href is not None and "/artifacts/report.md?version=0" in href
+    assert page.request.get(href).text() == REPORT
+    shoot(page, "chat-files-panel.png")
+
+    # After a reload: the same versions, the newest shown; the ledger says what each redoes.
+    page.reload()
+    expect(page.locator(".msg-assistant:visible .msg-bubble")).to_have_text([
+        "Edited answer: on Friday the certificate expired at noon.", "I saved the report as report.md.",
+    ])
+    expect(versions).to_contain_text("3 / 3")
+    versions.get_by_role("button", name="Show the previous version").click()
+    expect(page.locator(".msg-assistant:visible .msg-bubble").first).to_have_text(
+        "Second answer: an expired certificate on the gateway."
+    )
+    expect(files.locator(".artifacts-count")).to_have_text("1")
+    session_id = page.evaluate("window.agentsiteChat.state.sessionId")
+    events = page.request.get(f"{slow_server.url}/api/sessions/{session_id}/events/").json()["results"]
+    users = [e for e in events if e["role"] == "user"]
+    assert [u["text"] for u in users] == [QUESTION, QUESTION, EDITED, "Write the report as a file."]
+    assert users[1]["regenerates"] == users[0]["id"]
+    assert users[2]["edit_of"] == users[1]["id"]
+    assert scripted_model.remaining == 0
+    assert page.js_errors == []
