@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agentsite.agents import AgentContext, AgentRegistry
 from agentsite.runtime import Runtime
 from agentsite.runtime import install as install_runtime
 from runs.backends import DjangoRunStore, active_runs_admission
@@ -188,10 +189,35 @@ def build_summary_scheduler(engine: SummaryEngine, sessions: SessionService | No
     return InProcessSummaryScheduler(engine, sessions or DjangoSessionService())
 
 
+def agent_registry() -> AgentRegistry:
+    """The factories AGENTSITE_AGENTS names (each checked importable)."""
+    return AgentRegistry.from_paths(settings.AGENTSITE_AGENTS)
+
+
+def agent_context(model: Model, governance: ContextGovernance | None) -> AgentContext:
+    """What this server offers the registered agent factories (agentsite/agents.py)."""
+    from runs.backends import DjangoCheckpointStore
+
+    return AgentContext(
+        model=model,
+        model_named=build_model,
+        governance=governance,
+        service_tools=tuple(service_tools()),
+        service_instruction=RECALL_INSTRUCTION,
+        memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
+        skills=skill_tools(),
+        skill_repository=skill_repository(),
+        # Graph agents checkpoint in the database so a paused run can be resumed by any
+        # process, also after a restart.
+        checkpoints=DjangoCheckpointStore(),
+    )
+
+
 def build_runner(model: Model | None = None, summary_model: Model | None = None) -> Runner:
-    """The Runner with the demo agents on `model` (default: the configured one), governed
-    as the settings say; summaries on `summary_model` (default: AGENTSITE_SUMMARY_MODEL)."""
-    from agentsite.demo.agents import build_demo_agents, demo_runner_callbacks
+    """The Runner with the registered agents (AGENTSITE_AGENTS) on `model` (default: the
+    configured one), governed as the settings say; summaries on `summary_model` (default:
+    AGENTSITE_SUMMARY_MODEL)."""
+    from agentsite.demo.agents import demo_runner_callbacks
 
     model = model or build_model()
     engine = summary_engine(summary_model, window=settings.AGENTSITE_CONTEXT_WINDOW or model.info().context_window)
@@ -201,13 +227,10 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
     scheduler = build_summary_scheduler(engine, sessions)
     return Runner(
         app=settings.AGENTSITE_APP,
-        agents=[*build_demo_agents(
-            model, build_governance(engine), extra_tools=demo_service_tools(), extra_instruction=RECALL_INSTRUCTION,
-            memory_preload=settings.AGENTSITE_MEMORY_PRELOAD, skills=demo_skills(),
-        ), demo_graph_agent()],
+        agents=agent_registry().build(agent_context(model, build_governance(engine))),
         summary_scheduler=scheduler,
         load_after_summary=scheduler is not None or engine.summarizer is not None,
-        default_agent=settings.AGENTSITE_DEFAULT_AGENT,
+        default_agent=settings.AGENTSITE_DEFAULT_AGENT or None,
         session_service=sessions,
         run_store=DjangoRunStore(),
         sinks=[ChannelLayerSink()],
@@ -223,16 +246,7 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
     )
 
 
-def demo_graph_agent() -> Any:
-    """The troubleshooting graph (issue 8), checkpointed in the database so a paused run
-    can be resumed by any process, also after a restart."""
-    from agentsite.demo.graph import build_troubleshoot_agent
-    from runs.backends import DjangoCheckpointStore
-
-    return build_troubleshoot_agent(checkpoints=DjangoCheckpointStore())
-
-
-def demo_service_tools() -> list[Any]:
+def service_tools() -> list[Any]:
     """Tools over the services: session recall, long-term memory (search only: extraction
     runs after each run), artifacts."""
     from sessions_app.artifact_backends import artifact_function_tools
@@ -283,8 +297,8 @@ def workspace_config() -> Any:
     )
 
 
-def demo_skills() -> Any:
-    """The support agent's skill tools (AGENTSITE_SKILLS_PROFILE). With `full`, the sandbox
+def skill_tools() -> Any:
+    """The configured skill tools (AGENTSITE_SKILLS_PROFILE), for the agents that take them. With `full`, the sandbox
     is probed here, once per process: when it cannot work, the log says so and the
     execution tools refuse to run anything."""
     from skills_app.core.tools import SkillsConfig, SkillToolset
@@ -350,14 +364,14 @@ def session_service() -> DjangoSessionService:
 
 
 def replay_agent(name: str, model: Model, skills: Any) -> Any:
-    """The agent `name` for the evolution gate's replay: on `model`, with its own tools and
-    the `skills` repository in knowledge-only mode (a replay never runs a skill's script)."""
-    from agentsite.demo.agents import build_support_agent
-    from skills_app.core.tools import SkillsConfig, SkillToolset
-
-    if name != "support":
-        raise LookupError(f"no agent named {name!r} to replay")
-    return build_support_agent(model, skills=SkillToolset(skills, config=SkillsConfig(profile="knowledge_only")))
+    """The registered agent `name` ("": the default one) rebuilt for the evolution gate's
+    replay: on `model`, the `skills` repository in knowledge-only mode (a replay never runs
+    a skill's script), no services (AgentContext.for_replay)."""
+    context = AgentContext.for_replay(model=model, skills=skills)
+    registry = agent_registry()
+    if not name:
+        name = settings.AGENTSITE_DEFAULT_AGENT or registry.build(context)[0].name
+    return registry.build_named(name, context)
 
 
 def runtime() -> Runtime:

@@ -36,8 +36,8 @@ class Runtime:
     workspace_config: Callable[[], WorkspaceConfig]
     """The code workspace and its sandbox limits."""
     replay_agent: Callable[[str, Model, SkillRepository], Agent]
-    """The registered agent `name` rebuilt on `model` with `skills` in knowledge-only mode
-    (the evolution gate's replay); raises LookupError when no agent has that name."""
+    """The registered agent `name` ("": the default one) rebuilt on `model` with `skills` in
+    knowledge-only mode (the evolution gate's replay); LookupError when none has that name."""
 
 
 _installed: Runtime | None = None

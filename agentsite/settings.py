@@ -9,6 +9,7 @@ real model endpoint. A bad value stops start-up with a message naming the variab
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -233,7 +234,18 @@ AGENTSITE_MODEL_MAX_RETRIES = env.integer("AGENTSITE_MODEL_MAX_RETRIES", 3, mini
 
 # -- runs ----------------------------------------------------------------------------------------
 AGENTSITE_APP = env.string("AGENTSITE_APP", "agentsite")
-AGENTSITE_DEFAULT_AGENT = env.string("AGENTSITE_DEFAULT_AGENT", "support")
+# The agent registry (agentsite/agents.py, docs/agents.md): `module:factory` entries, each
+# factory making one agent or several from the composition root's AgentContext.
+AGENTSITE_AGENTS = env.strings("AGENTSITE_AGENTS", [
+    "agentsite.demo.factories:support_agent",
+    "agentsite.demo.factories:general_agent",
+    "agentsite.demo.factories:troubleshoot_agent",
+])
+for _entry in AGENTSITE_AGENTS:
+    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", _entry):
+        raise ImproperlyConfigured(f"AGENTSITE_AGENTS entries are module:factory, got {_entry!r}")
+# "": the first agent AGENTSITE_AGENTS makes (the demo's: support).
+AGENTSITE_DEFAULT_AGENT = env.string("AGENTSITE_DEFAULT_AGENT", "")
 # The agent whose A2A card is served at the host root, /.well-known/agent-card.json ("": the default agent).
 AGENTSITE_A2A_ROOT_AGENT = env.string("AGENTSITE_A2A_ROOT_AGENT", "")
 # The A2A conformance test agent at /a2a/conformance (runs/a2a/conformance.py): for the A2A

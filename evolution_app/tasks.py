@@ -44,12 +44,13 @@ def build_reviewer(model: Model | None = None) -> Reviewer:
     return ModelReviewer(model)
 
 
-def replay_agent(model: Model, skills: SkillRepository) -> Agent:
-    """The agent the Effectiveness gate replays with: the support agent as the runtime
-    rebuilds it, the skills in knowledge-only mode (a replay never runs a skill's script)."""
+def replay_agent(name: str, model: Model, skills: SkillRepository) -> Agent:
+    """The agent the Effectiveness gate replays with: the evidence run's own agent (`name`;
+    "" for the default one) as the registry rebuilds it, the skills in knowledge-only mode
+    (a replay never runs a skill's script)."""
     from agentsite import runtime
 
-    return runtime.replay_agent("support", model, skills)
+    return runtime.replay_agent(name, model, skills)
 
 
 def build_gates(model: Model | None = None) -> list[Gate]:

@@ -1,7 +1,8 @@
 """The Effectiveness gate's replay: the evidence task run again with the candidate loaded.
 
 `AgentReplayer` runs the delta's first user request through an in-memory Runner, on an
-agent built by `agent_factory(model, skills)` where `skills` is the library with the
+agent built by `agent_factory(agent, model, skills)` where `agent` is the name of the agent
+that ran the evidence (the delta's; "" when unknown) and `skills` is the library with the
 candidate on top. The model is either
 
 - `scripted`: the recorded assistant turns played back (`ScriptedModel`), so the replay
@@ -35,7 +36,7 @@ from skills_app.core.repository import (
 )
 
 ReplayMode = Literal["scripted", "model"]
-AgentFactory = Callable[[Model, SkillRepository], Agent]
+AgentFactory = Callable[[str, Model, SkillRepository], Agent]
 
 
 def recorded_turns(delta: ReviewDelta) -> list[ScriptStep]:
@@ -103,7 +104,10 @@ class AgentReplayer:
         repositories: list[SkillRepository] = [InMemorySkillRepository([candidate])]
         if self.library is not None:
             repositories.append(self.library)
-        agent = self.agent_factory(model, ChainedSkillRepository(repositories))
+        try:
+            agent = self.agent_factory(delta.agent, model, ChainedSkillRepository(repositories))
+        except LookupError as error:  # the evidence's agent is no longer registered
+            return ReplayOutcome(completed=False, error=str(error))
         runner = Runner(app="evolution-replay", agents=[agent], session_service=InMemorySessionService())
         tool_calls = tool_errors = 0
         answer = ""
