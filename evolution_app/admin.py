@@ -30,14 +30,24 @@ from sessions_app import models as sessions
 
 
 class GateResultInline(admin.TabularInline):
+    """Each gate's verdict; a failed gate's findings are listed one per line (why it failed:
+    for the Effectiveness gate, what the replay with the candidate did worse than without)."""
+
     model = orm.GateResult
     extra = 0
     can_delete = False
-    fields = ["position", "gate", "status", "detail", "findings", "actor", "created_at"]
+    fields = ["position", "gate", "status", "detail", "findings_list", "actor", "created_at"]
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="findings")
+    def findings_list(self, result: orm.GateResult) -> str:
+        findings = [str(f) for f in result.findings or []]
+        if not findings:
+            return "-"
+        return format_html('<ul class="gate-findings">{}</ul>', format_html_join("", "<li>{}</li>", ((f,) for f in findings)))
 
 
 class CandidateAuditInline(admin.TabularInline):

@@ -179,7 +179,7 @@ class SafetyGate:
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayOutcome:
-    """How a replay of the evidence task went with the candidate loaded."""
+    """How one replay of the evidence task went (with or without the candidate loaded)."""
 
     completed: bool
     answer: str = ""
@@ -187,19 +187,48 @@ class ReplayOutcome:
     tool_errors: int = 0
     skill_seen: bool = False
     error: str = ""
+    # The tools whose calls succeeded, in call order (a tool called twice is listed twice).
+    succeeded_tools: tuple[str, ...] = ()
 
 
 class Replayer(Protocol):
-    async def replay(self, context: GateContext) -> ReplayOutcome:
-        """Run the delta's task again with the candidate in the skill library."""
+    async def replay(self, context: GateContext, *, with_candidate: bool = True) -> ReplayOutcome:
+        """Run the delta's task again, with the candidate in the skill library or without it."""
         ...
+
+
+_TERM = re.compile(
+    r"\b[A-Z][A-Z0-9]{1,9}-\d{1,9}\b"  # ticket ids
+    r"|\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,}\b"  # host names
+    r"|\b\d{4}-\d{2}-\d{2}\b"  # dates
+)
+
+
+def evidence_terms(delta: ReviewDelta) -> tuple[str, ...]:
+    """The facts the recorded answer rests on: ticket ids, host names and dates that both
+    the delta's first answer and a successful tool result of the delta hold. A replay's
+    answer is measured by how many of them it still gives (its coverage of the evidence)."""
+    if not delta.answers:
+        return ()
+    results = " ".join(step.result for step in delta.tool_steps if step.succeeded)
+    found = dict.fromkeys(m.group(0) for m in _TERM.finditer(delta.answers[0].text))
+    return tuple(term for term in found if term in results)
+
+
+def coverage(answer: str, terms: Sequence[str]) -> tuple[str, ...]:
+    """The evidence terms an answer leaves out."""
+    return tuple(term for term in terms if term not in answer)
 
 
 @dataclass(frozen=True, kw_only=True)
 class EffectivenessGate:
     """The evidence run must have succeeded (an answer, no run error: SPEC's outcome gate);
-    then, with a replayer, the task replayed with the candidate loaded must complete, see
-    the candidate, answer, and fail no more tool calls than the recorded run did."""
+    then, with a replayer, the task is replayed twice, without the candidate and with it,
+    and the candidate passes only when it is not worse: the replay with it completes, sees
+    the candidate and answers; it fails no more tool calls; every tool that succeeded
+    without it still succeeds (no lookup crowded out); and its answer leaves out no
+    evidence term (`evidence_terms`) the answer without it gives. The detail and the
+    findings say which of these failed, for the admin."""
 
     replayer: Replayer | None = None
     name: GateName = "effectiveness"
@@ -211,22 +240,39 @@ class EffectivenessGate:
             return GateResult(gate="effectiveness", status="fail", detail=f"the evidence run did not succeed: {why}")
         if self.replayer is None:
             return GateResult(gate="effectiveness", status="pass", detail="the evidence run succeeded; no replay configured")
-        baseline_errors = sum(1 for s in delta.tool_steps if s.failed)
-        outcome = await self.replayer.replay(context)
+        baseline = await self.replayer.replay(context, with_candidate=False)
+        outcome = await self.replayer.replay(context, with_candidate=True)
+        terms = evidence_terms(delta)
         findings: list[str] = []
         if not outcome.completed:
-            findings.append(f"the replay did not complete: {outcome.error or 'unknown error'}")
+            findings.append(f"the replay with the candidate did not complete: {outcome.error or 'no answer'}")
         if not outcome.skill_seen:
             findings.append("the replayed model never saw the candidate in its skill overview")
         if not outcome.answer.strip():
-            findings.append("the replay gave no answer")
-        if outcome.tool_errors > baseline_errors:
-            findings.append(f"{outcome.tool_errors} failed tool call(s) against {baseline_errors} in the recorded run")
-        detail = (f"replay: {outcome.tool_calls} tool call(s), {outcome.tool_errors} failed; "
-                  f"recorded: {delta.tool_call_count}, {baseline_errors} failed")
+            findings.append("the replay with the candidate gave no answer")
+        if outcome.tool_errors > baseline.tool_errors:
+            findings.append(f"more failed tool calls: {outcome.tool_errors} with the candidate, "
+                            f"{baseline.tool_errors} without")
+        lost = [tool for tool in dict.fromkeys(baseline.succeeded_tools)
+                if outcome.succeeded_tools.count(tool) < baseline.succeeded_tools.count(tool)]
+        if lost:
+            findings.append(f"tool calls lost: {', '.join(lost)} succeeded without the candidate, not with it")
+        missed = set(coverage(outcome.answer, terms)) - set(coverage(baseline.answer, terms))
+        if missed:
+            findings.append(f"the answer covers less of the evidence: {', '.join(t for t in terms if t in missed)} "
+                            f"missing with the candidate")
+        detail = (f"with the candidate: {_summary(outcome, terms)}; without: {_summary(baseline, terms)}; "
+                  f"recorded run: {delta.tool_call_count} tool call(s), {sum(1 for s in delta.tool_steps if s.failed)} failed")
         if findings:
             return GateResult(gate="effectiveness", status="fail", detail=detail, findings=tuple(findings))
         return GateResult(gate="effectiveness", status="pass", detail=detail)
+
+
+def _summary(outcome: ReplayOutcome, terms: Sequence[str]) -> str:
+    covered = len(terms) - len(coverage(outcome.answer, terms))
+    state = "" if outcome.completed else " (did not complete)"
+    return (f"{outcome.tool_calls} tool call(s), {outcome.tool_errors} failed, "
+            f"{covered}/{len(terms)} evidence term(s) in the answer{state}")
 
 
 # -- Human ---------------------------------------------------------------------------------------------

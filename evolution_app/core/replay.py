@@ -10,8 +10,14 @@ candidate on top. The model is either
   prompt and that the tools still answer as they did; or
 - `model`: the configured model, which sees the candidate and may act differently.
 
-The outcome says whether the run completed, what it answered, how many tool calls failed,
-and whether the first model request showed the candidate in its skill overview.
+The Effectiveness gate replays twice, with the candidate on top of the library and
+without it (`with_candidate`), and compares the two. The outcome says whether the run
+completed, what it answered, which tool calls succeeded and how many failed, and whether
+the first model request showed the candidate in its skill overview. In `scripted` mode
+both replays make the same calls, so the comparison checks that the tools still answer
+with the candidate in the prompt; in `model` mode the model may act on the candidate
+(the offline planner does: a skill's description takes part in its tool choice), which
+is what the comparison is for.
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ class AgentReplayer:
     mode: ReplayMode = "scripted"
     model: Model | None = None
 
-    async def replay(self, context: GateContext) -> ReplayOutcome:
+    async def replay(self, context: GateContext, *, with_candidate: bool = True) -> ReplayOutcome:
         delta = context.delta
         if not delta.user_requests:
             return ReplayOutcome(completed=False, error="the delta has no user request to replay")
@@ -101,7 +107,7 @@ class AgentReplayer:
                 return ReplayOutcome(completed=False, error="replay mode 'model' needs a model")
             model = _Recording(inner=self.model)
         candidate = skill_from_files(context.files, source="db")
-        repositories: list[SkillRepository] = [InMemorySkillRepository([candidate])]
+        repositories: list[SkillRepository] = [InMemorySkillRepository([candidate])] if with_candidate else []
         if self.library is not None:
             repositories.append(self.library)
         try:
@@ -110,6 +116,8 @@ class AgentReplayer:
             return ReplayOutcome(completed=False, error=str(error))
         runner = Runner(app="evolution-replay", agents=[agent], session_service=InMemorySessionService())
         tool_calls = tool_errors = 0
+        called: dict[str, str] = {}
+        succeeded: list[str] = []
         answer = ""
         error = ""
         try:
@@ -121,15 +129,18 @@ class AgentReplayer:
                     continue
                 if message.role == "assistant":
                     tool_calls += len(message.tool_calls)
+                    called.update((call.id, call.name) for call in message.tool_calls)
                     if message.content.strip() and not message.tool_calls:
                         answer = message.content
                 elif message.role == "tool" and is_tool_error(message.content):
                     tool_errors += 1
+                elif message.role == "tool":
+                    succeeded.append(message.tool_name or called.get(message.tool_call_id or "", "tool"))
         finally:
             await runner.close()
         first = model.requests[0] if model.requests else None
         seen = first is not None and any(candidate.name in m.content for m in first.messages if m.role == "system")
         return ReplayOutcome(
             completed=bool(answer) and not error, answer=answer, tool_calls=tool_calls, tool_errors=tool_errors,
-            skill_seen=seen, error=error,
+            skill_seen=seen, error=error, succeeded_tools=tuple(succeeded),
         )

@@ -305,3 +305,28 @@ def test_the_admin_shows_evidence_grouped_by_session_each_event_once() -> None:
         ("e1", ["user"]), ("e2", ["tool_call"]), ("e3", ["tool_result"])
     ]
     assert [e["event_id"] for e in grouped["other"]] == ["x9"]
+
+
+def test_a_candidate_worse_than_the_run_without_it_is_rejected_and_the_admin_says_why(
+    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], eager_celery: None, settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21: on the offline planner (replay `auto` = on the model), a learned skill that
+    would take a slot of the fleet task's step and crowd out the ticket lookup is rejected
+    by the Effectiveness gate, and the candidate's page lists why."""
+    from runs.core.llm.offline import OfflineModel
+
+    monkeypatch.setenv("AGENTSITE_DEMO_SCAN_DELAY_S", "0")
+    settings.AGENTSITE_EVOLUTION_REPLAY = "auto"
+    use_model(OfflineModel())
+    run(alice_api, "Check the certificate of payments.internal.example.com, scan the fleet, search the logs and tickets")
+
+    candidate = orm.SkillCandidate.objects.get()
+    assert candidate.status == "rejected"
+    effectiveness = candidate.gate_results.get(gate="effectiveness")
+    assert effectiveness.status == "fail"
+    assert any("tool calls lost: lookup_ticket" in f for f in effectiveness.findings)
+    assert candidate.decision_reason.startswith("effectiveness gate: with the candidate:")
+    html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/").content.decode()
+    assert '<ul class="gate-findings"><li>' in html and "tool calls lost: lookup_ticket" in html
+    assert 'name="_approve"' not in html  # nothing to decide on a rejected candidate

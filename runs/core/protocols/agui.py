@@ -17,7 +17,8 @@ turns each `Event` of a session into `ag_ui.core` events:
 | `graph.state.update` | STATE_DELTA of the graph state's changed fields (JSON Patch `add`/`replace`, as above) |
 | `graph.interrupt` | its question as an assistant text message, STEP_FINISHED of the paused node, CUSTOM `agentsite.graph.interrupt` (runId, interruptId, node, payload, checkpointId) |
 | `agent.transfer` | its line ("Transferring control to agent: X") as an assistant text message, then CUSTOM `agentsite.agent.transfer` ({from, to, branch, message?}: the branches of the agent handing over and of the target) |
-| `runner.completion` | close open streams and steps; RUN_FINISHED (cancelled: outcome `cancelled`; paused by a graph interrupt: outcome `interrupt` listing it); failed or interrupted: RUN_ERROR unless one was sent |
+| `runner.completion` | close open streams and steps; RUN_FINISHED (`result`: the run's validated structured answer, when it has an output schema; cancelled: outcome `cancelled`; paused by a graph interrupt: outcome `interrupt` listing it; paused for frontend tools: plain); failed or interrupted: RUN_ERROR unless one was sent |
+| a refused structured answer (`output_invalid`) and the agent's feedback on it (`output_feedback`) | nothing: the answer the client sees is the valid one (issue 20) |
 | user message (only with `include_user_messages`) | TEXT_MESSAGE_START/CONTENT/END, role `user`, messageId = event id |
 
 Every id goes out once per translator: an event fed twice (a retry, replay overlapping
@@ -71,6 +72,8 @@ from runs.core.agents.graph.events import (
     graph_info,
 )
 from runs.core.agents.graph.executor import interrupt_text
+from runs.core.agents.llm import OUTPUT_FEEDBACK_EXTENSION
+from runs.core.output import OUTPUT_EXTENSION, OUTPUT_INVALID_EXTENSION
 from runs.core.tools.progress import OBJECT_TOOL_PROGRESS, ToolProgress
 from runs.core.tools.transfer import OBJECT_TRANSFER, TRANSFER_EXTENSION
 from sessions_app.core.events import Event, Message
@@ -178,6 +181,8 @@ class AguiTranslator:
             out.extend(self._progress(event))
         elif message is None:
             pass
+        elif refused_output(event):
+            pass  # issue 20: not the answer; the retry's valid one follows (or the run fails)
         elif event.partial:
             if message.role == "assistant":
                 out.extend(self._delta(run, event))
@@ -424,7 +429,8 @@ class AguiTranslator:
         if status in ("completed", "requires_action"):
             # requires_action: the run paused for the client's frontend tools (issue 20);
             # the client's next input with their results continues it.
-            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id)]
+            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id,
+                                     result=event.extensions.get(OUTPUT_EXTENSION))]
         if status == "cancelled":
             # SPEC 12.1: an explicit cancel ends the run with RUN_FINISHED, not RUN_ERROR.
             return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id, outcome=RunFinishedCancelledOutcome())]
@@ -447,7 +453,7 @@ def messages_snapshot(events: Iterable[Event]) -> MessagesSnapshotEvent:
     results_seen: set[str] = set()
     for event in events:
         message = event.message
-        if event.partial or event.is_runner_completion or message is None:
+        if event.partial or event.is_runner_completion or message is None or refused_output(event):
             continue
         if message.role == "user":
             messages.append(UserMessage(id=event.id, content=message.content))
@@ -475,6 +481,13 @@ def messages_snapshot(events: Iterable[Event]) -> MessagesSnapshotEvent:
             assistants[message_id] = built
             messages.append(built)
     return MessagesSnapshotEvent(messages=messages)
+
+
+def refused_output(event: Event) -> bool:
+    """Whether `event` is a structured answer the output schema refused, or the agent's
+    feedback asking for the corrected one (issue 20): in the ledger, never shown as the
+    run's answer."""
+    return OUTPUT_INVALID_EXTENSION in event.extensions or OUTPUT_FEEDBACK_EXTENSION in event.extensions
 
 
 def text_of(content: str | Sequence[Any]) -> str:
