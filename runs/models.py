@@ -109,3 +109,37 @@ class GraphCheckpoint(models.Model):
     def __str__(self) -> str:
         waiting = " waiting" if self.interrupt and not self.resumed_by else ""
         return f"checkpoint {self.graph} step {self.step} of run {self.run_id}{waiting}"
+
+
+class RemoteAgent(models.Model):
+    """An A2A agent served elsewhere, added from the admin without code (issue 25, item 8).
+
+    Its card is fetched and checked when the row is saved and kept here, so runs never wait
+    on it. `token` is the credential the remote expects: written from the admin, never
+    shown back, never logged (`runs/remote_agents.py`). Served as an agent of its own name
+    when `as_agent`; offered as the tool `ask_<name>` to the registered agents `tool_of`
+    lists.
+    """
+
+    name = models.CharField(max_length=64, unique=True, help_text="the agent's name here: 1-64 letters, digits, '_' or '-'")
+    url = models.URLField(max_length=500, help_text="the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json")
+    description = models.TextField(blank=True, default="", help_text="blank: the card's description")
+    token = models.TextField(blank=True, default="", help_text="sent as `Authorization: Bearer <token>` or in `header_name`")
+    header_name = models.CharField(max_length=100, blank=True, default="", help_text="blank: Authorization: Bearer")
+    as_agent = models.BooleanField(default=True, help_text="listed in /api/agents/ and runnable on every surface")
+    tool_of = models.JSONField(default=list, blank=True, help_text="registered agents that get the tool ask_<name>")
+    enabled = models.BooleanField(default=True)
+    card = models.JSONField(default=dict, blank=True, help_text="the agent card as fetched and checked on save")
+    card_fetched_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        # Never the token: a repr ends up in logs and tracebacks.
+        return f"<RemoteAgent {self.name!r} {self.url!r}>"
