@@ -49,6 +49,7 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/python tools/deadcode.py
+	$(BIN)/mypy
 
 # The whole suite on the embedded defaults; then, when DATABASE_URL and REDIS_URL are set
 # (CI sets them), again on PostgreSQL and Redis.

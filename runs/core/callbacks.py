@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from runs.core.llm.base import ModelRequest
 from sessions_app.core.events import Event, Message, ToolCall
@@ -140,7 +140,7 @@ class StopRun:
 
 
 _R = TypeVar("_R")
-_MaybeAwaitable = _R | Awaitable[_R]
+_MaybeAwaitable: TypeAlias = _R | Awaitable[_R]
 
 BeforeModel = Callable[[CallbackContext, ModelRequest], "_MaybeAwaitable[ReplaceRequest | Respond | None]"]
 AfterModel = Callable[[CallbackContext, Message], "_MaybeAwaitable[ReplaceResponse | None]"]

@@ -31,7 +31,7 @@ class RunManager:
         self._owns_loop = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._on_start: list[Callable[[Runner], Awaitable[None]]] = []
+        self._on_start: list[Callable[[Runner], Coroutine[Any, Any, None]]] = []
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -59,7 +59,7 @@ class RunManager:
                 self._loop, self._owns_loop = loop, True
             return self._loop
 
-    def on_start(self, hook: Callable[[Runner], Awaitable[None]]) -> None:
+    def on_start(self, hook: Callable[[Runner], Coroutine[Any, Any, None]]) -> None:
         """Run `hook(runner)` on the run loop each time a runner is built (listeners, reapers)."""
         self._on_start.append(hook)
 

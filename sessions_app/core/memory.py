@@ -563,11 +563,11 @@ class MemoryManager:
                 participants=draft.participants or target.participants,
                 location=draft.location or target.location,
             )
-            entry = self.store.replace(key, target.id, merged, tokens=tokens, embedding=embedding)
-            if entry is None:  # deleted in between: store it as new instead
+            replaced = self.store.replace(key, target.id, merged, tokens=tokens, embedding=embedding)
+            if replaced is None:  # deleted in between: store it as new instead
                 entry = self.store.insert(key, draft, tokens=tokens, embedding=embedding, limit=self.max_per_user)
                 return MemoryWrite(action="added", entry=entry)
-            return MemoryWrite(action="updated", entry=entry, similarity=decision.similarity)
+            return MemoryWrite(action="updated", entry=replaced, similarity=decision.similarity)
 
     def _replace(self, key: UserKey, memory_id: str, draft: MemoryDraft) -> MemoryEntry:
         draft = draft.normalized()
@@ -852,7 +852,8 @@ class ManagedMemoryService:
         self._call = call
 
     async def _run(self, func: Callable[[], T]) -> T:
-        return await self._call(func)
+        result: T = await self._call(func)
+        return result
 
     async def add(self, key: UserKey, draft: MemoryDraft, *, dedupe: bool = True) -> MemoryWrite:
         return await self._run(lambda: self.manager.add(key, draft, dedupe=dedupe))

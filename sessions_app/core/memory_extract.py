@@ -176,7 +176,7 @@ def conversation_message(event: Event) -> ConversationMessage | None:
     if not message.content.strip():
         return None
     return ConversationMessage(
-        role=message.role,  # type: ignore[arg-type]  # narrowed by the check above
+        role=message.role,
         text=message.content[:MAX_MESSAGE_CHARS],
         at=event.created_at,
         seq=event.seq or 0,

@@ -38,7 +38,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, cast, runtime_checkable
 
 from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.session import Session, SessionKey, Summary, select_summary
@@ -283,14 +283,14 @@ def search_queries(query: str) -> list[str]:
             keywords = " ".join(keyword_tokens(clause))
             if keywords and keywords != clause:
                 queries.append(keywords)
-    keywords = _trimmed_keywords(primary)
-    joined = " ".join(keywords)
-    if keywords and joined != primary:
+    trimmed = _trimmed_keywords(primary)
+    joined = " ".join(trimmed)
+    if trimmed and joined != primary:
         fallbacks = [joined]
-        if len(keywords) >= 3:
-            size = 4 if len(keywords) >= 5 else 3
-            for start in range(len(keywords) - size + 1):
-                fallbacks.append(" ".join(keywords[start : start + size]))
+        if len(trimmed) >= 3:
+            size = 4 if len(trimmed) >= 5 else 3
+            for start in range(len(trimmed) - size + 1):
+                fallbacks.append(" ".join(trimmed[start : start + size]))
                 if len(fallbacks) >= 4:
                     break
         queries.extend(fallbacks)
@@ -1314,6 +1314,14 @@ async def _hit_dict(
     return found
 
 
+class _Bounds(TypedDict):
+    """What every scope's search shares."""
+
+    top_k: int
+    min_score: float
+    filter_key: str
+
+
 async def session_search(
     index: RecallIndex,
     *,
@@ -1365,7 +1373,7 @@ async def session_search(
     filters = HitFilter(speaker=(speaker or "").strip(), role=(role or "").strip(), tool_name=(tool_name or "").strip())
     # The pool: more than k when something will re-rank or filter it.
     pool = max(k, HYBRID_POOL) if ranking == "hybrid" or filters else k
-    common = {"top_k": pool, "min_score": floor, "filter_key": filter_key}
+    common = _Bounds(top_k=pool, min_score=floor, filter_key=filter_key)
     if span is not None:
         chosen = "current_session"  # a range of this session, hidden or not
         hits = await _search_section(index, session, query, first_seq=span[0], last_seq=span[1], **common)

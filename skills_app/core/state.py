@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 LoadMode = Literal["turn", "once", "session"]
 LOAD_MODES: tuple[LoadMode, ...] = ("turn", "once", "session")
@@ -24,7 +24,7 @@ LOAD_MODES: tuple[LoadMode, ...] = ("turn", "once", "session")
 LOADED_PREFIX = "temp:skill:loaded:"
 DOCS_PREFIX = "temp:skill:docs:"
 ARTIFACTS_KEY = "temp:skill:artifacts"
-ALL_DOCS = "*"
+ALL_DOCS: Final = "*"
 
 
 def loaded_key(skill: str) -> str:
@@ -54,12 +54,13 @@ def encode_docs(docs: Sequence[str] | Literal["*"]) -> str:
 def decode_docs(value: Any) -> list[str] | Literal["*"]:
     if value == ALL_DOCS:
         return ALL_DOCS
+    parsed = value
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
             return []
-    return [str(v) for v in value] if isinstance(value, list) else []
+    return [str(v) for v in parsed] if isinstance(parsed, list) else []
 
 
 def load_delta(agent: str, skill: str, docs: Sequence[str] | Literal["*"], state: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,12 +41,11 @@ from skills_app.core.repository import SkillRepository
 from skills_app.core.skill import Skill, SkillError, SkillSummary
 from skills_app.core.state import LoadMode
 from skills_app.core.workspace import (
-    SANDBOX_ROOT,
     CommandResult,
     Workspace,
-    WorkspaceError,
     WorkspaceExecutor,
 )
+from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
 logger = logging.getLogger(__name__)
 

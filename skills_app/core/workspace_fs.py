@@ -27,7 +27,7 @@ import posixpath
 import re
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,7 +169,7 @@ class TreeFile:
     size: int
 
 
-def iter_files(folder_fd: int, *, prefix: str, warnings: list[str]) -> Iterator[TreeFile]:
+def iter_files(folder_fd: int, *, prefix: str, warnings: list[str]) -> Generator[TreeFile, None, None]:
     """The regular files under `folder_fd`, depth first (a folder's files by name, then its
     subfolders by name). Symlinks, hard links, special files, other filesystems, odd names
     and folders deeper than `MAX_DEPTH` are left out, each with a warning that starts

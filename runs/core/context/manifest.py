@@ -98,7 +98,7 @@ class Manifest:
         return prefix + self.loaded
 
     def counts(self) -> dict[str, int]:
-        counted = Counter(e.disposition for e in self.loaded)
+        counted: Counter[str] = Counter(e.disposition for e in self.loaded)
         counted["summarized"] += self.summarized_through
         return {d: counted[d] for d in (*DISPOSITIONS, "dropped") if counted[d]}
 
@@ -203,11 +203,12 @@ def build_manifest(
         disposition: Disposition | Literal["dropped"]
         if known.fixed is not None:
             disposition = known.fixed
-        elif (item := compacted.get(event.id)) is not None:
+        elif (shortened := compacted.get(event.id)) is not None:
             # A call whose arguments were shortened names its event in the arguments.
-            texts[event.id] = item.message.content + "".join(c.arguments for c in item.message.tool_calls)
+            texts[event.id] = shortened.message.content + "".join(c.arguments for c in shortened.message.tool_calls)
             entries[seq] = ManifestEntry(
-                seq=seq, event_id=event.id, disposition=_BY_PASS[item.compaction or ""], truncation=item.truncation
+                seq=seq, event_id=event.id, disposition=_BY_PASS[shortened.compaction or ""],
+                truncation=shortened.truncation,
             )
             continue
         elif event.id in whole:
@@ -227,7 +228,7 @@ def build_manifest(
         if seq in entries:
             continue
         if summary is not None and seq <= boundary:
-            disposition: Disposition | Literal["dropped"] = "summarized"  # not loaded: the summary stands for it
+            disposition = "summarized"  # not loaded: the summary stands for it
         elif seq in gap_seqs:
             disposition = "gap"
         else:

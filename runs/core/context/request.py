@@ -182,11 +182,11 @@ class BuiltRequest:
             })
         summary = self.projection.summary
         if summary is not None:
-            block = self.projection.summary_block(self.summary_injection) or ""
+            text = self.projection.summary_block(self.summary_injection) or ""
             blocks.append({
                 "kind": "summary",
                 "role": self.summary_injection,
-                "tokens": self.tokenizer.count_text(block) + (3 if self.summary_message is not None else 0),
+                "tokens": self.tokenizer.count_text(text) + (3 if self.summary_message is not None else 0),
                 "version": summary.version,
                 "last_seq": summary.last_seq,
                 "covered_events": summary.covered_events,

@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import openai
@@ -81,7 +81,7 @@ class OpenAIModel:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
+        self.backoff_max_s: float = backoff_max_s
         # Applied to every request this model sends, whoever built it (an agent step, a
         # summary, a memory extraction): the one place that sees all upstream traffic.
         self.request_filters = tuple(request_filters)
@@ -172,7 +172,7 @@ class OpenAIModel:
 
     # -- one attempt ----------------------------------------------------------------------
 
-    async def _stream_attempt(self, params: Mapping[str, Any]) -> AsyncIterator[ModelResponse]:
+    async def _stream_attempt(self, params: Mapping[str, Any]) -> AsyncGenerator[ModelResponse, None]:
         stream = await self._client.chat.completions.create(
             **params,
             stream=True,
@@ -229,7 +229,7 @@ class OpenAIModel:
             model=model_name or self.model,
         )
 
-    async def _complete_attempt(self, params: Mapping[str, Any]) -> AsyncIterator[ModelResponse]:
+    async def _complete_attempt(self, params: Mapping[str, Any]) -> AsyncGenerator[ModelResponse, None]:
         completion = await self._client.chat.completions.create(**params, stream=False, timeout=self.timeout_s)
         choice = next((c for c in completion.choices or () if c.index == 0), None)
         if choice is None:
@@ -297,7 +297,7 @@ class OpenAIModel:
         retry_after = _retry_after_s(failure)
         if retry_after is not None:
             return min(retry_after, self.backoff_max_s)
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** (attempt - 1))
         # Jitter keeps many runs that failed together from retrying in lockstep.
         return ceiling * random.uniform(0.5, 1.0)
 

@@ -63,7 +63,11 @@ class ToolContext:
 @runtime_checkable
 class Tool(Protocol):
     name: str
-    description: str
+
+    @property
+    def description(self) -> str:
+        """What the tool does, as the model reads it (a plain attribute satisfies it too)."""
+        ...
 
     def spec(self) -> ToolSpec:
         """Name, description and JSON schema, as shown to the model."""

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sessions_app.core.events import Event
 
@@ -79,7 +79,7 @@ class ToolProgress:
             return None
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -114,7 +114,7 @@ def as_node_run(fn: NodeFn) -> NodeRun:
         result = fn(state, ctx) if takes_ctx else fn(state)
         if inspect.isawaitable(result):
             result = await result
-        return result  # type: ignore[no-any-return]  # the node's declared contract
+        return result
 
     return run
 
