@@ -41,6 +41,7 @@ from runs.core.responses import (
     ResponsesInputError,
     ResponseStream,
     input_messages,
+    message_item_id,
     output_items,
     response_object,
     response_status,
@@ -321,7 +322,7 @@ def _response(record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[
     if status == "failed":
         failure = _failure(record)
         error = {"code": failure.code, "message": failure.message}
-    output = output_items(record.id, text, calls) if status == "completed" else []
+    output = output_items(message_item_id(record.id, record.request_id), text, calls) if status == "completed" else []
     return response_object(run_id=record.id, model=record.agent, created_at=record.created_at.timestamp(),
                            status=status, echo=echo, output=output,
                            usage=usage(record.prompt_tokens, record.completion_tokens), error=error)
@@ -347,7 +348,7 @@ async def _stream(manager: Any, record: RunRecord, asked: ResponsesRequest, even
     (each assistant message's text, separated by a blank line; a JSON answer whole at the
     end), then the client calls, then `response.completed` (or `response.failed`)."""
     echo = asked.echo
-    out = ResponseStream(record.id)
+    out = ResponseStream(message_item_id(record.id, record.request_id))
     begun = response_object(run_id=record.id, model=record.agent, created_at=record.created_at.timestamp(),
                             status="in_progress", echo=echo)
     for line in out.start(begun):
@@ -390,7 +391,7 @@ async def _stream(manager: Any, record: RunRecord, asked: ResponsesRequest, even
 
 async def _stream_done(record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[ToolCall]) -> AsyncIterator[str]:
     """A response that already ended, as a stream: its whole text in one delta."""
-    out = ResponseStream(record.id)
+    out = ResponseStream(message_item_id(record.id, record.request_id))
     for line in out.start(response_object(run_id=record.id, model=record.agent, status="in_progress", echo=echo,
                                           created_at=record.created_at.timestamp())):
         yield line

@@ -23,6 +23,7 @@ item for each call of a client tool the run waits on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -328,9 +329,15 @@ def tool_wire(spec: ToolSpec) -> dict[str, Any]:
             "parameters": dict(spec.parameters), "strict": False}
 
 
-def message_item(run_id: str, text: str, *, status: str = "completed") -> dict[str, Any]:
+def message_item_id(run_id: str, request_id: str) -> str:
+    """The answer's item id: one per request, since a run paused for client tools is
+    continued by the next request (issue 20) and answers again under the same response id."""
+    return MESSAGE_PREFIX + hashlib.sha256(f"{run_id}\n{request_id}".encode()).hexdigest()[:32]
+
+
+def message_item(item_id: str, text: str, *, status: str = "completed") -> dict[str, Any]:
     """The answer as an output message item."""
-    return {"id": f"{MESSAGE_PREFIX}{run_id}", "type": "message", "role": "assistant", "status": status,
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
             "content": [text_part(text)] if status == "completed" else []}
 
 
@@ -344,9 +351,9 @@ def call_item(call: ToolCall, *, arguments: str | None = None, status: str = "co
             "name": call.name, "arguments": call.arguments if arguments is None else arguments}
 
 
-def output_items(run_id: str, text: str, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+def output_items(item_id: str, text: str, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
     """A finished response's output: the answer's message (when it has text), then the calls."""
-    items = [message_item(run_id, text)] if text else []
+    items = [message_item(item_id, text)] if text else []
     return [*items, *(call_item(call) for call in calls)]
 
 
@@ -384,8 +391,8 @@ class ResponseStream:
     `response.completed`; `fail` sends `response.failed`.
     """
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+    def __init__(self, item_id: str) -> None:
+        self.item_id = item_id
         self.sequence = 0
         self.text_so_far: list[str] = []
         self._opened = False
@@ -402,11 +409,11 @@ class ResponseStream:
 
     def text(self, delta: str) -> list[str]:
         lines = []
-        item_id = f"{MESSAGE_PREFIX}{self.run_id}"
+        item_id = self.item_id
         if not self._opened:
             self._opened = True
             lines += [self._event("response.output_item.added", output_index=0,
-                                  item=message_item(self.run_id, "", status="in_progress")),
+                                  item=message_item(item_id, "", status="in_progress")),
                       self._event("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
                                   part=text_part(""))]
         self.text_so_far.append(delta)
@@ -418,13 +425,13 @@ class ResponseStream:
         lines = []
         if self._opened:
             text = "".join(self.text_so_far)
-            item_id = f"{MESSAGE_PREFIX}{self.run_id}"
+            item_id = self.item_id
             lines += [
                 self._event("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=text,
                             logprobs=[]),
                 self._event("response.content_part.done", item_id=item_id, output_index=0, content_index=0,
                             part=text_part(text)),
-                self._event("response.output_item.done", output_index=0, item=message_item(self.run_id, text)),
+                self._event("response.output_item.done", output_index=0, item=message_item(item_id, text)),
             ]
             self._outputs = 1
         for call in calls:

@@ -273,8 +273,8 @@ class Runner:
         result that answers no pending call) and `SessionNotFoundError` (a session id that
         belongs to someone else).
 
-        `turn_extensions` go on the user message's ledger event (the runner marks a queued
-        message that opens the next run with them).
+        `turn_extensions` go on the user message's ledger event, or on each tool result's
+        (the runner marks a queued message that opens the next run with them).
         """
         turn = _current_turn(message, tool_results)
         msg = turn[-1]
@@ -355,7 +355,8 @@ class Runner:
             for current in turn:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (
-                    Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current)
+                    Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current,
+                          extensions=dict(turn_extensions or {}))
                     if current.role == "tool"
                     else Event(author="user" if current.role == "user" else chosen.name, message=current,
                                extensions=dict(turn_extensions or {}))

@@ -124,10 +124,14 @@ async def test_a_client_function_tool_is_called_answered_and_the_response_comple
 
     second = await client.responses.create(
         model="support", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
-        input=[{"type": "function_call_output", "call_id": "call_w1", "output": "18C, sunny"}],
+        input=[{"type": "function_call_output", "call_id": "call_w1", "output": "18C, sunny"}], metadata={"step": "2"},
     )
     assert (second.status, second.output_text) == ("completed", "It is 18C in Paris.")
     assert not [item for item in second.output if item.type == "function_call"]
+    # The results continued the same run (issue 20): the same response id, showing the latest answer.
+    assert second.id == first.id
+    stored = await client.responses.retrieve(second.id)
+    assert (stored.output_text, stored.metadata) == ("It is 18C in Paris.", {"step": "2"})
     call_message, result = openai_server.requests[1]["messages"][-2:]
     assert [c["id"] for c in call_message["tool_calls"]] == ["call_w1"]
     assert (result["role"], result["tool_call_id"], result["content"]) == ("tool", "call_w1", "18C, sunny")
