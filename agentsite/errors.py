@@ -1,12 +1,20 @@
-"""One error envelope for every API: `{"error": {"code", "message", "field"?}}`."""
+"""One error envelope for every API: `{"error": {"code", "message", "field"?}}`.
+
+The `message` is for people and follows the request's language (LocaleMiddleware: the
+language switch's cookie, else Accept-Language); the `code` is for programs and never
+changes with it (issue 21).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.functional import Promise
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -17,9 +25,13 @@ from sessions_app.core.session import SessionNotFoundError
 
 
 class ApplicationError(exceptions.APIException):
-    """An error the API reports on purpose, with a stable code."""
+    """An error the API reports on purpose, with a stable code.
 
-    def __init__(self, code: str, message: str, *, status_code: int = 400, field: str | None = None) -> None:
+    `message` may be a lazy translation (`gettext_lazy`): it is rendered in the language of
+    the request that reports it.
+    """
+
+    def __init__(self, code: str, message: str | Promise, *, status_code: int = 400, field: str | None = None) -> None:
         super().__init__(detail=message, code=code)
         self.status_code = status_code
         self.error_code = code
@@ -27,8 +39,26 @@ class ApplicationError(exceptions.APIException):
         self.field = field
 
 
-def envelope(code: str, message: str, field: str | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
+NotFoundKind = Literal["run", "session", "memory", "skill", "artifact"]
+_NOT_FOUND: dict[NotFoundKind, Promise] = {
+    "run": _("run %(value)s not found"),
+    "session": _("session %(value)s not found"),
+    "memory": _("memory %(value)s not found"),
+    "skill": _("skill %(value)s not found"),
+    "artifact": _("artifact %(value)s not found"),
+}
+
+
+def not_found(kind: NotFoundKind, value: object, *, field: str | None = None) -> ApplicationError:
+    """The 404 `not_found` naming what is missing (`run 'r_1' not found`), in the request's language.
+
+    The same answer whether the object does not exist or belongs to someone else.
+    """
+    return ApplicationError("not_found", str(_NOT_FOUND[kind]) % {"value": repr(value)}, status_code=404, field=field)
+
+
+def envelope(code: str, message: str | Promise, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": str(message)}
     if field:
         error["field"] = field
     return {"error": error}
@@ -64,7 +94,8 @@ def to_application_error(exc: Exception) -> ApplicationError | None:
         return exc
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return ApplicationError("body_too_large", f"request body is larger than the limit of {limit} bytes", status_code=413)
+        message = gettext("request body is larger than the limit of %(limit)s bytes") % {"limit": limit}
+        return ApplicationError("body_too_large", message, status_code=413)
     if isinstance(exc, AgentNotFoundError):
         return ApplicationError("unknown_agent", str(exc), status_code=400, field="agent")
     if isinstance(exc, DuplicateRequestError):
@@ -103,11 +134,11 @@ API_PREFIXES = ("/api/", "/v1/", "/agui/", "/a2a/", "/healthz")
 def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """API paths answer 404 in the envelope; pages keep Django's HTML 404."""
     if request.path.startswith(API_PREFIXES):
-        return JsonResponse(envelope("not_found", f"no such endpoint: {request.path!r}"), status=404)
+        return JsonResponse(envelope("not_found", gettext("no such endpoint: %(path)s") % {"path": repr(request.path)}), status=404)
     return defaults.page_not_found(request, exception or Http404())
 
 
 def json_500(request: HttpRequest) -> HttpResponse:
     if request.path.startswith(API_PREFIXES):
-        return JsonResponse(envelope("server_error", "internal error; it has been logged"), status=500)
+        return JsonResponse(envelope("server_error", gettext("internal error; it has been logged")), status=500)
     return defaults.server_error(request)

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -13,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentsite.api.fields import StrictBooleanField, StrictCharField
-from agentsite.errors import ApplicationError
+from agentsite.errors import ApplicationError, not_found
 from agentsite.runtime import run_manager
 from runs import selectors
 from runs.attachment_input import rest_parts
@@ -43,7 +44,7 @@ def within_message_limit(value: str) -> str:
     limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
     if len(value) > limit:
         raise ApplicationError(
-            "message_too_large", f"message is {len(value)} characters; the limit is {limit}",
+            "message_too_large", _("message is %(length)s characters; the limit is %(limit)s") % {"length": len(value), "limit": limit},
             status_code=413, field="message",
         )
     return value
@@ -146,7 +147,7 @@ class RunCreateApi(APIView):
 
         def validate_message(self, value: str) -> str:
             if not value.strip() and not self.initial_data.get("attachments"):
-                raise serializers.ValidationError("must not be empty")
+                raise serializers.ValidationError(_("must not be empty"))
             return within_message_limit(value)
 
     class ListQuery(serializers.Serializer):
@@ -170,7 +171,7 @@ class RunCreateApi(APIView):
         data = body.validated_data
         session_id = data.get("session_id")
         if session_id and session_selectors.session_get(user=request.user, session_id=session_id) is None:
-            raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404, field="session_id")
+            raise not_found("session", session_id, field="session_id")
         manager = run_manager()
         manager.runner.agent(data.get("agent"))  # unknown agent: 400 before anything is written
         message = Message(role="user", content=data["message"], parts=_attachments(request, data, session_id))
@@ -219,7 +220,7 @@ class RunDetailApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         return Response(runs_data([_live(record)])[0])
 
 
@@ -233,7 +234,7 @@ class RunTraceApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         return Response({"run_id": record.id, "status": record.status, "trace": record.trace})
 
 
@@ -249,14 +250,14 @@ class RunResumeApi(APIView):
 
         def validate_value(self, value: Any) -> Any:
             if value is None:
-                raise serializers.ValidationError("must not be null")
+                raise serializers.ValidationError(_("must not be null"))
             return value
 
     @extend_schema(request=InputSerializer, responses={201: RunOutput})
     def post(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -270,7 +271,7 @@ class RunResumeApi(APIView):
         try:
             resumed = run_manager().call(resume)
         except RunNotFoundError:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404) from None
+            raise not_found("run", run_id) from None
         except NotWaitingError as exc:
             raise ApplicationError("run_not_waiting", str(exc), status_code=409) from None
         return Response(run_data(resumed), status=status.HTTP_201_CREATED)
@@ -281,9 +282,12 @@ class RunCancelApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         if record.finished:
-            raise ApplicationError("run_not_active", f"run {run_id!r} already ended ({record.status})", status_code=409)
+            raise ApplicationError(
+                "run_not_active", _("run %(run)s already ended (%(status)s)") % {"run": repr(run_id), "status": record.status},
+                status_code=409,
+            )
         manager = run_manager()
         if manager.call(lambda runner: request_cancel(runner, run_id)):
             # The completion event lands within a second of the cancel (SPEC 1.9).
@@ -326,14 +330,14 @@ class RunMessagesApi(APIView):
 
         def validate_message(self, value: str) -> str:
             if not value.strip():
-                raise serializers.ValidationError("must not be empty")
+                raise serializers.ValidationError(_("must not be empty"))
             return within_message_limit(value)
 
     @staticmethod
     def _live_run(request: Request, run_id: str) -> RunRecord:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         if record.finished:
             raise _ended(run_id, record.status)
         return record
@@ -342,7 +346,7 @@ class RunMessagesApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         queued: list[Any] = []
         if not record.finished:
             try:
@@ -360,7 +364,7 @@ class RunMessagesApi(APIView):
     def post(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
-            raise ApplicationError("not_found", f"run {run_id!r} not found", status_code=404)
+            raise not_found("run", run_id)
         body = self.InputSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         self._live_run(request, run_id)
@@ -402,7 +406,8 @@ class RunMessagesApi(APIView):
 
 def _ended(run_id: str, state: str) -> ApplicationError:
     return ApplicationError(
-        "run_not_active", f"run {run_id!r} already ended ({state}); start a new run with the message instead",
+        "run_not_active",
+        _("run %(run)s already ended (%(status)s); start a new run with the message instead") % {"run": repr(run_id), "status": state},
         status_code=409,
     )
 
@@ -455,7 +460,7 @@ class SessionPinsApi(APIView):
     def _owned(request: Request, session_id: str) -> Any:
         session = session_selectors.session_get(user=request.user, session_id=session_id)
         if session is None:
-            raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404)
+            raise not_found("session", session_id)
         return session
 
     @staticmethod

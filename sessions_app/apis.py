@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentsite.api.fields import StrictCharField
-from agentsite.errors import ApplicationError
+from agentsite.errors import ApplicationError, not_found
 from agentsite.runtime import run_manager
 from sessions_app import models as orm
 from sessions_app import selectors, services
@@ -26,7 +26,7 @@ MAX_EVENT_PAGE = 500
 def get_owned_session(request: Request, session_id: str) -> orm.Session:
     session = selectors.session_get(user=request.user, session_id=session_id)
     if session is None:
-        raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404)
+        raise not_found("session", session_id)
     return session
 
 
@@ -201,7 +201,7 @@ class SessionStateApi(APIView):
     def get(self, request: Request, session_id: str) -> Response:
         view = session_state_view_sync(_key_of(get_owned_session(request, session_id)))
         if view is None:
-            raise ApplicationError("not_found", f"session {session_id!r} not found", status_code=404)
+            raise not_found("session", session_id)
         return Response({"state": view})
 
     @extend_schema(request=InputSerializer, responses=StateOutput)

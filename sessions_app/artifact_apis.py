@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import FileResponse
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -24,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentsite.errors import ApplicationError
+from agentsite.errors import ApplicationError, not_found
 from sessions_app.apis import get_owned_session
 from sessions_app.artifact_backends import DjangoArtifactService
 from sessions_app.core.artifact_tools import artifact_url
@@ -124,8 +125,10 @@ class SessionArtifactDetailApi(APIView):
         except InvalidArtifactNameError as exc:
             raise _bad_name(exc) from None
         if opened is None:
-            wanted = f" version {version}" if version is not None else ""
-            raise ApplicationError("not_found", f"artifact {filename!r}{wanted} not found", status_code=404)
+            if version is None:
+                raise not_found("artifact", filename)
+            message = _("artifact %(name)s version %(version)s not found") % {"name": repr(filename), "version": version}
+            raise ApplicationError("not_found", message, status_code=404)
         info, handle = opened
         response = FileResponse(
             handle, content_type=info.mime, as_attachment=True, filename=filename.removeprefix(USER_PREFIX)
@@ -170,5 +173,5 @@ class SessionArtifactDetailApi(APIView):
         except InvalidArtifactNameError as exc:
             raise _bad_name(exc) from None
         if not deleted:
-            raise ApplicationError("not_found", f"artifact {filename!r} not found", status_code=404)
+            raise not_found("artifact", filename)
         return Response(status=status.HTTP_204_NO_CONTENT)

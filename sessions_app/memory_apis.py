@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentsite.api.fields import StrictCharField
-from agentsite.errors import ApplicationError
+from agentsite.errors import ApplicationError, not_found
 from sessions_app.core.memory import (
     MEMORY_KINDS,
     InvalidMemoryError,
@@ -48,7 +48,7 @@ def _manager() -> MemoryManager:
 def _owned(request: Request, memory_id: str) -> MemoryEntry:
     entry = _manager().get(_key(request), memory_id)
     if entry is None:
-        raise ApplicationError("not_found", f"memory {memory_id!r} not found", status_code=404)
+        raise not_found("memory", memory_id)
     return entry
 
 
@@ -160,7 +160,7 @@ class MemoryDetailApi(APIView):
         try:
             entry = _manager().update(_key(request), memory_id, **changes)
         except MemoryNotFoundError:
-            raise ApplicationError("not_found", f"memory {memory_id!r} not found", status_code=404) from None
+            raise not_found("memory", memory_id) from None
         except InvalidMemoryError as exc:
             raise _invalid(exc) from None
         return Response(entry.to_dict())
@@ -168,5 +168,5 @@ class MemoryDetailApi(APIView):
     @extend_schema(responses={204: None})
     def delete(self, request: Request, memory_id: str) -> Response:
         if not _manager().delete(_key(request), memory_id):
-            raise ApplicationError("not_found", f"memory {memory_id!r} not found", status_code=404)
+            raise not_found("memory", memory_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentsite.errors import ApplicationError
+from agentsite.errors import not_found
 from skills_app import models as orm
 from skills_app.core.repository import FolderSkillRepository
 from skills_app.core.skill import SkillError, doc_paths
@@ -89,7 +89,7 @@ class SkillDetailApi(APIView):
         try:
             skill = _folders().get_sync(name)
         except SkillError:
-            raise ApplicationError("not_found", f"skill {name!r} not found", status_code=404) from None
+            raise not_found("skill", name) from None
         return Response(SkillDetailOutput({
             "name": skill.name, "description": skill.description, "source": "fs", "origin": "fs", "revision": None,
             "shared": True, "published_at": None, "body": skill.body, "docs": skill.docs, "files": sorted(skill.files),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
@@ -18,14 +19,14 @@ class StrictCharField(serializers.CharField):
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
-            raise serializers.ValidationError(f"must be a string, got {type(data).__name__}")
+            raise serializers.ValidationError(_("must be a string, got %(type)s") % {"type": type(data).__name__})
         return super().to_internal_value(data)
 
 
 class StrictBooleanField(serializers.BooleanField):
     def to_internal_value(self, data: Any) -> bool:
         if not isinstance(data, bool):
-            raise serializers.ValidationError(f"must be true or false, got {data!r}")
+            raise serializers.ValidationError(_("must be true or false, got %(value)s") % {"value": repr(data)})
         return data
 
 
@@ -45,5 +46,5 @@ class ObjectJSONParser(JSONParser):
                 raise ParseError(f"JSON parse error - {exc.problem}") from None
             raise ApplicationError(exc.code, exc.message(), field=exc.field()) from None
         if not isinstance(data, dict):
-            raise ApplicationError("invalid", f"the body must be a JSON object, got {type(data).__name__}")
+            raise ApplicationError("invalid", _("the body must be a JSON object, got %(type)s") % {"type": type(data).__name__})
         return data
