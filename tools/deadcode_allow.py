@@ -4,6 +4,7 @@ Each line says who calls the name; anything else unused is dead code and goes.
 """
 
 from agentsite.api.fields import ObjectJSONParser
+from agentsite.demo.factories import general_agent, support_agent, troubleshoot_agent
 from agentsite.errors import json_404, json_500
 from agentsite.middleware import malformed_request_middleware
 from runs.a2a.auth import AgentsiteCallContextBuilder
@@ -19,4 +20,5 @@ USED_BY_FRAMEWORKS = (
     SessionConsumer.run_event, SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
     _AnyAccept.select_parser, _AnyAccept.select_renderer,  # DRF content negotiation
     StateGraph.add_agent_node,  # public graph API, docs/graphs.md
+    support_agent, general_agent, troubleshoot_agent,  # settings.AGENTSITE_AGENTS, as module:factory
 )
