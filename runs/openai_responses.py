@@ -17,6 +17,7 @@ its session stay in the ledger, as every run does). A failed run answers 422 (st
 """
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -408,6 +409,11 @@ async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, sess
     completions, runs.openai_compat._replay)."""
     chat = asked.chat
     turn = await db_call(run_selectors.run_turn)(record=record)
+    for _ in range(50):  # a concurrent request's run row is written before its turn is
+        if turn:
+            break
+        await asyncio.sleep(0.1)
+        turn = await db_call(run_selectors.run_turn)(record=record)
     if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
             or not _same_input(turn, chat)):
         raise OpenAIError(400, f"Idempotency-Key {record.request_id!r} was used for another request (model, input "

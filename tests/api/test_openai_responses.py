@@ -279,3 +279,21 @@ async def test_unknown_previous_response_and_another_users_are_404(
     [run] = await runs_of(alice)
     said = [e.text for e in await stored_events(run.session_id) if e.message is not None and e.message.role == "user"]
     assert said == ["hello"]
+
+
+async def test_a_request_repeated_with_its_idempotency_key_gets_the_first_response_and_makes_one_run(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("Only once.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    first = await client.responses.create(model="support", input="hello", extra_headers={"Idempotency-Key": "k-1"})
+    raw = await client.responses.with_raw_response.create(model="support", input="hello",
+                                                          extra_headers={"Idempotency-Key": "k-1"})
+    again = raw.parse()
+    assert raw.headers["Idempotent-Replayed"] == "true"
+    assert (again.id, again.output_text) == (first.id, "Only once.")
+    assert len(await runs_of(alice)) == 1
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(model="support", input="something else", extra_headers={"Idempotency-Key": "k-1"})
+    assert caught.value.body["code"] == "idempotency_key_reused"  # type: ignore[index]
