@@ -147,3 +147,61 @@ async def test_the_offline_planner_never_calls_a_tool_without_its_required_argum
         if spec.requires_one_of:
             assert any(set(group) <= set(arguments) for group in spec.requires_one_of), (name, arguments)
     assert not [e for e in events if e.is_tool_result and "invalid arguments" in e.text]
+
+
+def final_answer(events: list[Event]) -> str:
+    return next(e for e in reversed(events) if e.is_final_response and not e.is_runner_completion).text
+
+
+async def test_the_offline_answer_gives_the_cause_the_evidence_and_the_fix_in_short_markdown():
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
+
+    answer = final_answer(await run(
+        runner,
+        "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com "
+        "and search the logs and tickets",
+    ))
+
+    cause, evidence, fix = answer.index("**Cause:**"), answer.index("**Evidence**"), answer.index("**Fix**")
+    assert 0 == cause < evidence < fix
+    assert "payments.internal.example.com: certificate expired on 2026-11-14" in answer[cause:evidence]
+    assert answer[evidence:fix].count("\n- `") == 3  # one line per tool call
+    steps = answer[fix:]
+    assert "1. Renew the certificate of payments.internal.example.com" in steps
+    assert "`openssl s_client -connect payments.internal.example.com:443 -showcerts`" in steps
+    # The past incident on this host is the one quoted first.
+    assert steps.index("On record: INC-1042") < steps.index("On record: INC-1187")
+    assert len(answer) < 3000
+
+
+async def test_a_chinese_question_about_the_demo_scenario_is_understood_and_answered_in_chinese():
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
+
+    events = await run(runner, "支付服务 TLS 握手失败，检查 payments.internal.example.com 的证书，并搜索日志和工单")
+
+    calls = {c.name: json.loads(c.arguments) for e in events if e.is_tool_call for c in e.message.tool_calls}
+    assert set(calls) == {"search_logs", "inspect_certificate", "lookup_ticket"}
+    assert calls["inspect_certificate"] == {"host": "payments.internal.example.com"}
+    assert calls["search_logs"]["service"] == "payments"
+    answer = final_answer(events)
+    assert answer.startswith("**原因：**payments.internal.example.com: 证书已于 2026-11-14T00:00:00Z 过期")
+    assert "**证据**" in answer and "**修复**" in answer
+    assert "1. 续签 payments.internal.example.com 的证书" in answer
+    assert "离线规划器" in answer and "Composed by" not in answer
+
+
+async def test_a_chinese_fleet_scan_and_a_chinese_question_missing_its_host(monkeypatch):
+    monkeypatch.setenv("AGENTSITE_DEMO_SCAN_DELAY_S", "0")
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
+
+    scan = await run(runner, "扫描所有主机的证书")
+
+    assert [c.name for e in scan if e.is_tool_call for c in e.message.tool_calls] == ["scan_fleet"]
+    assert "**原因：**结果报告了 2 个问题" in final_answer(scan)
+
+    vague = await run(runner, "证书过期了吗？")
+
+    assert not [e for e in vague if e.is_tool_call]
+    answer = final_answer(vague)
+    assert answer.startswith("离线规划器")
+    assert "inspect_certificate 看起来相关，但需要 `host`" in answer

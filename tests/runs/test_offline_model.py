@@ -241,8 +241,12 @@ async def test_answer_is_composed_from_the_tool_results_once_they_are_in():
     assert 'inspect_certificate(host="payments.internal.example.com")' in text
     assert "certificate expired on 2026-11-14T00:00:00Z" in text
     assert "expired: true" in text
-    assert "Conclusion: the results report 1 problem(s)" in text
-    assert "INC-1042: Renewed the certificate" in text
+    # A short Markdown note: the cause first, then the evidence, then the fix.
+    cause, evidence, fix = text.index("**Cause:**"), text.index("**Evidence**"), text.index("**Fix**")
+    assert cause < evidence < fix
+    assert text[cause:evidence].startswith("**Cause:** payments.internal.example.com: certificate expired on")
+    assert "Renew the certificate of payments.internal.example.com" in text[fix:]
+    assert "On record: INC-1042: Renewed the certificate" in text[fix:]
     assert "Composed by the offline planner" in text
 
 
@@ -251,7 +255,7 @@ async def test_tool_failure_is_reported_in_the_answer():
     response = await final(with_results(("lookup_ticket", {"ticket_id": "INC-9999"}, error)))
 
     text = response.message.content
-    assert "lookup_ticket(ticket_id=\"INC-9999\"): failed: LookupError: no ticket 'INC-9999'" in text
+    assert "`lookup_ticket(ticket_id=\"INC-9999\")`: failed: LookupError: no ticket 'INC-9999'" in text
     assert "no tool produced a result" in text
 
 

@@ -9,10 +9,15 @@ It is not a language model and never says it is one. It lets every path of the p
   contains (hostnames, ticket ids, enum or listed values, quoted strings, numbers, a
   keyword query) and calls, in one response, every tool that clears `MIN_TOOL_SCORE` and
   whose required parameters it could all fill (and one whole group of a tool's
-  `requires_one_of`): never a call with required arguments missing.
-- Answer: once the turn's tool results are in (or nothing fits), it writes a text answer:
-  a digest of each result (status, problems, dates, counts, first items) and a short
-  conclusion, streamed word by word, and says the offline planner composed it. When the
+  `requires_one_of`) and whose arguments its JSON schema accepts: never a call with
+  required arguments missing or a value the tool would refuse.
+- Answer: once the turn's tool results are in (or nothing fits), it writes a short
+  Markdown answer: the cause (the problems the results report), the evidence (a digest
+  of each result: status, problems, dates, counts, first items) and the fix (steps for
+  the certificate problems of the demo's tools, then past resolutions on record), streamed
+  word by word, and says the offline planner composed it. A user message in Chinese (CJK
+  characters) gets the answer in Chinese; Chinese words of the demo scenario (证书, 日志,
+  工单, 扫描, ...) count as their English tool words when planning. When the
   request asks for structured output (issue 20), the answer is instead a valid JSON value
   of the schema (`runs.core.output.minimal_instance`): its strings carry the conclusion,
   its numbers the count of tool results; a JSON object answer is `{"answer": ...}`.
@@ -30,7 +35,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from jsonschema.validators import validator_for
@@ -54,7 +59,7 @@ WORDS_PER_DELTA = 5
 _NAME_WEIGHT, _DESCRIPTION_WEIGHT, _PARAMETER_WEIGHT = 3, 2, 1
 _IDENTIFIER_BONUS = 3
 _MAX_QUERY_TERMS = 8
-_DIGEST_CHARS = 900
+_DIGEST_CHARS = 400
 _VALUE_CHARS = 240
 _ITEM_CHARS = 200
 _LIST_ITEMS = 3
@@ -92,6 +97,16 @@ _CJK_HINTS: tuple[tuple[str, str], ...] = (
     ("搜索", "search"),
     ("查询", "search"),
     ("认证", "auth"),
+    ("扫描", "scan"),
+    ("所有主机", "fleet"),
+    ("全部主机", "fleet"),
+    ("集群", "fleet"),
+    ("重启", "restart"),
+    ("主机", "host"),
+    ("网关", "gateway"),
+    ("结账", "checkout"),
+    ("历史", "past"),
+    ("事故", "incident"),
 )
 
 _FILE_SUFFIXES = frozenset("py md txt json log pem csv yaml yml html js ts toml ini cfg conf sh png jpg".split())
@@ -560,9 +575,10 @@ def _labelled(label: str, text: str) -> str:
     return f"{label}: {text}" if label else text
 
 
-def _findings(results: Sequence[_Result]) -> tuple[list[str], list[str], list[str]]:
-    """Problems reported, past resolutions on record and tool failures, in result order."""
-    problems: list[str] = []
+def _findings(results: Sequence[_Result]) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """Problems reported (what they are about, what they say), past resolutions on record
+    and tool failures, in result order."""
+    problems: list[tuple[str, str]] = []
     resolutions: list[str] = []
     failures: list[str] = []
 
@@ -579,7 +595,7 @@ def _findings(results: Sequence[_Result]) -> tuple[list[str], list[str], list[st
             if lowered in ("problem", "problems", "error", "errors") and not _is_empty(value):
                 texts = value if isinstance(value, list) else [value]
                 for text in (t for t in texts if isinstance(t, str) and t.strip()):
-                    problems.append(_labelled(label, _truncate(text, _VALUE_CHARS)))
+                    problems.append((label, _truncate(text, _VALUE_CHARS)))
             elif lowered in ("resolution", "fix", "remediation") and isinstance(value, str) and value.strip():
                 resolutions.append(_labelled(label, _truncate(value, 320)))
             elif isinstance(value, Mapping | list):
@@ -594,42 +610,163 @@ def _findings(results: Sequence[_Result]) -> tuple[list[str], list[str], list[st
     return list(dict.fromkeys(problems)), list(dict.fromkeys(resolutions)), failures
 
 
-def _compose_answer(results: Sequence[_Result]) -> str:
+Language = Literal["en", "zh"]
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CAUSE = re.compile(r"^\*\*(?:Cause:|原因：)\*\*\s*")
+
+
+def answer_language(user_text: str) -> Language:
+    """Chinese when the user's message holds CJK characters (the demo's readers write
+    Chinese), else English: the planner answers in the user's language."""
+    return "zh" if _CJK.search(user_text or "") else "en"
+
+
+# What the planner writes, in each language it answers in.
+_TEXT: dict[Language, dict[str, str]] = {
+    "en": {
+        "failed": "Could not complete this request: {failed} of {total} tool call(s) failed.",
+        "cause": "**Cause:** {cause}",
+        "causes": "**Cause:** the results report {count} problems:",
+        "no_problem": "**Cause:** none of the results reports a problem.",
+        "nothing": "**Cause:** no tool produced a result, so there is nothing to conclude yet.",
+        "partial": "**Cause:** the results that came back report no problem, but the failed call(s) above mean "
+                   "the request was not done.",
+        "evidence": "**Evidence**",
+        "fix": "**Fix**",
+        "no_fix": "Nothing to fix from these results.",
+        "retry": "Fix what made the failed call(s) fail and ask again.",
+        "on_record": "On record: {resolution}",
+        "renew": "Renew the certificate of {host} and deploy it with its full chain (leaf + intermediate), "
+                 "then reload the service.",
+        "chain": "Rebuild the certificate bundle of {host} as leaf + intermediate and reload the service.",
+        "names": "Reissue the certificate of {host} with the names clients use.",
+        "verify": "Verify with `openssl s_client -connect {host}:443 -showcerts`.",
+        "prevent": "Prevent a repeat: alert on certificates well before they expire and check the chain in deploys.",
+        "signature": SIGNATURE,
+        "no_tool": "The offline planner (a deterministic rule-based planner, not a language model) found no "
+                   "tool it could call for this request.",
+        "needs": "{tool} looks relevant but needs {needs}, which the request does not give.",
+        "misfit": "{tool} looks relevant but the arguments the request gives do not fit it: {problems}.",
+        "can_do": "What it can do here:",
+        "ask_again": "Ask again naming what to look at (for example a host, a service, an id or keywords).",
+        "no_tools": "This agent has no tools, and without a language model configured the planner cannot hold "
+                    "a free-form conversation: it can only run tools and report their results.",
+        "short_signature": "(Composed by the offline planner.)",
+    },
+    "zh": {
+        "failed": "无法完成此请求：{total} 个工具调用中有 {failed} 个失败。",
+        "cause": "**原因：**{cause}",
+        "causes": "**原因：**结果报告了 {count} 个问题：",
+        "no_problem": "**原因：**所有结果都没有报告问题。",
+        "nothing": "**原因：**没有任何工具返回结果，目前无法得出结论。",
+        "partial": "**原因：**返回的结果没有报告问题，但上面失败的调用说明请求没有完成。",
+        "evidence": "**证据**",
+        "fix": "**修复**",
+        "no_fix": "根据这些结果，没有需要修复的内容。",
+        "retry": "先解决导致调用失败的问题，然后再问一次。",
+        "on_record": "以往记录：{resolution}",
+        "renew": "续签 {host} 的证书，并连同完整证书链（叶证书 + 中间证书）一起部署，然后重新加载服务。",
+        "chain": "将 {host} 的证书包重建为叶证书 + 中间证书，并重新加载服务。",
+        "names": "用客户端实际使用的名称为 {host} 重新签发证书。",
+        "verify": "用 `openssl s_client -connect {host}:443 -showcerts` 验证。",
+        "prevent": "防止再次发生：在证书过期前尽早告警，并在部署时检查证书链。",
+        "signature": "（由离线规划器根据上述工具结果生成：确定性规则，不是语言模型。）",
+        "no_tool": "离线规划器（确定性的规则规划器，不是语言模型）没有找到可以为此请求调用的工具。",
+        "needs": "{tool} 看起来相关，但需要 {needs}，而请求中没有提供。",
+        "misfit": "{tool} 看起来相关，但请求给出的参数不符合它的要求：{problems}。",
+        "can_do": "这里可以做的：",
+        "ask_again": "请再问一次，并说明要查看的对象（例如主机、服务、编号或关键词）。",
+        "no_tools": "这个智能体没有工具；在没有配置语言模型时，规划器无法进行自由对话，只能调用工具并报告结果。",
+        "short_signature": "（由离线规划器生成。）",
+    },
+}
+
+# Known problem texts of the demo's tools, in Chinese (the tools report in English).
+_PROBLEMS_ZH: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"certificate expired on (\S+) \((\d+) days? ago\)"), r"证书已于 \1 过期（\2 天前）"),
+    (re.compile(r"certificate expires on (\S+) \(in (\d+) days?\)"), r"证书将于 \1 过期（还有 \2 天）"),
+    (re.compile(r"chain is missing the intermediate issuer '([^']+)' of '([^']+)'"),
+     r"证书链缺少 '\2' 的中间证书签发者 '\1'"),
+)
+
+
+def _say(language: Language, problem: str) -> str:
+    if language == "en":
+        return problem
+    for pattern, replacement in _PROBLEMS_ZH:
+        problem = pattern.sub(replacement, problem)
+    return problem
+
+
+def _fixes(problems: Sequence[tuple[str, str]], language: Language) -> list[str]:
+    """Concrete steps for the problems the demo's tools report (certificates): renew,
+    rebuild the chain, reissue for the right names; then verify and prevent a repeat."""
+    text = _TEXT[language]
+    steps: list[str] = []
+    hosts: list[str] = []
+    for label, problem in problems:
+        lowered = problem.lower()
+        host = label or "the host"
+        if "expired" in lowered or "expires" in lowered:
+            steps.append(text["renew"].format(host=host))
+        elif "chain" in lowered or "intermediate" in lowered:
+            steps.append(text["chain"].format(host=host))
+        elif "hostname" in lowered or "does not match" in lowered or "names" in lowered:
+            steps.append(text["names"].format(host=host))
+        else:
+            continue
+        if label and _HOST.fullmatch(label):
+            hosts.append(label)
+    if hosts:
+        steps.extend(text["verify"].format(host=h) for h in dict.fromkeys(hosts))
+    if steps:
+        steps.append(text["prevent"])
+    return list(dict.fromkeys(steps))
+
+
+def _compose_answer(results: Sequence[_Result], language: Language = "en") -> str:
+    """The answer as a short incident note in Markdown: the cause, the evidence (one line
+    per tool call), the fix (steps for the problems found, and past resolutions on record)."""
+    text = _TEXT[language]
     problems, resolutions, failures = _findings(results)
     lines: list[str] = []
     if failures:
         # A failed step comes first and in plain words: an answer that reads as "no problem
         # found" when the work could not be done misleads more than no answer.
-        lines.append(f"Could not complete this request: {len(failures)} of {len(results)} tool call(s) failed.")
+        lines.append(text["failed"].format(failed=len(failures), total=len(results)))
         lines.extend(f"- {failure}" for failure in failures)
         lines.append("")
-    lines.extend([f"Findings from {len(results)} tool call(s):", ""])
-    for result in results:
-        lines.append(f"- {result.header()}: {result.digest()}")
-    lines.append("")
-    if problems:
-        numbered = " ".join(f"({i}) {p.rstrip('.')}." for i, p in enumerate(problems[:5], 1))
-        lines.append(f"Conclusion: the results report {len(problems)} problem(s): {numbered}")
+    said = [_labelled(label, _say(language, problem)) for label, problem in problems]
+    if len(said) == 1:
+        lines.append(text["cause"].format(cause=said[0].rstrip(".") + ("。" if language == "zh" else ".")))
+    elif said:
+        lines.append(text["causes"].format(count=len(said)))
+        lines.extend(f"{i}. {p}" for i, p in enumerate(said[:5], 1))
     elif failures and len(failures) == len(results):
-        lines.append("Conclusion: no tool produced a result, so there is nothing to conclude yet.")
+        lines.append(text["nothing"])
     elif failures:
-        lines.append(
-            "Conclusion: the results that came back report no problem, but the failed call(s) above "
-            "mean the request was not done."
-        )
+        lines.append(text["partial"])
     else:
-        lines.append("Conclusion: none of the results reports a problem.")
-    if resolutions:
-        lines.append("Past resolution(s) on record that may apply: " + " | ".join(resolutions[:2]))
-    lines.extend(["", SIGNATURE])
+        lines.append(text["no_problem"])
+    lines.extend(["", text["evidence"]])
+    lines.extend(f"- `{result.header()}`: {result.digest()}" for result in results)
+    lines.extend(["", text["fix"]])
+    steps = _fixes(problems, language)
+    lines.extend(f"{i}. {step}" for i, step in enumerate(steps, 1))
+    # Past resolutions about what is broken now come first (a ticket on another host is
+    # only a hint).
+    subjects = [label for label, _ in problems if label]
+    resolutions = sorted(resolutions, key=lambda r: not any(subject in r for subject in subjects))
+    lines.extend(f"- {text['on_record'].format(resolution=r)}" for r in resolutions[:2])
+    if not steps and not resolutions:
+        lines.append(text["retry"] if failures else text["no_fix"])
+    lines.extend(["", text["signature"]])
     return "\n".join(lines)
 
 
-def _compose_no_tool_answer(tools: Sequence[ToolSpec], blocked: Sequence[ToolPlan]) -> str:
-    lines = [
-        "The offline planner (a deterministic rule-based planner, not a language model) found no "
-        "tool it could call for this request."
-    ]
+def _compose_no_tool_answer(tools: Sequence[ToolSpec], blocked: Sequence[ToolPlan], language: Language = "en") -> str:
+    text = _TEXT[language]
+    lines = [text["no_tool"]]
     specs = {spec.name: spec for spec in tools}
     for plan in blocked:
         needs = []
@@ -638,22 +775,16 @@ def _compose_no_tool_answer(tools: Sequence[ToolSpec], blocked: Sequence[ToolPla
             hint = schema.get("description")
             needs.append(f"`{pname}` ({_truncate(str(hint), 120)})" if hint else f"`{pname}`")
         if needs:
-            lines.append(f"{plan.tool} looks relevant but needs {', '.join(needs)}, which the request does not give.")
+            lines.append(text["needs"].format(tool=plan.tool, needs=", ".join(needs)))
         else:
-            lines.append(f"{plan.tool} looks relevant but the arguments the request gives do not fit it: "
-                         f"{'; '.join(plan.invalid[:2])}.")
+            lines.append(text["misfit"].format(tool=plan.tool, problems="; ".join(plan.invalid[:2])))
     if tools:
-        lines.append("")
-        lines.append("What it can do here:")
+        lines.extend(["", text["can_do"]])
         lines.extend(f"- {spec.name}: {_truncate(spec.description, 200)}" for spec in tools)
-        lines.append("")
-        lines.append("Ask again naming what to look at (for example a host, a service, an id or keywords).")
+        lines.extend(["", text["ask_again"]])
     else:
-        lines.append(
-            "This agent has no tools, and without a language model configured the planner "
-            "cannot hold a free-form conversation: it can only run tools and report their results."
-        )
-    lines.extend(["", "(Composed by the offline planner.)"])
+        lines.append(text["no_tools"])
+    lines.extend(["", text["short_signature"]])
     return "\n".join(lines)
 
 
@@ -813,8 +944,9 @@ class OfflineModel:
             )
         results = _turn_results(after_user)
         notice = _attachments_notice(request.messages)
+        language = answer_language(user_text)
         if results:
-            return self._answer(request.output, notice + _compose_answer(results), len(results))
+            return self._answer(request.output, notice + _compose_answer(results, language), len(results))
         calls, blocked = plan_tool_calls(user_text, request.tools) if request.tools else ([], [])
         if calls:
             first = sum(len(m.tool_calls) for m in request.messages) + 1
@@ -826,7 +958,7 @@ class OfflineModel:
                 )
                 for i, plan in enumerate(calls)
             ))
-        return self._answer(request.output, notice + _compose_no_tool_answer(request.tools, blocked), 0)
+        return self._answer(request.output, notice + _compose_no_tool_answer(request.tools, blocked, language), 0)
 
     @staticmethod
     def _answer(output: OutputSpec | None, text: str, count: int) -> Message:
@@ -834,8 +966,10 @@ class OfflineModel:
         carrying its conclusion (the line that says what the findings mean)."""
         if output is None:
             return Message(role="assistant", content=text)
-        lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() != SIGNATURE]
-        gist = next((line for line in lines if line.startswith("Conclusion:")), lines[0] if lines else "")
+        signatures = {_TEXT[language]["signature"] for language in _TEXT}
+        lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() not in signatures]
+        gist = next((line for line in lines if _CAUSE.match(line)), lines[0] if lines else "")
+        gist = _CAUSE.sub("", gist)
         if output.kind == "json_object" or output.schema is None:
             value: Any = {"answer": gist}
         else:
