@@ -14,6 +14,7 @@ from runs import openai_compat, openai_responses, turn_apis
 from runs import trace_views as run_trace_views
 from runs import views as run_views
 from runs.protocols import agui_views
+from runs.rest_wait import awaiting_run
 from sessions_app import apis as session_apis
 from sessions_app import artifact_apis, memory_apis
 from sessions_app import views as session_views
@@ -47,7 +48,7 @@ api = [
     path("api/skills/", skill_apis.SkillListApi.as_view(), name="skill-list"),
     path("api/skills/<str:name>/", skill_apis.SkillDetailApi.as_view(), name="skill-detail"),
     path("api/evolution/candidates/", evolution_apis.CandidateListApi.as_view(), name="evolution-candidates"),
-    path("api/runs/", off_thread(run_apis.RunCreateApi.as_view()), name="run-create"),
+    path("api/runs/", awaiting_run(run_apis.RunCreateApi.as_view()), name="run-create"),
     path("api/runs/<str:run_id>/", run_apis.RunDetailApi.as_view(), name="run-detail"),
     path("api/runs/<str:run_id>/trace/", run_apis.RunTraceApi.as_view(), name="run-trace"),
     path("api/runs/<str:run_id>/cancel/", off_thread(run_apis.RunCancelApi.as_view()), name="run-cancel"),

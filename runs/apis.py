@@ -28,6 +28,7 @@ from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
+from runs.rest_wait import wait_for_run
 from sessions_app import selectors as session_selectors
 from sessions_app.artifact_backends import DjangoArtifactService
 from sessions_app.core.artifacts import ArtifactScope, ArtifactVersion, InvalidArtifactNameError
@@ -188,9 +189,11 @@ class RunCreateApi(APIView):
             return handle.record
 
         record = manager.call(start)
+        response = Response(run_data(record), status=status.HTTP_201_CREATED)
         if data["wait"]:
-            record = manager.wait(record.id, timeout=settings.AGENTSITE_RUN_WAIT_TIMEOUT_S) or record
-        return Response(run_data(record), status=status.HTTP_201_CREATED)
+            # Waited for on the event loop once this thread is free (runs/rest_wait.py).
+            wait_for_run(response, record.id, run_data)
+        return response
 
 
 def _attachments(request: Request, data: dict[str, Any], session_id: str | None) -> tuple[ContentPart, ...]:

@@ -1,0 +1,101 @@
+"""REST `wait` holds no thread while it waits (issue 23, item 3).
+
+A hundred `POST /api/runs/` with `wait: true` are sent at once through the ASGI
+application while every run's model call is held open. Each view thread is freed once its
+run has started: all hundred runs reach the model although a process has 16 view threads
+(`AGENTSITE_VIEW_THREADS`), every view thread is free while they wait, and a request
+served by a view thread is answered meanwhile. When the model
+answers, every client gets its ended run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from rest_framework.authtoken.models import Token
+
+from agentsite.asgi import application
+from agentsite.threads import VIEW_EXECUTOR
+from runs.core.llm.base import Model, ModelInfo, ModelRequest, ModelResponse
+from sessions_app.core.events import Message, Usage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAITERS = 100
+VIEW_THREADS = int(os.environ.get("AGENTSITE_VIEW_THREADS", "16"))
+
+
+@dataclass(kw_only=True)
+class HeldModel:
+    """Answers "done" once `release` is set; counts the calls held meanwhile."""
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    held: int = 0
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(name="held", context_window=8192, provider="scripted")
+
+    async def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
+        self.held += 1
+        await self.release.wait()
+        yield ModelResponse(id="held", partial=False, message=Message(role="assistant", content="done"),
+                            finish_reason="stop", usage=Usage(prompt_tokens=1, completion_tokens=1), model="held")
+
+
+@sync_to_async
+def _token(user: Any) -> str:
+    return Token.objects.get_or_create(user=user)[0].key
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_hundred_rest_waits_hold_no_view_thread(
+    alice: Any, use_model: Callable[[Model], None], settings: Any
+) -> None:
+    settings.AGENTSITE_MEMORY_AUTO = False
+    model = HeldModel()
+    use_model(model)
+    headers = {"Authorization": f"Bearer {await _token(alice)}"}
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", headers=headers,
+                                 timeout=120) as http:
+        waits = [asyncio.create_task(http.post("/api/runs/", json={"message": f"question {i}", "wait": True}))
+                 for i in range(WAITERS)]
+        # Every run reaches its model call: no waiting request keeps a view thread, else
+        # only the first 16 (the view threads) would have started theirs.
+        await _until(lambda: model.held == WAITERS or any(w.done() for w in waits), 90)
+        assert not any(w.done() for w in waits), [w.result().text for w in waits if w.done()][:1]
+        assert model.held == WAITERS
+        # Every view thread is free: as many tasks as the pool has threads meet at a barrier,
+        # which they pass only when each has a thread of its own at the same time.
+        barrier = threading.Barrier(VIEW_THREADS)
+        await asyncio.gather(*(asyncio.wrap_future(VIEW_EXECUTOR.submit(barrier.wait, 10)) for _ in range(VIEW_THREADS)))
+        # Django's ASGI handler gives each open request an idle thread of its own for the
+        # synchronous middleware (asgiref's per-request ThreadSensitiveContext): that, the
+        # two pools and pytest's own are all the threads there are; a wait adds none.
+        bound = WAITERS + VIEW_THREADS + int(os.environ.get("AGENTSITE_DB_THREADS", "8")) + 8
+        assert threading.active_count() <= bound, [t.name for t in threading.enumerate()]
+        # A request that needs a view thread is answered at once while the hundred wait.
+        started = time.monotonic()
+        listed = await http.get("/api/runs/", params={"status": "running", "limit": 200})
+        assert listed.status_code == 200 and len(listed.json()["results"]) == WAITERS
+        assert time.monotonic() - started < 10
+
+        model.release.set()
+        replies = await asyncio.gather(*waits)
+    assert [r.status_code for r in replies] == [201] * WAITERS
+    assert {r.json()["status"] for r in replies} == {"completed"}
+    assert {r.json()["answer"] for r in replies} == {"done"}
