@@ -271,6 +271,9 @@ AGENTSITE_MAX_ACTIVE_RUNS_PER_USER = env.integer("AGENTSITE_MAX_ACTIVE_RUNS_PER_
 AGENTSITE_MAX_RUN_EVENTS = env.integer("AGENTSITE_MAX_RUN_EVENTS", 2000, minimum=0)
 # Messages one run may hold queued for its next model step (SPEC 1.5 steering; 429 past it).
 AGENTSITE_MAX_QUEUED_MESSAGES = env.integer("AGENTSITE_MAX_QUEUED_MESSAGES", 20, minimum=1)
+# Bytes a websocket may hold unsent for a client that does not read; past it the socket stops
+# taking live events and catches up from the ledger once the client reads (0: no bound).
+AGENTSITE_WS_SEND_BUFFER_BYTES = env.integer("AGENTSITE_WS_SEND_BUFFER_BYTES", 262_144, minimum=0)
 # SPEC 1.10: keep a cancelled streaming answer as a marked assistant message (off, as the SPEC says).
 AGENTSITE_PERSIST_INTERRUPTED_ASSISTANT = env.boolean("AGENTSITE_PERSIST_INTERRUPTED_ASSISTANT", False)
 

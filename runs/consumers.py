@@ -97,6 +97,7 @@ from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import DROPPED, QUEUED, QUEUED_ID, QueueFullError, RunNotActiveError
 from runs.fanout import (
+    EVENT_MESSAGE,
     RunUnreachableError,
     request_cancel,
     request_enqueue,
@@ -105,6 +106,7 @@ from runs.fanout import (
     token_digest,
     user_group,
 )
+from runs.protocols.backpressure import SendWindow
 from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import mapping
 from sessions_app import models as orm
@@ -217,6 +219,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     user_group: str | None = None
     user: Any = None
     token: str | None = None
+    window: SendWindow | None = None
 
     # -- connection --------------------------------------------------------------------------
 
@@ -233,9 +236,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.relay_lock = asyncio.Lock()
         self.last_live_at = time.monotonic()
         self.ledger_watch: asyncio.Task[None] | None = None
+        self.resuming: asyncio.Task[None] | None = None
         self.live_down = False
         # Accept first: a close code only reaches the client after the handshake.
         await self.accept()
+        # Back-pressure (issue 23): past this many unsent bytes the socket stops taking live
+        # events and, once its client has read what was sent, catches up from the ledger.
+        self.window = SendWindow.attach(
+            self.base_send, limit_bytes=settings.AGENTSITE_WS_SEND_BUFFER_BYTES, on_resume=self._resume_sending,
+        )
         if self.user is None or not self.user.is_authenticated:
             await self._end(CLOSE_UNAUTHENTICATED)
             return
@@ -299,11 +308,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.client_gone = True
-        if self.ledger_watch is not None:
-            self.ledger_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.ledger_watch
-            self.ledger_watch = None
+        for name in ("ledger_watch", "resuming"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                setattr(self, name, None)
+        if getattr(self, "window", None) is not None:
+            self.window.close()
         for group in (self.group, self.user_group):
             if group is not None:
                 with contextlib.suppress(Exception):  # the layer may be down; its groups expire
@@ -341,6 +354,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             for event in page:
                 if (until_seq is not None and (event.seq or 0) > until_seq) or (until is not None and event.created_at > until):
                     return
+                if self._behind():
+                    return  # the client is not reading: the rest waits for `_resume_sending`
                 await self._send_event(event, await self._run_id(event))
                 self.last_seq = max(self.last_seq, event.seq or 0)
             if len(page) < REPLAY_PAGE:
@@ -386,8 +401,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 except Exception:  # the next round tries again; the socket stays up
                     logger.warning("ledger catch-up of session %s failed", self.session_id, exc_info=True)
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels closes stale database connections before every handler; a live event
+        touches no database on its way (the relay's reads use their own pool), so it skips
+        that thread hop, once per delta per socket before (issue 23)."""
+        if message.get("type") == EVENT_MESSAGE:
+            await self.run_event(message)
+            return
+        await super().dispatch(message)
+
     async def run_event(self, message: dict[str, Any]) -> None:
-        """A live event from the session's group (`runs.fanout`)."""
+        """Live events from the session's group (`runs.fanout`): `items` of [run id, event]."""
         if getattr(self, "client_gone", False):
             return
         if str(message.get("user_id")) != str(self.user.pk):
@@ -396,11 +420,44 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._end(CLOSE_NOT_FOUND)
             return
         self.last_live_at = time.monotonic()
+        items: list[list[Any]] = message.get("items") or []
+        if self._behind():
+            self._skip(items)
+            return
         async with self.relay_lock:
-            await self._relay(Event.from_dict(message["event"]), message)
+            for index, (run_id, data) in enumerate(items):
+                if self._behind():
+                    self._skip(items[index:])
+                    return
+                await self._relay(Event.from_dict(data), str(run_id or ""))
 
-    async def _relay(self, event: Event, message: dict[str, Any]) -> None:
-        run_id = str(message.get("run_id") or "")
+    def _behind(self) -> bool:
+        """Whether the client has stopped reading (the send window is closed)."""
+        return self.window is not None and not self.window.open
+
+    def _skip(self, items: list[list[Any]]) -> None:
+        """Drop live events while the client is behind: the ledger brings the saved ones
+        back on resume; the runs whose deltas are dropped stream no more deltas until their
+        next saved event (their message then comes whole, as for a socket that joined
+        mid-run)."""
+        for run_id, data in items:
+            if data.get("partial") and run_id:
+                self.joined_mid_run.add(str(run_id))
+
+    def _resume_sending(self) -> None:
+        """The client has read everything sent (Twisted resumed the window): catch up."""
+        if getattr(self, "client_gone", False) or (self.resuming is not None and not self.resuming.done()):
+            return
+        self.resuming = asyncio.get_running_loop().create_task(self._catch_up_after_pause())
+
+    async def _catch_up_after_pause(self) -> None:
+        try:
+            async with self.relay_lock:
+                await self._catch_up()
+        except Exception:  # the ledger watch tries again; the socket stays up
+            logger.warning("catch-up of session %s after a pause failed", self.session_id, exc_info=True)
+
+    async def _relay(self, event: Event, run_id: str) -> None:
         if event.request_id and run_id:
             self.runs_by_request[event.request_id] = run_id
         run_id = run_id or await self._run_id(event)
@@ -409,8 +466,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if event.seq > self.last_seq + 1:
                 # seqs we never get live: a user message, tool results a client sent in
                 await self._catch_up(until_seq=event.seq - 1)
-            if event.seq <= self.last_seq:
-                return
+            if event.seq <= self.last_seq or self._behind():
+                return  # sent already, or after the ones the catch-up left for the resume
             await self._send_event(event, run_id)
             self.last_seq = event.seq
             return
@@ -419,6 +476,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if run_id not in self.translated_runs:
             # A new run: its user message is in the ledger, not on the group.
             await self._catch_up(until=event.created_at)
+            if self._behind():
+                self._skip([[run_id, {"partial": event.partial}]])
+                return
         await self._send_event(event, run_id)
 
     async def session_deleted(self, message: dict[str, Any]) -> None:

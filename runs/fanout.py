@@ -1,8 +1,9 @@
 """Runs and the channel layer: event fan-out per session; cancel and steering across processes.
 
 Every emitted event of a run goes to the session's group, so each socket or stream
-watching that session (in any process) sees it; the message names the run's user, and a
-socket relays only its own user's (a session id a client chose can change hands when its
+watching that session (in any process) sees it; events queued together travel as one
+message (`items`), which the channel layer serializes once per receiving process, whatever
+the number of sockets there. The message names the run's user, and a socket relays only its own user's (a session id a client chose can change hands when its
 session is deleted). A cancel that reaches a process that does not own the run is
 broadcast on a control group; the owning process acts on it. A message queued for a run
 of another process (SPEC 1.5) goes the same way, with a reply channel: the owner alone
@@ -20,6 +21,7 @@ import hashlib
 import logging
 import re
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +46,10 @@ STEER_REPLY_S = 2.0
 """How long a process waits for the owner of a run to answer a steering request."""
 SESSION_DELETED_MESSAGE = "session.deleted"
 REVOKED_MESSAGE = "socket.revoked"
+MAX_QUEUED_EVENTS = 10_000
+"""Events that may wait per session for the channel layer before the sink drops new ones."""
+MAX_BATCH_EVENTS = 500
+"""Events per channel-layer message at most (a message stays well under Redis's limits)."""
 _GROUP_SAFE = re.compile(r"^[A-Za-z0-9._-]{1,80}$")
 
 
@@ -65,19 +71,34 @@ def token_digest(key: str) -> str:
 
 
 class ChannelLayerSink:
-    """EventSink: publish every emitted event to its session's group.
+    """EventSink: publish every emitted event to its session's group, in batches.
+
+    `publish` queues the event and returns; one sender task per session group drains the
+    queue, sending everything queued meanwhile as one channel-layer message (`items`, in
+    order), so a burst of deltas (a model step's) costs one group send and one receive per
+    process instead of one per delta, and the run never waits for Redis. Consecutive text
+    deltas of one message in a batch travel merged into one delta: a client renders the
+    same text, with fewer frames. A quiet stream still goes out event by event, at once.
 
     When a publish fails or takes over `timeout_s` (Redis down), the sink stops trying for
     `pause_s` and drops what comes meanwhile: a dead layer must not slow the run by a
-    connection attempt per event.
-    Sockets re-read the ledger when their live stream goes quiet, so they lose deltas only.
+    connection attempt per event. At most `max_queued` events wait per session (a layer
+    slower than the run drops the excess, logged). Sockets re-read the ledger when their
+    live stream goes quiet, so a drop costs deltas only.
     """
 
-    def __init__(self, layer: BaseChannelLayer | None = None, *, pause_s: float = 5.0, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, layer: BaseChannelLayer | None = None, *, pause_s: float = 5.0, timeout_s: float = 2.0,
+        max_queued: int = MAX_QUEUED_EVENTS, max_batch: int = MAX_BATCH_EVENTS,
+    ) -> None:
         self._layer = layer
         self.pause_s = pause_s
         self.timeout_s = timeout_s
+        self.max_queued = max_queued
+        self.max_batch = max_batch
         self._paused_until = 0.0
+        self._queued: dict[str, list[tuple[RunRecord, Event]]] = {}
+        self._senders: dict[str, asyncio.Task[None]] = {}
 
     @property
     def layer(self) -> BaseChannelLayer | None:
@@ -85,22 +106,87 @@ class ChannelLayerSink:
 
     async def publish(self, record: RunRecord, event: Event) -> None:
         layer = self.layer
-        now = time.monotonic()
-        if layer is None or now < self._paused_until:
+        if layer is None or time.monotonic() < self._paused_until:
             return
-        message = {
-            "type": EVENT_MESSAGE, "run_id": record.id, "session_id": record.session_id, "user_id": record.user_id,
-            "event": event.to_dict(),
-        }
+        group = session_group(record.session_id)
+        queue = self._queued.setdefault(group, [])
+        if len(queue) >= self.max_queued:
+            logger.warning("session %s: %d live events wait for the channel layer; event %s dropped",
+                           record.session_id, len(queue), event.id)
+            return
+        queue.append((record, event))
+        sender = self._senders.get(group)
+        loop = asyncio.get_running_loop()
+        if sender is None or sender.done() or sender.get_loop() is not loop:
+            self._senders[group] = loop.create_task(self._send_queued(group, layer))
+            # The sender starts on the next turn of the loop; yielding once starts it now, so
+            # the first event of a burst leaves at once and the rest gather behind it.
+            await asyncio.sleep(0)
+
+    async def _send_queued(self, group: str, layer: BaseChannelLayer) -> None:
+        me = asyncio.current_task()
         try:
-            # Bounded: a client retrying a dead server with backoff would hold the run.
-            await asyncio.wait_for(layer.group_send(session_group(record.session_id), message), self.timeout_s)
-        except Exception as exc:
-            self._paused_until = time.monotonic() + self.pause_s
-            logger.warning(
-                "channel layer unavailable (%s: %s): live events paused for %.0f s; sockets fall back to the ledger",
-                type(exc).__name__, exc, self.pause_s,
-            )
+            while queue := self._queued.get(group):
+                batch, self._queued[group] = queue[: self.max_batch], queue[self.max_batch :]
+                for message in batch_messages(batch):
+                    try:
+                        # Bounded: a client retrying a dead server with backoff would hold the run.
+                        async with asyncio.timeout(self.timeout_s):
+                            await layer.group_send(group, message)
+                    except Exception as exc:
+                        self._paused_until = time.monotonic() + self.pause_s
+                        self._queued.clear()
+                        logger.warning(
+                            "channel layer unavailable (%s: %s): live events paused for %.0f s; "
+                            "sockets fall back to the ledger", type(exc).__name__, exc, self.pause_s,
+                        )
+                        return
+        finally:
+            if self._senders.get(group) is me:
+                del self._senders[group]
+            if not self._queued.get(group):
+                self._queued.pop(group, None)
+
+
+def batch_messages(batch: Sequence[tuple[RunRecord, Event]]) -> list[dict[str, Any]]:
+    """The channel-layer messages for queued events of one session: one message per run of
+    consecutive events of one user (a session id can change hands), with adjacent text
+    deltas of one message merged."""
+    messages: list[dict[str, Any]] = []
+    for record, event in batch:
+        last = messages[-1] if messages else None
+        if last is None or last["user_id"] != record.user_id:
+            last = {"type": EVENT_MESSAGE, "session_id": record.session_id, "user_id": record.user_id, "items": []}
+            messages.append(last)
+        items: list[list[Any]] = last["items"]
+        data = event.to_dict()
+        if items and items[-1][0] == record.id and _merged(items[-1][1], data):
+            continue
+        items.append([record.id, data])
+    return messages
+
+
+_DELTA_SAME = ("object", "extensions", "author", "branch", "invocation_id", "request_id", "filter_key")
+
+
+def _merged(previous: dict[str, Any], data: dict[str, Any]) -> bool:
+    """Append `data`'s text to `previous` (event dicts) when both are plain text deltas of
+    the same message; whether it did."""
+    if not (_plain_delta(previous) and _plain_delta(data)):
+        return False
+    if any(previous.get(key) != data.get(key) for key in _DELTA_SAME):
+        return False
+    previous["message"]["content"] += data["message"]["content"]
+    return True
+
+
+def _plain_delta(data: dict[str, Any]) -> bool:
+    message = data.get("message")
+    return (
+        bool(data.get("partial")) and isinstance(message, dict) and message.get("role") == "assistant"
+        and isinstance(message.get("content"), str) and set(message) <= {"role", "content"}
+        and not data.get("state_delta") and data.get("error") is None and data.get("usage") is None
+    )
 
 
 async def request_cancel(runner: Runner, run_id: str) -> bool:

@@ -109,10 +109,17 @@ async def test_every_emitted_event_reaches_the_sessions_group_in_order() -> None
     channel = await layer.new_channel()
     await layer.group_add(session_group(session.id), channel)
     emitted = [e async for e in runner.run(user_id="alice", session_id=session.id, message="go")]
-    received = [await asyncio.wait_for(layer.receive(channel), 1) for _ in emitted]
-    assert [m["event"]["id"] for m in received] == [e.id for e in emitted]
+    received: list[dict[str, Any]] = []
+    while not received or received[-1]["items"][-1][1]["object"] != "runner.completion":
+        received.append(await asyncio.wait_for(layer.receive(channel), 1))
+    items = [event for message in received for _, event in message["items"]]
     assert {m["session_id"] for m in received} == {session.id}
-    assert received[-1]["event"]["object"] == "runner.completion"
+    # Batched, with adjacent text deltas of one message merged: the same events in the same
+    # order, the same text.
+    assert [e["id"] for e in items if not e["partial"]] == [e.id for e in emitted if not e.partial]
+    assert [e["id"] for e in items] == [e.id for e in emitted if e.id in {i["id"] for i in items}]
+    assert "".join(e["message"]["content"] for e in items if e["partial"]) == "".join(e.text for e in emitted if e.partial)
+    assert len(items) < len(emitted)
 
 
 class DeadLayer(InMemoryChannelLayer):
