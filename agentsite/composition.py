@@ -18,6 +18,7 @@ from agentsite.agents import AgentContext, AgentRegistry
 from agentsite.runtime import Runtime
 from agentsite.runtime import install as install_runtime
 from runs.backends import DjangoRunStore, active_runs_admission
+from runs.core.callbacks import Callbacks
 from runs.core.context.compaction import CompactionConfig
 from runs.core.context.governance import (
     TIKTOKEN,
@@ -109,12 +110,18 @@ def build_summarizer(knobs: dict[str, Any], summary_model: Model | None = None) 
     model = summary_model or build_model(settings.AGENTSITE_SUMMARY_MODEL)
     if isinstance(model, OfflineModel):
         return extractive_summarizer(budget_tokens=knobs["summary_budget_tokens"])
+    from agentsite.demo.agents import demo_runner_callbacks
+
     factory = chunked_summarizer if knobs["summary_chunked"] else llm_summarizer
+    runner_callbacks = demo_runner_callbacks()
     return factory(
         model,
         context_window=settings.AGENTSITE_CONTEXT_WINDOW,
         max_summary_words=knobs["summary_max_words"],
         cache_safe_forking=knobs["summary_cache_safe_fork"],
+        # SPEC 3.4 model callbacks (issue 26): the Runner's model callbacks apply to the
+        # summarizer's calls too (the redactor masks what a summary request sends).
+        callbacks=Callbacks(before_model=runner_callbacks.before_model, after_model=runner_callbacks.after_model),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -10,13 +11,15 @@ from django.db import transaction
 from sessions_app import models as orm
 from sessions_app.backends import DjangoSessionService, get_session_sync
 from sessions_app.core.session import SessionKey
-from sessions_app.core.summary import SummaryJob, SummaryOutcome
+from sessions_app.core.summary import ForkParent, SummaryJob, SummaryOutcome
 
 
-def session_summarize(*, session_id: str, filter_key: str, last_seq: int) -> SummaryOutcome | None:
+def session_summarize(*, session_id: str, filter_key: str, last_seq: int,
+                      parent: Mapping[str, Any] | None = None) -> SummaryOutcome | None:
     """Run the summary job for (session, filter key, last seq); None when the session is gone.
 
     Idempotent: once the stored summary covers `last_seq`, running it again does nothing.
+    `parent` is the request the job may fork from (SPEC 3.6), as `ForkParent.to_dict` wrote it.
     """
     from agentsite.runtime import summary_engine
 
@@ -24,17 +27,21 @@ def session_summarize(*, session_id: str, filter_key: str, last_seq: int) -> Sum
     if row is None:
         return None
     key = SessionKey(app=row.app, user_id=str(row.user_id), session_id=row.id)
-    job = SummaryJob(key=key, filter_key=filter_key, last_seq=last_seq)
+    job = SummaryJob(key=key, filter_key=filter_key, last_seq=last_seq,
+                     parent=ForkParent.from_dict(parent) if parent else None)
     return async_to_sync(summary_engine().run_job)(DjangoSessionService(), job)
 
 
-def summary_job_enqueue(*, session_id: str, filter_key: str, last_seq: int, queue: str | None = None) -> None:
-    """Send the job once the current transaction commits (at once outside of one)."""
+def summary_job_enqueue(*, session_id: str, filter_key: str, last_seq: int, queue: str | None = None,
+                        parent: Mapping[str, Any] | None = None) -> None:
+    """Send the job once the current transaction commits (at once outside of one), with the
+    fork parent it may summarize from (JSON, SPEC 3.6) when there is one."""
     from sessions_app.tasks import session_summarize_task
 
     def send() -> None:
         options = {"queue": queue} if queue else {}
-        session_summarize_task.apply_async(args=(session_id, filter_key, last_seq), **options)
+        args = (session_id, filter_key, last_seq) if parent is None else (session_id, filter_key, last_seq, dict(parent))
+        session_summarize_task.apply_async(args=args, **options)
 
     transaction.on_commit(send)
 

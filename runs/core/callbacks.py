@@ -50,9 +50,11 @@ Point = Literal["before_model", "after_model", "before_tool", "after_tool", "on_
 @dataclass(frozen=True, kw_only=True)
 class CallbackContext:
     """Where a model-, event- or run-level callback is called: the run's invocation and the
-    agent's step (0 for events and run callbacks)."""
+    agent's step (0 for events and run callbacks). `invocation` is None for a model call
+    outside a run: the summarizer's (SPEC 3.4 model callbacks, `ModelSummaryModel`), where
+    `agent_name` names the summarizer."""
 
-    invocation: Invocation
+    invocation: Invocation | None
     agent_name: str
     step: int = 0
 

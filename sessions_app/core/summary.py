@@ -192,6 +192,38 @@ class ForkParent:
     summary_last_seq: int = 0
     covered_last_seq: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for a job that crosses processes (SPEC 3.6 on the Celery path, issue
+        26). A tool travels as its dataclass fields (or as the mapping it already is); the
+        run layer's summary model reads such a mapping back as its tool spec."""
+        return {
+            "messages": [message.to_dict() for message in self.messages],
+            "tools": [_tool_fields(tool) for tool in self.tools],
+            "tools_tokens": self.tools_tokens,
+            "summary_last_seq": self.summary_last_seq,
+            "covered_last_seq": self.covered_last_seq,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ForkParent:
+        """The parent `to_dict` wrote; its tools come back as mappings."""
+        return cls(
+            messages=tuple(Message.from_dict(message) for message in data.get("messages", ())),
+            tools=tuple(dict(tool) for tool in data.get("tools", ())),
+            tools_tokens=int(data.get("tools_tokens", 0)),
+            summary_last_seq=int(data.get("summary_last_seq", 0)),
+            covered_last_seq=int(data.get("covered_last_seq", 0)),
+        )
+
+
+def _tool_fields(tool: Any) -> dict[str, Any]:
+    if isinstance(tool, Mapping):
+        return {key: value for key, value in tool.items()}
+    if dataclasses.is_dataclass(tool) and not isinstance(tool, type):
+        fields = dataclasses.asdict(tool)
+        return {key: dict(value) if isinstance(value, Mapping) else value for key, value in fields.items()}
+    raise TypeError(f"a fork parent's tool must be a dataclass or a mapping to cross processes, got {tool!r}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class SummaryRequest:

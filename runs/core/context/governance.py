@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runs.core.callbacks import CallbackContext, Callbacks, run_after_model, run_before_model
 from runs.core.context.compaction import CompactionConfig
 from runs.core.context.pinned import PINNED_BUDGET_RATIO
 from runs.core.llm.base import Model, ModelRequest, ToolSpec
@@ -33,6 +35,8 @@ from sessions_app.core.summary import (
 
 _CACHED_CHARS = 256 * 1024
 """Larger texts are counted each time rather than kept alive by the cache."""
+
+logger = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -185,23 +189,59 @@ def tools_tokens(tools: Sequence[ToolSpec], tokenizer: Tokenizer = TIKTOKEN) -> 
 
 class ModelSummaryModel:
     """A run-layer `Model` as the `SummaryModel` of an `LLMSummarizer`: one non-streaming
-    call, the final text (tool calls, if the model makes any, are ignored)."""
+    call, the final text (tool calls, if the model makes any, are ignored).
 
-    def __init__(self, model: Model, *, context_window: int | None = None) -> None:
+    `callbacks`: the summarizer's model callbacks (SPEC 3.4, issue 26): their
+    `before_model` may change the request or answer in the model's place (`Respond`: no
+    call), their `after_model` may replace the answer; the other points do not apply.
+    Their context has no invocation (`agent_name` is `name`). A summary has no event to
+    record a change on, so each change is logged at INFO."""
+
+    def __init__(self, model: Model, *, context_window: int | None = None, callbacks: Callbacks | None = None,
+                 name: str = "summarizer") -> None:
         self.model = model
         self._window = context_window
+        self.callbacks = callbacks
+        self.name = name
 
     @property
     def context_window(self) -> int:
         return self._window or self.model.info().context_window
 
     async def complete(self, messages: Sequence[Message], *, tools: Sequence[Any] = ()) -> str:
-        request = ModelRequest(messages=tuple(messages), tools=tuple(tools), stream=False)
-        text = ""
-        async for response in self.model.generate(request):
-            if not response.partial and response.message is not None:
-                text = response.message.content
-        return text
+        request = ModelRequest(messages=tuple(messages), tools=tuple(_tool_spec(t) for t in tools), stream=False)
+        callbacks = self.callbacks
+        context = CallbackContext(invocation=None, agent_name=self.name)
+        answer: Message | None = None
+        if callbacks is not None and callbacks.before_model:
+            gate = await run_before_model(callbacks, context, request)
+            _log_changes(self.name, gate.changes)
+            request, answer = gate.request, gate.response
+        if answer is None:
+            async for response in self.model.generate(request):
+                if not response.partial and response.message is not None:
+                    answer = response.message
+        if answer is None:
+            return ""
+        if callbacks is not None and callbacks.after_model:
+            answer, changes = await run_after_model(callbacks, context, answer)
+            _log_changes(self.name, changes)
+        return answer.content
+
+
+def _log_changes(name: str, changes: Sequence[Mapping[str, Any]]) -> None:
+    for change in changes:
+        logger.info("%s: %s callback %s changed the %s: %s", name, change.get("point"), change.get("callback"),
+                    change.get("change"), change.get("note") or "")
+
+
+def _tool_spec(tool: Any) -> ToolSpec:
+    """A fork parent's tool: a spec, or the mapping of its fields it became on its way to a
+    Celery worker (`ForkParent.to_dict`, SPEC 3.6)."""
+    if isinstance(tool, ToolSpec):
+        return tool
+    return ToolSpec(name=tool["name"], description=tool.get("description", ""), parameters=tool.get("parameters", {}),
+                    requires_one_of=tuple(tuple(group) for group in tool.get("requires_one_of", ())))
 
 
 def llm_summarizer(
@@ -211,9 +251,10 @@ def llm_summarizer(
     max_summary_words: int = 0,
     cache_safe_forking: bool = False,
     tokenizer: Tokenizer = TIKTOKEN,
+    callbacks: Callbacks | None = None,
 ) -> LLMSummarizer:
     return LLMSummarizer(
-        ModelSummaryModel(model, context_window=context_window),
+        ModelSummaryModel(model, context_window=context_window, callbacks=callbacks),
         name=f"llm:{model.info().name}",
         max_summary_words=max_summary_words,
         cache_safe_forking=cache_safe_forking,
@@ -228,11 +269,12 @@ def chunked_summarizer(
     max_summary_words: int = 0,
     cache_safe_forking: bool = False,
     tokenizer: Tokenizer = TIKTOKEN,
+    callbacks: Callbacks | None = None,
 ) -> ChunkedSummarizer:
     """Issue 12, C6: the model's summarizer with every request bounded by construction
     (hidden ranges in chunks, summaries of summaries, a failed chunk retried alone)."""
     return ChunkedSummarizer(
-        ModelSummaryModel(model, context_window=context_window),
+        ModelSummaryModel(model, context_window=context_window, callbacks=callbacks),
         name=f"chunked:{model.info().name}",
         max_summary_words=max_summary_words,
         cache_safe_forking=cache_safe_forking,
