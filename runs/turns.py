@@ -16,7 +16,13 @@ regeneration of an edit) is followed back by the reader.
 
 A session takes one redo at a time and none while one of its runs is queued or running
 (`TurnConflictError`): a second answer to the same message racing the first would make
-the transcript's "newest version" depend on which one ends last.
+the transcript's "newest version" depend on which one ends last. Within a process the
+check and the start are one claim; across processes a redo and a run started in another
+process in the same instant can both pass (the check reads the runs' rows, which the
+start inserts), as with the active-run limit (`runs.backends.active_runs_admission`).
+
+The redo runs on the agent that answered the message it redoes (the chat's agent picker
+may have changed since), else on the session's.
 """
 
 from __future__ import annotations
@@ -111,7 +117,7 @@ def session_regenerate(*, user: Any, session: orm.Session) -> RedoneTurn:
     if target is None or target.message is None:
         raise NothingToRegenerateError("nothing_to_regenerate", f"session {session.id!r} has no message to answer again")
     message = Message(role="user", content=target.message.content, parts=target.message.parts)
-    return _redo(user=user, session=session, message=message, kind=REGENERATES, of_event_id=target.id)
+    return _redo(user=user, session=session, message=message, kind=REGENERATES, of_event=target)
 
 
 def session_message_edit(*, user: Any, session: orm.Session, event_id: str, text: str) -> RedoneTurn:
@@ -120,10 +126,10 @@ def session_message_edit(*, user: Any, session: orm.Session, event_id: str, text
     target = user_message(session=session, event_id=event_id)
     assert target.message is not None  # user_message checked it
     message = Message(role="user", content=text, parts=target.message.parts)
-    return _redo(user=user, session=session, message=message, kind=EDIT_OF, of_event_id=target.id)
+    return _redo(user=user, session=session, message=message, kind=EDIT_OF, of_event=target)
 
 
-def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, of_event_id: str) -> RedoneTurn:
+def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, of_event: Event) -> RedoneTurn:
     with _claimed_lock:
         if session.id in _claimed:
             raise _busy(session.id)
@@ -132,13 +138,16 @@ def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, 
         if run_orm.Run.objects.filter(session_id=session.id, status__in=_LIVE).exists():
             raise _busy(session.id)
 
+        agent = _agent_of(session=session, event=of_event)
+
         async def start(runner: Runner) -> RunRecord:
             handle = await runner.start(
                 user_id=str(user.pk),
                 message=message,
                 session_id=session.id,
+                agent=agent if agent in runner.agents else None,
                 options=RunOptions(),
-                turn_extensions={kind: of_event_id},
+                turn_extensions={kind: of_event.id},
             )
             return handle.record
 
@@ -151,7 +160,15 @@ def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, 
         orm.Event.objects.filter(session=session, request_id=record.request_id, role="user", author="user")
         .order_by("seq").values_list("event_id", flat=True).first()
     )
-    return RedoneTurn(record=record, kind=kind, of_event_id=of_event_id, event_id=written)
+    return RedoneTurn(record=record, kind=kind, of_event_id=of_event.id, event_id=written)
+
+
+def _agent_of(*, session: orm.Session, event: Event) -> str | None:
+    """The agent of the run whose turn `event` opened, if that run is known."""
+    if not event.request_id:
+        return None
+    runs = run_orm.Run.objects.filter(session_id=session.id, request_id=event.request_id)
+    return runs.values_list("agent", flat=True).first()
 
 
 def _busy(session_id: str) -> TurnConflictError:

@@ -80,6 +80,23 @@ def test_regenerate_answers_the_last_message_again_in_a_new_turn(
     assert ledger(alice_api, session_id)[-1]["text"] == "third answer"
 
 
+def test_a_redo_runs_on_the_agent_that_answered_the_message(alice_api: Any, use_model: Callable[[Model], None]) -> None:
+    use_model(ScriptedModel.of("from general", "again from general", "edited, from general"))
+    session_id = alice_api.post("/api/sessions/", {"agent": "support"}, format="json").json()["id"]
+    first = alice_api.post(
+        "/api/runs/", {"message": "hello", "session_id": session_id, "agent": "general", "wait": True}, format="json",
+    ).json()
+    assert first["agent"] == "general"
+    regenerated = alice_api.post(f"/api/sessions/{session_id}/regenerate/", format="json").json()
+    assert regenerated["agent"] == "general"
+    finished(alice_api, regenerated["id"])
+    message = ledger(alice_api, session_id)[0]["id"]
+    edited = alice_api.post(f"/api/sessions/{session_id}/events/{message}/edit/", {"message": "hi"}, format="json").json()
+    assert edited["agent"] == "general"
+    finished(alice_api, edited["id"])
+    assert [e["author"] for e in ledger(alice_api, session_id)] == ["user", "general"] * 3
+
+
 def test_regenerate_in_a_chat_without_a_message_is_a_400(alice_api: Any) -> None:
     session_id = alice_api.post("/api/sessions/", {"title": "empty"}, format="json").json()["id"]
     assert_error(alice_api.post(f"/api/sessions/{session_id}/regenerate/", format="json"), 400, "nothing_to_regenerate")
