@@ -100,5 +100,20 @@ $(PEERS_STAMP): bench/requirements-peers.txt
 bench-peers: $(STAMP) $(PEERS_STAMP)
 	$(BIN)/python bench/peers/run.py $(BENCH_PEERS_ARGS)
 
+# The interop suite (issue 25): LangChain, LangGraph and the OpenAI Agents SDK, from their own
+# pinned venv (tests/interop/.venv, rebuilt when tests/interop/requirements.txt changes), drive
+# a live server. `make test` runs it too: tests/interop/test_interop.py builds the same venv
+# when it is missing and skips, saying why, when it cannot (no PyPI).
+INTEROP_VENV := tests/interop/.venv
+INTEROP_STAMP := $(INTEROP_VENV)/.installed-$(shell sha256sum tests/interop/requirements.txt | cut -c1-16)
+
+$(INTEROP_STAMP): tests/interop/requirements.txt
+	$(PYTHON) -m venv --clear $(INTEROP_VENV)
+	$(INTEROP_VENV)/bin/python -m pip install -q -r tests/interop/requirements.txt
+	touch $(INTEROP_STAMP)
+
+test-interop: setup $(INTEROP_STAMP)
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q tests/interop
+
 clean:
 	rm -rf $(VENV) var/*.sqlite3* var/test-*

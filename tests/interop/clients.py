@@ -1,0 +1,106 @@
+"""The frameworks integrators use, calling a live Agentsite as they call OpenAI (issue 25).
+
+Run in the interop virtualenv (tests/interop/.venv, tests/interop/requirements.txt), never in
+the project's: `python tests/interop/clients.py <case>` with AGENTSITE_URL and
+AGENTSITE_TOKEN set. Each case prints one JSON object (what the framework gave back) on its
+last line; tests/interop/test_interop.py starts the server, scripts its model and checks
+both what the framework got and what the server stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pydantic
+
+URL = os.environ.get("AGENTSITE_URL", "http://127.0.0.1:8000")
+TOKEN = os.environ.get("AGENTSITE_TOKEN", "")
+MODEL = os.environ.get("AGENTSITE_AGENT", "support")
+
+
+class Incident(pydantic.BaseModel):
+    host: str
+    expired: bool
+    severity: str
+
+
+class WeatherReport(pydantic.BaseModel):
+    city: str
+    celsius: int
+
+
+def get_weather(city: str) -> str:
+    """The weather in a city (the client's own function, run by the framework)."""
+    return f"{city}: 18C and sunny"
+
+
+def _chat_model(**options: Any) -> Any:
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(model=MODEL, base_url=f"{URL}/v1", api_key=TOKEN, timeout=60, **options)  # type: ignore[arg-type]
+
+
+def langchain_chat() -> dict[str, Any]:
+    """ChatOpenAI: invoke, stream, with_structured_output (json_schema)."""
+    model = _chat_model(max_retries=0)
+    invoked = model.invoke("What is INC-1042?")
+    streamed = [chunk.content for chunk in model.stream("Why is payments down?")]
+    structured = model.with_structured_output(Incident).invoke("Is the payments certificate expired?")
+    return {"invoke": invoked.content, "stream_chunks": len(streamed), "stream": "".join(map(str, streamed)),
+            "structured": structured.model_dump() if isinstance(structured, Incident) else repr(structured)}
+
+
+def langgraph_react() -> dict[str, Any]:
+    """A LangGraph ReAct loop whose tool runs in the client."""
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+
+    agent = create_react_agent(_chat_model(max_retries=0), [tool(get_weather)])
+    state = agent.invoke({"messages": [("user", "What is the weather in Paris?")]})
+    return {"messages": [{"type": m.type, "content": m.content,
+                          "tool_calls": [c["name"] for c in getattr(m, "tool_calls", []) or []]}
+                         for m in state["messages"]]}
+
+
+def agents_sdk() -> dict[str, Any]:
+    """The OpenAI Agents SDK on its default path (the Responses API): a local function tool
+    and a structured `output_type`."""
+    from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    set_default_openai_client(AsyncOpenAI(base_url=f"{URL}/v1", api_key=TOKEN, max_retries=0), use_for_tracing=False)
+    agent = Agent(name="weather", instructions="Report the weather as asked.", model=MODEL,
+                  tools=[function_tool(get_weather)], output_type=WeatherReport)
+
+    async def run() -> Any:
+        return await Runner.run(agent, "What is the weather in Paris?")
+
+    result = asyncio.run(run())
+    return {"final_output": result.final_output.model_dump(),
+            "items": [item.type for item in result.new_items]}
+
+
+def retried_failure() -> dict[str, Any]:
+    """A run that fails, called through ChatOpenAI with the SDK's default retries."""
+    import openai
+
+    try:
+        _chat_model(max_retries=2).invoke("Check the fleet.")
+    except openai.APIStatusError as exc:
+        return {"status": exc.status_code, "should_retry": exc.response.headers.get("x-should-retry")}
+    return {"status": 200}
+
+
+CASES: dict[str, Callable[[], dict[str, Any]]] = {
+    "langchain_chat": langchain_chat, "langgraph_react": langgraph_react, "agents_sdk": agents_sdk,
+    "retried_failure": retried_failure,
+}
+
+if __name__ == "__main__":
+    print(json.dumps(CASES[sys.argv[1]]()))

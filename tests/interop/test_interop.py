@@ -1,0 +1,182 @@
+"""The frameworks integrators use, against a live Agentsite (issue 25, "Done when").
+
+LangChain `ChatOpenAI` (invoke, stream, `with_structured_output`), a LangGraph ReAct loop
+with a local tool, the OpenAI Agents SDK on its default Responses path (a local function
+tool, `output_type`), and a failure that the client's own retries must not turn into more
+runs. The frameworks live in their own pinned virtualenv (tests/interop/requirements.txt,
+built here or by `make test-interop`); each case runs tests/interop/clients.py there against
+a Daphne server over the test database, whose model is a scripted OpenAI-compatible server,
+so the test checks what the framework got, what the model was sent and what was stored.
+Skipped, saying why, when that virtualenv cannot be built (no PyPI).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from runs import models as run_orm
+from runs.core.responses import ECHO_EXTENSION
+from sessions_app import models as session_orm
+from sessions_app.mapping import event_from_row
+from tests.support.daphne import LiveServer, live_daphne
+from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+HERE = Path(__file__).resolve().parent
+VENV = HERE / ".venv"
+REQUIREMENTS = HERE / "requirements.txt"
+BUILD_TIMEOUT_S = 600
+CASE_TIMEOUT_S = 120
+
+
+def _stamp() -> Path:
+    """The file that says the venv holds this requirements file (as the Makefile names it)."""
+    return VENV / f".installed-{hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16]}"
+
+
+def _build() -> str | None:
+    """Build the interop venv when it is not current; the reason it could not be, else None."""
+    if _stamp().exists():
+        return None
+    steps = [[sys.executable, "-m", "venv", "--clear", str(VENV)],
+             [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)]]
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"building {VENV} took over {BUILD_TIMEOUT_S}s"
+        if done.returncode != 0:
+            return f"could not build {VENV} ({' '.join(step[-3:])}): {done.stderr.strip()[-400:]}"
+    _stamp().touch()
+    return None
+
+
+@pytest.fixture(scope="module")
+def interop_python() -> Path:
+    problem = _build()
+    if problem is not None:
+        pytest.skip(f"the interop frameworks are not installed: {problem}")
+    return VENV / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, interop_python: Path,
+           model: ScriptedOpenAIServer) -> Iterator[LiveServer]:
+    # Auto memory off: its extraction would take a scripted answer. No model retries inside
+    # the server: the failure case needs the upstream's error to fail the run at once.
+    env = {"AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-test",
+           "AGENTSITE_MEMORY_AUTO": "0", "AGENTSITE_MODEL_MAX_RETRIES": "0"}
+    with live_daphne(tmp_path_factory.mktemp("interop"), env=env) as live:
+        yield live
+
+
+@pytest.fixture
+def script(model: ScriptedOpenAIServer) -> Iterator[ScriptedOpenAIServer]:
+    """The module's model; what a test scripts must be used by its end."""
+    model.requests.clear()
+    yield model
+    try:
+        model.assert_consumed()
+    finally:
+        while model.remaining:  # the next test starts with an empty script
+            model._next_step({})
+        model.unexpected.clear()
+
+
+def run_case(python: Path, server: LiveServer, user: Any, case: str) -> dict[str, Any]:
+    """Run one framework case in the interop venv; its JSON result."""
+    token = Token.objects.get_or_create(user=user)[0].key
+    env = {**os.environ, "AGENTSITE_URL": server.url, "AGENTSITE_TOKEN": token}
+    for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        env.pop(name, None)  # the client knows the server, nothing else
+    done = subprocess.run([str(python), str(HERE / "clients.py"), case], capture_output=True, text=True,
+                          timeout=CASE_TIMEOUT_S, env=env)
+    assert done.returncode == 0, f"{case} failed:\n{done.stderr[-3000:]}\nserver log:\n{server.output()[-3000:]}"
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _runs(user: Any) -> list[run_orm.Run]:
+    return list(run_orm.Run.objects.filter(user=user).order_by("created_at"))
+
+
+def _user_turns(user: Any) -> list[str]:
+    events = session_orm.Event.objects.filter(session__user=user).order_by("seq")
+    return [e.text for e in events if e.role == "user"]
+
+
+def test_langchain_chat_openai_invokes_streams_and_returns_structured_output(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    incident = {"host": "payments.internal", "expired": True, "severity": "high"}
+    script.script("INC-1042 is a certificate expiry.", ServerStep.answer("The certificate expired.", chunk_size=4),
+                  json.dumps(incident))
+    got = run_case(interop_python, server, alice, "langchain_chat")
+    assert got["invoke"] == "INC-1042 is a certificate expiry."
+    assert got["stream"] == "The certificate expired." and got["stream_chunks"] > 3
+    assert got["structured"] == incident
+    assert script.requests[2]["response_format"]["type"] == "json_schema"
+    assert [r.status for r in _runs(alice)] == ["completed"] * 3
+
+
+def test_a_langgraph_react_loop_runs_its_local_tool_and_continues_one_session(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    script.script(ServerStep.call("get_weather", {"city": "Paris"}, id="call_lg1"), "It is 18C and sunny in Paris.")
+    got = run_case(interop_python, server, alice, "langgraph_react")
+    messages = got["messages"]
+    assert [m["type"] for m in messages] == ["human", "ai", "tool", "ai"]
+    assert messages[1]["tool_calls"] == ["get_weather"] and messages[2]["content"] == "Paris: 18C and sunny"
+    assert messages[-1]["content"] == "It is 18C and sunny in Paris."
+    # The model's second step saw the result the client's tool gave.
+    result = script.requests[1]["messages"][-1]
+    assert (result["role"], result["tool_call_id"], result["content"]) == ("tool", "call_lg1", "Paris: 18C and sunny")
+    # One session and one run: the resent history continued the run that waited for the tool.
+    assert session_orm.Session.objects.filter(user=alice).count() == 1
+    assert [r.status for r in _runs(alice)] == ["completed"]
+
+
+def test_the_agents_sdk_on_its_default_responses_path_calls_a_local_tool_and_returns_its_output_type(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    script.script(ServerStep.call("get_weather", {"city": "Paris"}, id="call_sdk1"), json.dumps({"city": "Paris", "celsius": 18}))
+    got = run_case(interop_python, server, alice, "agents_sdk")
+    assert got["final_output"] == {"city": "Paris", "celsius": 18}
+    assert "tool_call_item" in got["items"] and "tool_call_output_item" in got["items"]
+    first, second = script.requests
+    assert "get_weather" in {t["function"]["name"] for t in first["tools"]}
+    assert first["response_format"]["type"] == "json_schema"
+    # The SDK's instructions reach the model beside the agent's own.
+    assert any("Report the weather as asked." in m["content"] for m in first["messages"] if m["role"] == "system")
+    assert second["messages"][-1]["content"] == "Paris: 18C and sunny"
+    assert session_orm.Session.objects.filter(user=alice).count() == 1
+    assert _user_turns(alice) == ["What is the weather in Paris?"]
+    # Both requests came through /v1/responses: their turns hold what the request said.
+    turns = [event_from_row(e) for e in session_orm.Event.objects.filter(session__user=alice, role__in=("user", "tool"))]
+    assert len(turns) == 2 and all(ECHO_EXTENSION in e.extensions for e in turns)
+
+
+def test_a_failure_retried_by_the_client_leaves_one_run_and_one_user_turn(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    script.script(ServerStep.error(500, "the model is down"))
+    got = run_case(interop_python, server, alice, "retried_failure")
+    assert got == {"status": 422, "should_retry": "false"}
+    assert [r.status for r in _runs(alice)] == ["failed"]
+    assert _user_turns(alice) == ["Check the fleet."]
