@@ -26,6 +26,7 @@ from runs.core.agents.base import Agent
 if TYPE_CHECKING:
     from runs.core.agents.graph import CheckpointStore
     from runs.core.context.governance import ContextGovernance
+    from runs.core.context.recall_preload import SessionRecallPreload
     from runs.core.llm.base import Model
     from runs.core.tools.base import Tool
     from skills_app.core.repository import SkillRepository
@@ -48,6 +49,8 @@ class AgentContext:
     """How to use the service tools (to add to an agent's instruction)."""
     memory_preload: int = 0
     """How many long-term memories to put in the prompt (AGENTSITE_MEMORY_PRELOAD)."""
+    session_recall: SessionRecallPreload | None = None
+    """Preload session recall (SPEC 5.4): AGENTSITE_RECALL_PRELOAD and its injection; None: off."""
     skills: SkillToolset | None = None
     """The configured skill tools over `skill_repository` (AGENTSITE_SKILLS_*)."""
     skill_repository: SkillRepository | None = None

@@ -295,6 +295,11 @@ AGENTSITE_MEMORY_EXTRACT_INTERVAL_S = env.integer("AGENTSITE_MEMORY_EXTRACT_INTE
 # Memories preloaded into the system prompt: 0 off, -1 all, N adaptive (SPEC 6.5). For the LLM flow's
 # preload step (`sessions_app.core.memory_tools.memory_preload_block`); nothing reads it until that is wired.
 AGENTSITE_MEMORY_PRELOAD = env.integer("AGENTSITE_MEMORY_PRELOAD", 0, minimum=-1)
+# Preload session recall (SPEC 5.4, issue 26): up to N events of the user's other sessions that match the
+# new message, in every request of the support agent's run (0: off, the SPEC's default; at most 20), as a
+# system block or a user message just before the new one.
+AGENTSITE_RECALL_PRELOAD = env.integer("AGENTSITE_RECALL_PRELOAD", 0, minimum=0)
+AGENTSITE_RECALL_PRELOAD_INJECTION = env.choice("AGENTSITE_RECALL_PRELOAD_INJECTION", "system", choices=("system", "user"))
 AGENTSITE_ARTIFACT_MAX_BYTES = env.integer("AGENTSITE_ARTIFACT_MAX_BYTES", 10 * 1024 * 1024)
 # Images and files in messages (issue 20): bytes per attachment (stored as a session artifact, so
 # AGENTSITE_ARTIFACT_MAX_BYTES also bounds it) and attachments per message. A JSON body carrying them is

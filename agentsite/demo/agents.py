@@ -10,6 +10,7 @@ from agentsite.demo.tools import DESTRUCTIVE_TOOLS, support_tools
 from runs.core.agents.llm import LLMAgent
 from runs.core.callbacks import Callbacks
 from runs.core.context.governance import ContextGovernance
+from runs.core.context.recall_preload import SessionRecallPreload
 from runs.core.llm.base import Model
 from runs.core.tools.base import Tool
 from skills_app.core.agent import SkillsLLMAgent
@@ -80,9 +81,11 @@ def build_support_agent(
     extra_instruction: str = "",
     memory_preload: int = 0,
     skills: SkillToolset | None = None,
+    session_recall: SessionRecallPreload | None = None,
 ) -> LLMAgent:
-    """The support agent; `extra_tools` (recall, memory, artifacts) and `skills` come from
-    the composition root, which knows the services behind them."""
+    """The support agent; `extra_tools` (recall, memory, artifacts), `skills` and the
+    recall preload (SPEC 5.4) come from the composition root, which knows the services
+    behind them."""
     common: dict[str, Any] = {
         "name": "support",
         "model": model,
@@ -90,6 +93,7 @@ def build_support_agent(
         "description": SUPPORT_DESCRIPTION,
         "tools": [*support_tools(), *extra_tools],
         "memory_preload": memory_preload,
+        "session_recall": session_recall,
         "parallel_tools": True,
         "governance": governance,
         # Issue 20: a destructive tool runs only once the user approved it in their message.

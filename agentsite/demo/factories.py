@@ -19,6 +19,7 @@ def support_agent(context: AgentContext) -> LLMAgent:
     return build_support_agent(
         context.model, context.governance, extra_tools=context.service_tools,
         extra_instruction=context.service_instruction, memory_preload=context.memory_preload, skills=context.skills,
+        session_recall=context.session_recall,
     )
 
 
