@@ -14,6 +14,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext, gettext_noop
 
 from agentsite.runtime import run_manager
 from runs.apis import agent_model_fields
@@ -22,25 +23,26 @@ from sessions_app import selectors as session_selectors
 
 SIDEBAR_SESSIONS = 100
 OFFLINE_PROVIDER = "offline"
-OFFLINE_BADGE = "Offline planner: deterministic rules, not a language model"
+# Marked for the catalog here, translated per request (issue 21).
+OFFLINE_BADGE = gettext_noop("Offline planner: deterministic rules, not a language model")
 
 # Shown on an empty conversation; each one exercises a different tool of the demo agent.
 SUGGESTIONS = (
-    "Why does payments.internal.example.com fail TLS handshakes?",
-    "Look up ticket INC-1042 and tell me how it was resolved.",
-    "Search the checkout-api logs for TLS errors.",
+    gettext_noop("Why does payments.internal.example.com fail TLS handshakes?"),
+    gettext_noop("Look up ticket INC-1042 and tell me how it was resolved."),
+    gettext_noop("Search the checkout-api logs for TLS errors."),
 )
 
 
 def model_badge(agent: dict[str, Any]) -> str:
     """What the header says about the model: plainly so when it is the offline planner."""
     if agent.get("model_provider") == OFFLINE_PROVIDER:
-        return OFFLINE_BADGE
+        return gettext(OFFLINE_BADGE)
     if not agent.get("model") and agent.get("kind") == "graph":
-        return "Graph: deterministic steps, no model"
-    name = agent.get("model") or "no model"
+        return gettext("Graph: deterministic steps, no model")
+    name = agent.get("model") or gettext("no model")
     provider = agent.get("model_provider")
-    return f"Model: {name}" + (f" ({provider})" if provider else "")
+    return gettext("Model: %(name)s") % {"name": name} + (f" ({provider})" if provider else "")
 
 
 def agent_catalog() -> list[dict[str, Any]]:
@@ -110,6 +112,6 @@ def chat(request: HttpRequest, session_id: str | None = None) -> HttpResponse:
         "sessions": sidebar_sessions(user=request.user),
         "agents": agents,
         "selected_agent": selected,
-        "suggestions": SUGGESTIONS,
+        "suggestions": [gettext(text) for text in SUGGESTIONS],
         "chat_config": config,
     })

@@ -208,8 +208,11 @@ def _marked_strings() -> set[str]:
         extract("Python", templatize(path.read_text(), origin=str(path)), python_keywords)
     for path in sorted((root / "runs" / "static" / "agentsite").glob("*.js")):
         extract("JavaScript", path.read_text(), ["gettext_noop", "ngettext:1,2", "pgettext:1c,2"])
-    for path in (root / "agentsite" / "errors.py", root / "agentsite" / "api" / "fields.py"):
-        extract("Python", path.read_text(), python_keywords)
+    for app in ("agentsite", "runs", "sessions_app", "skills_app", "evolution_app"):
+        for path in sorted((root / app).rglob("*.py")):
+            text = path.read_text()
+            if "django.utils.translation" in text:
+                extract("Python", text, python_keywords)
     return found
 
 
