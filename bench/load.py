@@ -16,6 +16,13 @@ The final audit reads every session's ledger and every run from the database:
   same frame (type, seq, tool call or message id) twice on a socket.
 Both must be 0: the exit status is 1 otherwise. Prints a report and writes
 `bench/results/load.json`. Skips (exit 0) when PostgreSQL or Redis do not answer.
+
+`--stack` runs against the production topology instead (`make stack`, bench/stack.py
+`balanced`: HAProxy in front of `--web` Daphne processes, two Celery workers) and writes
+`load-stack.json`; `--stack --compare-web` runs on one web process, then on two (same
+users and seconds, each on a fresh database) and writes `load-stack-compare.json`. Every
+result records the machine (its load average at the start), the date and the topology,
+and the run prints MET / MISSED for each load row of issue 23's targets table.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from stack import PYTHON, RESULTS, ROOT, Stack, free_port, percentile
+from stack import PYTHON, RESULTS, ROOT, Stack, Target, balanced, free_port, machine, percentile, topology
 
 STACK = Stack(db_name="agentsite_load_bench", redis_db=14)
 PROMPTS = (
@@ -200,21 +209,9 @@ async def _drive(base: str, tokens: list[str], seconds: float, turns: int, stats
     return time.monotonic() - started
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=200)
-    parser.add_argument("--seconds", type=float, default=120)
-    parser.add_argument("--turns", type=int, default=3, help="turns per session before a user opens the next")
-    args = parser.parse_args()
-    problem = STACK.reset()
-    if problem:
-        print(f"SKIP: {problem}; load benchmark not run.")
-        return 0
-    RESULTS.mkdir(exist_ok=True)
-    print(f"database {STACK.db_name} recreated; migrating...", flush=True)
-    STACK.manage("migrate", "--noinput")
-    # The shell may print a banner first; the tokens are the last lines.
-    tokens = STACK.manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users:]
+@contextmanager
+def _one_daphne() -> Iterator[str]:
+    """One Daphne and two Celery workers (`--pool=solo`), as before the stack existed."""
     port = free_port()
     processes: list[subprocess.Popen[bytes]] = []
     logs = []
@@ -228,7 +225,6 @@ def main() -> int:
                 cwd=ROOT, env=STACK.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))
         processes.append(STACK.daphne(port, RESULTS / "load-daphne.log"))
-        base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -238,12 +234,7 @@ def main() -> int:
                 if time.monotonic() > deadline or processes[-1].poll() is not None:
                     raise RuntimeError("daphne did not start; see bench/results/load-daphne.log") from None
                 time.sleep(0.2)
-        print(f"{args.users} users x {args.seconds:.0f}s, {args.turns} turns a session, daphne on {port}, 2 workers",
-              flush=True)
-        stats = Stats()
-        wall = asyncio.run(_drive(base, tokens, args.seconds, args.turns, stats))
-        time.sleep(2)  # let the last runs' completion records land before the audit
-        audit = _audit(stats)
+        yield f"http://127.0.0.1:{port}"
     finally:
         for process in processes:
             try:
@@ -258,17 +249,36 @@ def main() -> int:
         for log in logs:
             log.close()
 
+
+def measure(args: argparse.Namespace, *, web: int | None) -> dict[str, Any]:
+    """One load run on a fresh database: `web` Daphne processes behind HAProxy (the stack),
+    or None for one Daphne without a balancer. The report, with the machine and topology."""
+    problem = STACK.reset()
+    if problem:
+        raise SkipBench(problem)
+    print(f"database {STACK.db_name} recreated; migrating...", flush=True)
+    STACK.manage("migrate", "--noinput")
+    # The shell may print a banner first; the tokens are the last lines.
+    tokens = STACK.manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users:]
+    where = topology(web=web or 1, balancer=web is not None)
+    started_on = machine()  # the load average before this run's own processes start
+    server = balanced(STACK, web=web, log=RESULTS / f"load-stack-web{web}.log") if web else _one_daphne()
+    with server as base:
+        print(f"{args.users} users x {args.seconds:.0f}s, {args.turns} turns a session; {where}; {base}", flush=True)
+        stats = Stats()
+        wall = asyncio.run(_drive(base, tokens, args.seconds, args.turns, stats))
+        time.sleep(2)  # let the last runs' completion records land before the audit
+        audit = _audit(stats)
     all_turns = stats.latencies["rest"] + stats.latencies["ws"]
     report: dict[str, Any] = {
+        "machine": started_on, "topology": where, "web_processes": web or 1, "balancer": web is not None,
         "users": args.users, "seconds": args.seconds, "wall_s": round(wall, 1), "turns": len(all_turns),
         "turns_per_s": round(len(all_turns) / wall, 2), "errors": dict(stats.errors), "audit": audit,
         "latency_s": {
             kind: {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
             for kind, values in (("all", all_turns), ("rest", stats.latencies["rest"]), ("ws", stats.latencies["ws"]))
         },
-        "cpus": os.cpu_count(), "python": sys.version.split()[0],
     }
-    (RESULTS / "load.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nturns: {len(all_turns)} in {wall:.1f}s = {report['turns_per_s']} turns/s "
           f"({len(stats.latencies['rest'])} REST, {len(stats.latencies['ws'])} websocket)")
     for kind, row in report["latency_s"].items():
@@ -277,8 +287,76 @@ def main() -> int:
     print(f"errors: {sum(stats.errors.values())} {dict(stats.errors) or ''}")
     print(f"audit: {audit['sessions']} sessions, {audit['runs']} runs, {audit['events']} ledger events; "
           f"lost {sum(audit['lost'].values())} {audit['lost'] or ''}, "
-          f"duplicated {sum(audit['duplicated'].values())} {audit['duplicated'] or ''}")
-    return 1 if audit["lost"] or audit["duplicated"] else 0
+          f"duplicated {sum(audit['duplicated'].values())} {audit['duplicated'] or ''}", flush=True)
+    return report
+
+
+class SkipBench(Exception):
+    """PostgreSQL or Redis does not answer: the bench is skipped, not failed."""
+
+
+def targets(report: dict[str, Any], *, one_web: dict[str, Any] | None = None) -> list[Target]:
+    """Issue 23's load rows, from a run (and, for the scaling row, the run on one web process)."""
+    latency, audit = report["latency_s"], report["audit"]
+    shape = f"{report['users']} users x {report['seconds']:.0f} s"
+    note = "" if (report["users"], report["seconds"]) == (200, 120) else "the target is for 200 users x 120 s"
+    lost, duplicated = sum(audit["lost"].values()), sum(audit["duplicated"].values())
+
+    def p50(kind: str) -> float | None:
+        return latency[kind]["p50"]
+
+    ws, rest = p50("ws"), p50("rest")
+    rows = [
+        Target(measure=f"load, {shape}: websocket turn p50", target="<= 1 s",
+               value="n/a" if ws is None else f"{ws:.2f} s", met=None if ws is None else ws <= 1.0, note=note),
+        Target(measure=f"load, {shape}: REST wait turn p50", target="<= 1.5 s",
+               value="n/a" if rest is None else f"{rest:.2f} s", met=None if rest is None else rest <= 1.5, note=note),
+        Target(measure=f"load, {shape}: lost / duplicated", target="0 / 0", value=f"{lost} / {duplicated}",
+               met=lost == 0 and duplicated == 0),
+    ]
+    if one_web is not None:
+        ratio = report["turns_per_s"] / one_web["turns_per_s"] if one_web["turns_per_s"] else 0.0
+        rows.append(Target(
+            measure="two web processes against one, runs per second", target=">= 1.6x",
+            value=f"{ratio:.2f}x ({report['turns_per_s']} vs {one_web['turns_per_s']} turns/s)", met=ratio >= 1.6,
+            note=f"{shape} each, both behind HAProxy",
+        ))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--turns", type=int, default=3, help="turns per session before a user opens the next")
+    parser.add_argument("--stack", action="store_true",
+                        help="against the production topology (`make stack`: HAProxy, two Daphne processes)")
+    parser.add_argument("--web", type=int, default=2, choices=(1, 2), help="with --stack: web processes behind HAProxy")
+    parser.add_argument("--compare-web", action="store_true",
+                        help="with --stack: run on one web process, then on two, and compare runs per second")
+    args = parser.parse_args()
+    RESULTS.mkdir(exist_ok=True)
+    try:
+        if args.stack and args.compare_web:
+            one = measure(args, web=1)
+            two = measure(args, web=2)
+            rows = targets(two, one_web=one)
+            result: dict[str, Any] = {"runs": [one, two], "targets": [r.to_dict() for r in rows]}
+            name = "load-stack-compare.json"
+        else:
+            report = measure(args, web=args.web if args.stack else None)
+            rows = targets(report)
+            result = {**report, "targets": [r.to_dict() for r in rows]}
+            name = "load-stack.json" if args.stack else "load.json"
+    except SkipBench as exc:
+        print(f"SKIP: {exc}; load benchmark not run.")
+        return 0
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nTargets (issue 23; bench/results/{name}):")
+    for row in rows:
+        print(row.line())
+    runs = result.get("runs", [result])
+    return 1 if any(r["audit"]["lost"] or r["audit"]["duplicated"] for r in runs) else 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,24 @@
 """What the live-stack benchmarks (`stream.py`, `load.py`) share: a bench database on the
-local PostgreSQL, its own Redis database, `manage.py` and Daphne as child processes."""
+local PostgreSQL, its own Redis database, `manage.py` and Daphne as child processes, or the
+whole production topology (`balanced`: what `make stack` runs, HAProxy in front of the web
+processes), and the machine, date and targets every result file records."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import platform
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
@@ -37,7 +46,10 @@ class Stack:
     def env(self) -> dict[str, str]:
         return {
             **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": self.database_url,
-            "REDIS_URL": self.redis_url, "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1", **dict(self.extra_env),
+            "REDIS_URL": self.redis_url, "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1",
+            # The API rate counts live in the shared cache database (1): a prefix of the bench's
+            # own keeps its users (pk 1, 2, ...) apart from other databases' users of those pks.
+            "AGENTSITE_CACHE_KEY_PREFIX": f"bench-{self.db_name}", **dict(self.extra_env),
         }
 
     def reset(self) -> str | None:
@@ -110,3 +122,72 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+@contextmanager
+def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.0) -> Iterator[str]:
+    """The production topology on this bench's database and Redis database, on free ports:
+    `deploy/stack.py` (what `make stack` runs: HAProxy in front of `web` Daphne processes,
+    two Celery workers, under honcho). Yields the balancer's URL; stops every process after.
+    The database must be migrated already."""
+    ports = [free_port() for _ in range(4)]
+    env = {**stack.env(), "AGENTSITE_STACK_ACCESS_LOG": "/dev/null"}  # a log line per request costs CPU
+    with log.open("w") as out:
+        launcher = subprocess.Popen(
+            [str(PYTHON), "deploy/stack.py", "--port", str(ports[0]), "--web", str(web), "--web-ports",
+             f"{ports[1]},{ports[2]}", "--stats-port", str(ports[3]), "--no-migrate",
+             "--ready-timeout", str(ready_timeout_s)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + ready_timeout_s + 30
+        while "READY http://" not in log.read_text():
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the stack did not come up; see {log}")
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{ports[0]}"
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGTERM)
+        try:
+            launcher.wait(45)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def topology(*, web: int, balancer: bool) -> str:
+    """How the bench's server side was deployed, for the result file."""
+    front = f"HAProxy in front of {web} Daphne process{'es' if web > 1 else ''}" if balancer else "1 Daphne process"
+    return f"{front}, 2 Celery workers, PostgreSQL and Redis on loopback, offline model"
+
+
+def machine() -> dict[str, Any]:
+    """The machine and the moment a result was measured (the load of a shared machine included)."""
+    load = os.getloadavg()
+    return {
+        "host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
+        "python": sys.version.split()[0], "loadavg_at_start": [round(x, 2) for x in load],
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One row of issue 23's targets table, as measured."""
+
+    measure: str
+    target: str
+    value: str
+    met: bool | None  # None: not measured in this run
+    note: str = ""
+
+    @property
+    def verdict(self) -> Literal["MET", "MISSED", "NOT MEASURED"]:
+        return "NOT MEASURED" if self.met is None else "MET" if self.met else "MISSED"
+
+    def line(self) -> str:
+        return f"  {self.verdict:<6} {self.measure}: {self.value} (target {self.target}){f'; {self.note}' if self.note else ''}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"measure": self.measure, "target": self.target, "value": self.value, "verdict": self.verdict,
+                "note": self.note}
