@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from runs.core.agents.llm import LLMAgent
-from runs.core.errors import UsageError
+from runs.core.errors import DuplicateRequestError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.llm.base import ToolSpec
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
-from runs.core.records import InMemoryRunStore
+from runs.core.records import InMemoryRunStore, RunRecord
 from runs.core.runner import Runner
 from sessions_app.core.events import Event, Message, utcnow
 from sessions_app.core.inmemory import InMemorySessionService
@@ -122,3 +122,27 @@ async def test_the_paused_segment_is_timed_apart_from_the_wait() -> None:
     assert record.started_at is not None and record.ended_at is not None
     assert record.ended_at - record.started_at >= timedelta(0)
     model.assert_consumed()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_on_the_database_two_resumes_racing_claim_a_paused_run_once(alice: Any) -> None:
+    from runs.backends import DjangoRunStore
+    from sessions_app.backends import DjangoSessionService
+
+    session = await DjangoSessionService().create_session(app="t", user_id=str(alice.pk))
+    store = DjangoRunStore()
+    user = str(alice.pk)
+    await store.create(RunRecord(id="r1", app="t", user_id=user, session_id=session.id, agent="a",
+                                 request_id="q1", status="requires_action", started_at=utcnow()))
+    await store.create(RunRecord(id="r2", app="t", user_id=user, session_id=session.id, agent="a",
+                                 request_id="q2", status="completed", started_at=utcnow()))
+    assert await store.running() == []  # a paused run is not live: no reaper takes it
+    with pytest.raises(DuplicateRequestError):  # the resuming request's id is the user's
+        await store.resume("r1", user_id=user, request_id="q2", owner="me", at=utcnow())
+    results = await asyncio.gather(*(store.resume("r1", user_id=user, request_id=f"q-{i}", owner="me", at=utcnow())
+                                     for i in range(4)))
+    [won] = [r for r in results if r is not None]
+    assert (won.status, won.owner) == ("running", "me")
+    stored = await store.get("r1")
+    assert stored is not None and stored.request_id == won.request_id
+    assert await store.resume("r2", user_id=user, request_id="q9", owner="me", at=utcnow()) is None  # not paused
