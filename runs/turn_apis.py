@@ -56,6 +56,16 @@ class SessionRegenerateApi(APIView):
             raise _refused(exc) from None
 
 
+class MessageEditInputSerializer(serializers.Serializer):
+    # Named for the schema: every API's nested `InputSerializer` would be one "Input" component.
+    message = StrictCharField(trim_whitespace=False, help_text="the edited text")
+
+    def validate_message(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be empty")
+        return within_message_limit(value)
+
+
 class SessionMessageEditApi(APIView):
     """Resend a user message of the chat with new text, as a new turn (201, the run). The
     new user event records `edit_of: <event id>` and keeps the message's files; the
@@ -63,13 +73,7 @@ class SessionMessageEditApi(APIView):
     chat), 400 `not_editable` for an event that is not a message you sent, 409
     `run_active` while a run of the chat is queued or running."""
 
-    class InputSerializer(serializers.Serializer):
-        message = StrictCharField(trim_whitespace=False, help_text="the edited text")
-
-        def validate_message(self, value: str) -> str:
-            if not value.strip():
-                raise serializers.ValidationError("must not be empty")
-            return within_message_limit(value)
+    InputSerializer = MessageEditInputSerializer
 
     @extend_schema(request=InputSerializer, responses={201: RedoOutput})
     def post(self, request: Request, session_id: str, event_id: str) -> Response:
