@@ -51,8 +51,11 @@ def langchain_chat() -> dict[str, Any]:
     invoked = model.invoke("What is INC-1042?")
     streamed = [chunk.content for chunk in model.stream("Why is payments down?")]
     structured = model.with_structured_output(Incident).invoke("Is the payments certificate expired?")
+    # `use_responses_api`: the same model through /v1/responses.
+    responses = _chat_model(max_retries=0, use_responses_api=True).invoke("And through the Responses API?")
     return {"invoke": invoked.content, "stream_chunks": len(streamed), "stream": "".join(map(str, streamed)),
-            "structured": structured.model_dump() if isinstance(structured, Incident) else repr(structured)}
+            "structured": structured.model_dump() if isinstance(structured, Incident) else repr(structured),
+            "responses": responses.text}
 
 
 def langgraph_react() -> dict[str, Any]:
@@ -86,6 +89,27 @@ def agents_sdk() -> dict[str, Any]:
             "items": [item.type for item in result.new_items]}
 
 
+def agents_sdk_handoff() -> dict[str, Any]:
+    """The Agents SDK, streamed: a triage agent (Agentsite's `general`) hands off to an agent
+    whose model is Agentsite's `support`, which gets the history with the handoff's call."""
+    from agents import Agent, Runner, set_default_openai_client, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    set_default_openai_client(AsyncOpenAI(base_url=f"{URL}/v1", api_key=TOKEN, max_retries=0), use_for_tracing=False)
+    desk = Agent(name="support desk", instructions="Answer ticket questions.", model="support")
+    triage = Agent(name="triage", instructions="Hand ticket questions to the support desk.", model="general",
+                   handoffs=[desk])
+
+    async def run() -> dict[str, Any]:
+        result = Runner.run_streamed(triage, "What is INC-1042?")
+        kinds = [event.type async for event in result.stream_events()]
+        return {"final_output": result.final_output, "last_agent": result.last_agent.name,
+                "stream_events": sorted(set(kinds))}
+
+    return asyncio.run(run())
+
+
 def retried_failure() -> dict[str, Any]:
     """A run that fails, called through ChatOpenAI with the SDK's default retries."""
     import openai
@@ -99,7 +123,7 @@ def retried_failure() -> dict[str, Any]:
 
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "langchain_chat": langchain_chat, "langgraph_react": langgraph_react, "agents_sdk": agents_sdk,
-    "retried_failure": retried_failure,
+    "agents_sdk_handoff": agents_sdk_handoff, "retried_failure": retried_failure,
 }
 
 if __name__ == "__main__":

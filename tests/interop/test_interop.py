@@ -126,13 +126,14 @@ def test_langchain_chat_openai_invokes_streams_and_returns_structured_output(
 ) -> None:
     incident = {"host": "payments.internal", "expired": True, "severity": "high"}
     script.script("INC-1042 is a certificate expiry.", ServerStep.answer("The certificate expired.", chunk_size=4),
-                  json.dumps(incident))
+                  json.dumps(incident), "The same answer, as a response.")
     got = run_case(interop_python, server, alice, "langchain_chat")
     assert got["invoke"] == "INC-1042 is a certificate expiry."
     assert got["stream"] == "The certificate expired." and got["stream_chunks"] > 3
     assert got["structured"] == incident
     assert script.requests[2]["response_format"]["type"] == "json_schema"
-    assert [r.status for r in _runs(alice)] == ["completed"] * 3
+    assert got["responses"] == "The same answer, as a response."
+    assert [r.status for r in _runs(alice)] == ["completed"] * 4
 
 
 def test_a_langgraph_react_loop_runs_its_local_tool_and_continues_one_session(
@@ -170,6 +171,23 @@ def test_the_agents_sdk_on_its_default_responses_path_calls_a_local_tool_and_ret
     # Both requests came through /v1/responses: their turns hold what the request said.
     turns = [event_from_row(e) for e in session_orm.Event.objects.filter(session__user=alice, role__in=("user", "tool"))]
     assert len(turns) == 2 and all(ECHO_EXTENSION in e.extensions for e in turns)
+
+
+def test_an_agents_sdk_handoff_into_an_agentsite_agent_streams_its_answer(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    script.script(ServerStep.call("transfer_to_support_desk", {}, id="call_h1"),
+                  ServerStep.answer("Support desk: INC-1042 is a certificate expiry.", chunk_size=6))
+    got = run_case(interop_python, server, alice, "agents_sdk_handoff")
+    assert got["final_output"] == "Support desk: INC-1042 is a certificate expiry."
+    assert got["last_agent"] == "support desk"
+    assert {"raw_response_event", "run_item_stream_event", "agent_updated_stream_event"} <= set(got["stream_events"])
+    first, second = script.requests
+    assert "transfer_to_support_desk" in {t["function"]["name"] for t in first["tools"]}
+    # The support agent's model saw the question and the handoff (a call of the client's, as context).
+    sent = json.dumps(second["messages"])
+    assert "What is INC-1042?" in sent and "transfer_to_support_desk" in sent
+    assert any("Answer ticket questions." in m["content"] for m in second["messages"] if m["role"] == "system")
 
 
 def test_a_failure_retried_by_the_client_leaves_one_run_and_one_user_turn(
