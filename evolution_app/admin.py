@@ -94,8 +94,7 @@ def file_documents(files: dict[str, str]) -> str:
     return format_html(
         '<div class="evolution-documents">{}</div>',
         format_html_join(
-            "", '<h4><code>{}</code></h4><pre style="white-space: pre-wrap; overflow-wrap: normal; '
-            'word-break: normal; max-width: 100ch">{}</pre>', ordered,
+            "", "<h4><code>{}</code></h4><pre>{}</pre>", ordered,
         ),
     )
 
@@ -140,7 +139,8 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         candidate = self.get_object(request, object_id)
-        context = {**(extra_context or {})}
+        # Every field is read-only: the page's only writes are the decision buttons.
+        context = {"show_save": False, "show_save_and_continue": False, **(extra_context or {})}
         if candidate is not None and candidate.status == "pending_review" and self.has_change_permission(request, candidate):
             context["decision_form"] = DecisionForm()
             context["decide_url"] = reverse("admin:evolution_app_skillcandidate_decide", args=[candidate.pk])
@@ -228,7 +228,7 @@ class SkillCandidateAdmin(admin.ModelAdmin):
                 "<h4>{}</h4><ul>{}</ul>", heading,
                 format_html_join("", "<li>{} <em>{}</em> <code>{}</code></li>", cells),
             ))
-        return format_html_join("", "{}", ((b,) for b in blocks))
+        return format_html('<div class="evolution-evidence">{}</div>', format_html_join("", "{}", ((b,) for b in blocks)))
 
     @admin.display(description="proposed text")
     def diff_view(self, candidate: orm.SkillCandidate) -> str:
