@@ -89,9 +89,17 @@ def test_the_trace_page_is_chinese(client: Any, alice: Any, alice_api: Any) -> N
     run = alice_api.post("/api/runs/", {"message": "hello", "wait": True}, format="json").json()
     client.force_login(alice)
     html = client.get(f"/runs/{run['id']}/trace/", **ZH).content.decode()
-    for text in ("运行追踪", "模型调用", "工具调用", "返回对话"):
+    for text in ("运行追踪", "模型调用", "工具调用", "返回对话", "<dd>已完成</dd>"):
         assert text in html, text
     assert "Run trace" not in html
+    # The machine words of the timeline read in Chinese; their data attributes stay as they are.
+    assert re.search(r'<tr class="trace-row trace-model" data-kind="model" data-status="ok"[^>]*>\s*<th[^>]*>[^<]*</th>\s*'
+                     r"<td>模型\s*</td>\s*<td>成功\s*</td>", html), html
+
+
+def test_the_admin_is_chinese(admin_client: Any) -> None:
+    html = admin_client.get("/admin/", **ZH).content.decode()
+    assert "站点管理" in html  # Django's own catalog: "Site administration"
 
 
 def test_the_javascript_catalog_follows_the_language(client: Any) -> None:
@@ -178,12 +186,13 @@ def test_the_catalog_is_complete_and_its_mo_matches_the_po(domain: str) -> None:
     assert [e.msgid for e in entries if not e.translated()] == []
     with (CATALOGS / f"{domain}.mo").open("rb") as handle:
         compiled = gettext.GNUTranslations(handle)
-    expected = {}
+    expected: dict[Any, str] = {}
     for e in entries:
+        msgid = f"{e.msgctxt}\x04{e.msgid}" if e.msgctxt else e.msgid  # how GNU gettext keys a context
         if e.msgid_plural:
-            expected[(e.msgid, 0)] = e.msgstr_plural[0]
+            expected[(msgid, 0)] = e.msgstr_plural[0]
         else:
-            expected[e.msgid] = e.msgstr
+            expected[msgid] = e.msgstr
     found = {key: value for key, value in compiled._catalog.items() if key != ""}
     assert found == expected, f"{domain}.mo is out of date: compile {domain}.po (README, Languages)"
 
