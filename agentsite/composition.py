@@ -30,12 +30,12 @@ from runs.core.context.governance import (
     extractive_summarizer,
     llm_summarizer,
 )
-from runs.core.context.recall_preload import SessionRecallPreload
 from runs.core.lifecycle import PROCESS_OWNER, Lifecycle
 from runs.core.llm.base import Model
 from runs.core.manager import RunManager
 from runs.core.runner import Runner
 from runs.fanout import ChannelLayerSink, listen_for_cancels
+from runs.remote_agents import attach_remote_agents, watch_remote_agents
 from sessions_app.backends import DjangoSessionService
 from sessions_app.core.cache import CachedSessionService
 from sessions_app.core.session import SessionService
@@ -213,9 +213,6 @@ def agent_context(model: Model, governance: ContextGovernance | None) -> AgentCo
         service_tools=tuple(service_tools()),
         service_instruction=RECALL_INSTRUCTION,
         memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
-        session_recall=SessionRecallPreload(
-            max_results=settings.AGENTSITE_RECALL_PRELOAD, injection=settings.AGENTSITE_RECALL_PRELOAD_INJECTION,
-        ) if settings.AGENTSITE_RECALL_PRELOAD else None,
         skills=skill_tools(),
         skill_repository=skill_repository(),
         # Graph agents checkpoint in the database so a paused run can be resumed by any
@@ -360,6 +357,9 @@ async def _start_background(runner: Runner) -> None:
     )
     runner.spawn(lifecycle.run_forever(), name="runs-lifecycle")
     runner.spawn(listen_for_cancels(runner), name="runs-cancel-listener")
+    # The admin's remote A2A agents, as agents and as tools of the registered ones (issue 25, item 8).
+    await attach_remote_agents(runner)
+    runner.spawn(watch_remote_agents(runner), name="runs-remote-agents")
 
 
 @functools.cache

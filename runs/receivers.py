@@ -22,6 +22,8 @@ from django.dispatch import receiver
 from rest_framework.authtoken.models import Token
 
 from runs.fanout import REVOKED_MESSAGE, SESSION_DELETED_MESSAGE, session_group, token_digest, user_group
+from runs.models import RemoteAgent
+from runs.remote_agents import remote_agents_changed
 from runs.services import session_runs_stop
 from sessions_app.signals import session_deleted, session_deleting
 
@@ -68,3 +70,11 @@ def close_inactive_user_sockets(sender: Any, *, instance: Any, **kwargs: Any) ->
 @receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="runs.close_deleted_user_sockets")
 def close_deleted_user_sockets(sender: Any, *, instance: Any, **kwargs: Any) -> None:
     _tell_on_commit(user_group(instance.pk), {"type": REVOKED_MESSAGE})
+
+
+@receiver(post_save, sender=RemoteAgent, dispatch_uid="runs.remote_agent_saved")
+@receiver(post_delete, sender=RemoteAgent, dispatch_uid="runs.remote_agent_deleted")
+def remote_agent_changed(sender: Any, **kwargs: Any) -> None:
+    # This process's Runner serves the change at once; the others within seconds
+    # (runs/remote_agents.py follows the table).
+    transaction.on_commit(remote_agents_changed)
