@@ -13,6 +13,7 @@ import pydantic
 import pytest
 
 from runs.core.llm.base import Model
+from tests.api.test_attachments import PNG, data_url
 from tests.support.openai_asgi import agents_on, client_for, runs_of, sessions_of, stored_events
 from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 
@@ -297,3 +298,37 @@ async def test_a_request_repeated_with_its_idempotency_key_gets_the_first_respon
     with pytest.raises(openai.BadRequestError) as caught:
         await client.responses.create(model="support", input="something else", extra_headers={"Idempotency-Key": "k-1"})
     assert caught.value.body["code"] == "idempotency_key_reused"  # type: ignore[index]
+
+
+async def test_a_streamed_json_answer_is_one_delta_of_the_validated_value(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    good = {"host": "payments.internal", "expired": True, "severity": "high"}
+    openai_server.script(ServerStep.answer(json.dumps(good), chunk_size=3))
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    stream = await client.responses.create(
+        model="support", input="Is it expired?", stream=True,
+        text={"format": {"type": "json_schema", "name": "incident", "schema": Incident.model_json_schema()}},
+    )
+    events = [event async for event in stream]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]  # type: ignore[union-attr]
+    assert len(deltas) == 1 and json.loads(deltas[0]) == good
+    completed = events[-1].response  # type: ignore[union-attr]
+    assert completed.text is not None and completed.text.format.type == "json_schema"
+
+
+async def test_an_input_image_reaches_the_upstream_as_an_image_part(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("A transparent pixel.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    response = await client.responses.create(model="support", input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "What is in this image?"},
+        {"type": "input_image", "image_url": data_url(PNG), "detail": "low"},
+    ]}])
+    assert response.output_text == "A transparent pixel."
+    user = openai_server.requests[0]["messages"][-1]
+    assert user["content"][0] == {"type": "text", "text": "What is in this image?"}
+    assert user["content"][1]["image_url"]["url"] == data_url(PNG)
