@@ -30,6 +30,7 @@ from runs.core.context.governance import (
     extractive_summarizer,
     llm_summarizer,
 )
+from runs.core.context.recall_preload import SessionRecallPreload
 from runs.core.lifecycle import PROCESS_OWNER, Lifecycle
 from runs.core.llm.base import Model
 from runs.core.manager import RunManager
@@ -213,6 +214,9 @@ def agent_context(model: Model, governance: ContextGovernance | None) -> AgentCo
         service_tools=tuple(service_tools()),
         service_instruction=RECALL_INSTRUCTION,
         memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
+        session_recall=SessionRecallPreload(
+            max_results=settings.AGENTSITE_RECALL_PRELOAD, injection=settings.AGENTSITE_RECALL_PRELOAD_INJECTION,
+        ) if settings.AGENTSITE_RECALL_PRELOAD else None,
         skills=skill_tools(),
         skill_repository=skill_repository(),
         # Graph agents checkpoint in the database so a paused run can be resumed by any
