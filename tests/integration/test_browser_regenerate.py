@@ -1,8 +1,9 @@
 """Regenerate an answer, edit and resend a message, and the artifacts panel (issue 21, chat
 features), in a real browser against the scripted model (so each answer differs): the
 newest version of a redone turn is shown with buttons to see the earlier ones, before and
-after a reload; an edit opens in place (Escape cancels); a file a run saves appears in the
-Files panel without a reload. Uses test_browser.py's live Daphne, Chromium and helpers;
+after a reload; an edit opens in place (Escape cancels), and one of an older message is
+marked with a link to its original; a file a run saves appears in the Files panel without
+a reload. Uses test_browser.py's live Daphne, Chromium and helpers;
 its scripted server runs without auto memory (AGENTSITE_MEMORY_AUTO=0)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 QUESTION = "What broke the payments gateway?"
 EDITED = "What broke the payments gateway on Friday?"
+SATURDAY = "What broke the payments gateway on Saturday?"
 REPORT = "# Gateway report\n\nThe certificate expired.\n"
 
 
@@ -45,6 +47,7 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
         ServerStep.answer("Edited answer: on Friday the certificate expired at noon."),
         ServerStep.calls(("artifact_save", {"filename": "report.md", "content": REPORT, "mime": "text/markdown"})),
         ServerStep.answer("I saved the report as report.md."),
+        ServerStep.answer("On Saturday nothing broke."),
     )
     page = open_page(browser)
     log_in(page, slow_server)
@@ -60,6 +63,7 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
     expect(page.locator(".msg-user:visible")).to_have_count(1)
     versions = page.get_by_role("group", name="Versions of this message and its answer")
     expect(versions).to_contain_text("2 / 2")
+    expect(versions).to_contain_text("Version 2 of 2")  # what a screen reader reads
     expect(page.get_by_role("button", name="Regenerate this answer")).to_be_enabled()
     shoot(page, "chat-regenerated.png")
 
@@ -118,11 +122,23 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
     assert href is not None and "/artifacts/report.md?version=0" in href
     assert page.request.get(href).text() == REPORT
     shoot(page, "chat-files-panel.png")
+    page.keyboard.press("Escape")
+
+    # An edit of an older message stays where the ledger puts it (last), marked, with a
+    # link back to the original.
+    page.locator(".msg-user:visible").first.get_by_role("button", name="Edit and resend this message").click()
+    field.fill(SATURDAY)
+    field.press("Enter")
+    expect(page.locator(".msg-assistant:visible .msg-bubble").last).to_have_text("On Saturday nothing broke.")
+    expect(page.locator(".msg-user:visible .msg-text")).to_have_text([EDITED, "Write the report as a file.", SATURDAY])
+    page.locator(".msg-user:visible").last.get_by_role("button", name="Show the original message").click()
+    expect(page.locator(".msg-user:visible").first).to_be_focused()
 
     # After a reload: the same versions, the newest shown; the ledger says what each redoes.
     page.reload()
     expect(page.locator(".msg-assistant:visible .msg-bubble")).to_have_text([
         "Edited answer: on Friday the certificate expired at noon.", "I saved the report as report.md.",
+        "On Saturday nothing broke.",
     ])
     expect(versions).to_contain_text("3 / 3")
     versions.get_by_role("button", name="Show the previous version").click()
@@ -133,8 +149,9 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
     session_id = page.evaluate("window.agentsiteChat.state.sessionId")
     events = page.request.get(f"{slow_server.url}/api/sessions/{session_id}/events/").json()["results"]
     users = [e for e in events if e["role"] == "user"]
-    assert [u["text"] for u in users] == [QUESTION, QUESTION, EDITED, "Write the report as a file."]
+    assert [u["text"] for u in users] == [QUESTION, QUESTION, EDITED, "Write the report as a file.", SATURDAY]
     assert users[1]["regenerates"] == users[0]["id"]
     assert users[2]["edit_of"] == users[1]["id"]
+    assert users[4]["edit_of"] == users[2]["id"]
     assert scripted_model.remaining == 0
     assert page.js_errors == []

@@ -166,10 +166,19 @@
       actionsOf(message).prepend(box);
     }
     box.dataset.group = group.key;
+    // "2 / 3" on screen; a screen reader reads the words instead (an aria-label on a span is not read).
     const text = `${index + 1} / ${count}`;
     const label = box.querySelector(".turn-version-label");
-    if (label.textContent !== text) label.textContent = text;
-    label.setAttribute("aria-label", format(gettext("Version %(n)s of %(count)s"), { n: index + 1, count }));
+    if (label.dataset.text !== text) {
+      label.dataset.text = text;
+      const shown = document.createElement("span");
+      shown.setAttribute("aria-hidden", "true");
+      shown.textContent = text;
+      const spoken = document.createElement("span");
+      spoken.className = "visually-hidden";
+      spoken.textContent = format(gettext("Version %(n)s of %(count)s"), { n: index + 1, count });
+      label.replaceChildren(shown, spoken);
+    }
     box.querySelector(".turn-previous").disabled = index === 0;
     box.querySelector(".turn-next").disabled = index === count - 1;
   }
