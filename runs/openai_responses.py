@@ -57,6 +57,7 @@ from runs.core.responses import (
 from runs.core.runner import Runner
 from runs.core.tools.client import ClientToolError, check_choice, check_clashes
 from runs.openai_compat import (
+    MATCH_HEADER,
     PART_SEPARATOR,
     REPLAYED_HEADER,
     RUN_HEADER,
@@ -219,7 +220,7 @@ async def create_response(request: HttpRequest) -> HttpResponse:
             raise OpenAIError(400, str(exc).replace("tool_choice.function.name", "tool_choice.name"), param=param,
                               code=exc.code) from None
         session_id = await _session_of(user, echo.previous_response_id, session_header)
-        seed = chat.seed
+        match, seed = None, chat.seed
         if session_id is None and chat.seed:
             # A stateless client (the Agents SDK's default) resending its chat: continue the
             # session that holds it, as chat completions do.
@@ -259,6 +260,8 @@ async def create_response(request: HttpRequest) -> HttpResponse:
         return exc.response()
 
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
+    if match is not None:
+        headers[MATCH_HEADER] = "history-ambiguous" if match.ambiguous else "history"
     remember = _Remember(user=user, chat=chat, session_id=record.session_id,
                          fresh=session_header is None and echo.previous_response_id is None)
     if chat.stream:

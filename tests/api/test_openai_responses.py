@@ -160,8 +160,9 @@ async def test_streamed_a_stateless_client_resends_its_items_and_the_session_con
 
     resent = [question, *[item.model_dump(exclude_none=True) for item in first.output],
               {"type": "function_call_output", "call_id": "call_o1", "output": "-3C"}]
-    second = await client.responses.create(model="support", input=resent, tools=[WEATHER_TOOL])  # type: ignore[arg-type,list-item]
-    assert second.output_text == "Cold: -3C."
+    raw = await client.responses.with_raw_response.create(model="support", input=resent, tools=[WEATHER_TOOL])  # type: ignore[arg-type,list-item]
+    second = raw.parse()
+    assert second.output_text == "Cold: -3C." and raw.headers["X-Session-Match"] == "history"
     assert len(await sessions_of(alice)) == 1  # found by the resent history, nothing seeded again
     openai_server.assert_consumed()
 
