@@ -128,6 +128,9 @@ async def test_streamed_a_stateless_client_resends_the_history_and_continues(
     assert [c["function"]["name"] for c in call_message["tool_calls"]] == ["get_weather"]
     assert (result["tool_call_id"], result["content"]) == ("call_s1", "sunny, 18C")
     openai_server.assert_consumed()
+    # The history matched the session, so the result continued the run that paused on the call.
+    [run] = await runs_of(alice)
+    assert (run.status, run.model_calls) == ("completed", 2)
 
 
 async def test_server_tools_of_the_same_step_run_on_the_server_and_only_the_client_calls_come_back(
