@@ -1,391 +1,45 @@
-"""The code workspace (SPEC 8.3, 8.4): a folder per run, and a sandbox to run commands in it.
-
-Layout of a workspace (`<root>/<id>/`): `ws/` is what the sandbox sees as `/workspace`,
-with `skills/` (staged skills, read-only inside), `work/` (inputs and scratch), `out/`
-(outputs: exported as artifacts) and `runs/`. Bookkeeping (which outputs were exported)
-lives beside `ws/`, where the sandbox cannot reach it.
-
-Each command is one subprocess, started as
-
-    prlimit --cpu --as --fsize --nproc --core=0 -- \\
-      bwrap --unshare-net --unshare-pid --unshare-ipc --unshare-uts --die-with-parent \\
-            --ro-bind /usr /usr (+ /bin, /lib, /lib64, /sbin symlinks) --proc /proc --dev /dev \\
-            --tmpfs /tmp --bind ws /workspace --ro-bind ws/skills /workspace/skills --clearenv ... -- \\
-      setpriv --reuid 65534 --regid 65534 --clear-groups --no-new-privs -- sh -c COMMAND
-
-Why this shape (facts checked on these machines): a process started by root inside bwrap
-still reads root-only files, so the command drops to an unprivileged uid (and RLIMIT_NPROC
-only binds a non-root uid); limits are set by the `prlimit` command because `preexec_fn`
-is unsafe in threaded servers; only `/usr` (the system interpreter: a virtualenv under
-/root would be unreadable to that uid anyway), the workspace and a private /tmp exist
-inside; the new network namespace has nothing but a loopback of its own, so every
-connection is refused or unreachable. The wall-clock timeout kills the whole process
-group (and bwrap's pid namespace dies with it). Output is read incrementally and only the
-first 16 KiB of each stream is kept.
-
-`probe_isolation` checks once per process that all this works (uid dropped, no network
-interface but loopback); when it does not, `WorkspaceExecutor.run` refuses to run
-anything and says why.
-
-What a command leaves in `ws/` is the untrusted side of a trust boundary (issue 17): it
-can make any name there a symlink, a hard link or a FIFO, at any time. The host reads and
-writes it only from folder fds with O_NOFOLLOW at every component (`workspace_fs`), so
-exports, staged inputs and skills never follow a link out. Each workspace has a quota of
-bytes and files: a size-limited tmpfs mounted on `ws/` where this process may mount one
-(the kernel refuses writes past it, and the sandbox's mountinfo then shows no host path),
-otherwise a checked quota (watched while a command runs, the workspace emptied when over).
-A workspace is removed when its run ends (`SkillToolset.release`), and any unused for
-`ttl_s` (this process's too) by the sweep.
-"""
+"""Code workspaces: one run's folder, its files and its commands."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
-import logging
 import os
-import re
-import shlex
 import shutil
 import signal
 import stat as stat_module
-import subprocess
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from skills_app.core import workspace_fs as fs
+from skills_app.core.workspace.policy import CommandPolicy
+from skills_app.core.workspace.probe import probe_isolation, sandbox_argv
+from skills_app.core.workspace.results import (
+    _ENV_NAME,
+    _READ_CHUNK,
+    _RESERVED_ENV,
+    _SWEEP_EVERY_S,
+    _WATCH_EVERY_S,
+    _WORKSPACE_ID,
+    KIB,
+    LAYOUT,
+    TRUNCATION_MARKER,
+    CommandResult,
+    Isolation,
+    IsolationUnavailableError,
+    OutputFile,
+    WorkspaceConfig,
+    logger,
+    prepare_root,
+)
 from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
-logger = logging.getLogger(__name__)
-
-KIB = 1024
-MIB = 1024 * 1024
-LAYOUT = ("skills", "work", "out", "runs")
-TRUNCATION_MARKER = "...[output truncated]..."
-_READ_CHUNK = 64 * KIB
-_WATCH_EVERY_S = 0.25
-_SWEEP_EVERY_S = 60.0
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_RESERVED_ENV = ("LD_", "BASH_FUNC_")
-_WORKSPACE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-
-# Programs that run other programs or shells: a command policy can never allow them.
-SHELL_WRAPPERS = frozenset({
-    "sh", "bash", "dash", "zsh", "ksh", "fish", "eval", "exec", "xargs", "env", "sudo", "su", "doas",
-    "nohup", "setsid", "timeout", "nice", "chroot", "unshare", "nsenter", "busybox", "command", "builtin",
-    "source", ".", "setpriv", "runuser", "script",
-})
-_FORBIDDEN_IN_POLICY = re.compile(r"[`$<>(){}\\\n]")
-_OPERATORS = frozenset({"|", "&&", "||", ";"})
-
-
-class IsolationUnavailableError(RuntimeError):
-    """The sandbox cannot be set up on this machine; nothing is executed."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SandboxLimits:
-    """Per-command limits (DESIGN 6: 5 min wall clock, 16 KiB of each stream inline)."""
-
-    timeout_s: float = 300.0
-    cpu_s: int = 60
-    memory_bytes: int = 512 * MIB
-    file_size_bytes: int = 64 * MIB
-    max_processes: int = 64
-    output_limit_bytes: int = 16 * KIB
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkspaceConfig:
-    """Where workspaces live, how commands are confined, what may run."""
-
-    root: Path
-    limits: SandboxLimits = field(default_factory=SandboxLimits)
-    uid: int = 65534
-    gid: int = 65534
-    allowed_commands: tuple[str, ...] = ()
-    denied_commands: tuple[str, ...] = ()
-    max_artifacts: int = 20
-    max_output_file_bytes: int = 4 * MIB
-    # The quota of one workspace: bytes on disk, and files and folders in it.
-    max_bytes: int = 256 * MIB
-    max_files: int = 10_000
-    # A size-limited tmpfs per workspace (the kernel enforces the quota) where this process
-    # may mount one; otherwise, or when False, a checked quota (see `WorkspaceExecutor.run`).
-    tmpfs: bool = True
-    # Workspaces unused for longer are removed, also those of this process.
-    ttl_s: int = 24 * 3600
-    bwrap: str = "/usr/bin/bwrap"
-    prlimit: str = "/usr/bin/prlimit"
-    setpriv: str = "/usr/bin/setpriv"
-    python: str = "/usr/bin/python3"
-    # Host paths bound read-only into the sandbox (the system's programs and libraries).
-    ro_binds: tuple[str, ...] = ("/usr",)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Isolation:
-    """Whether commands can run confined here, and how or why not."""
-
-    available: bool
-    mechanism: str
-    reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"available": self.available, "mechanism": self.mechanism, "reason": self.reason}
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommandResult:
-    """What one command did. `stdout` / `stderr` are the first `output_limit_bytes` of each
-    stream (decoded, invalid UTF-8 replaced); `*_bytes` the full sizes."""
-
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    stdout_bytes: int
-    stderr_bytes: int
-    stdout_truncated: bool
-    stderr_truncated: bool
-    timed_out: bool
-    duration_ms: int
-    warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-            "timed_out": self.timed_out, "duration_ms": self.duration_ms, "warnings": list(self.warnings),
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutputFile:
-    """A regular file read from the workspace (slash path relative to the folder read)."""
-
-    path: str
-    data: bytes
-    size: int = 0  # of the file, when `data` was cut
-
-
-# -- command policy (SPEC 8.2 / 8.3) ---------------------------------------------------------
-
-
-def _simple_commands(command: str) -> list[list[str]]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars="|&;")
-    lexer.whitespace_split = True
-    commands: list[list[str]] = [[]]
-    for token in lexer:
-        if token in _OPERATORS:
-            commands.append([])
-        elif set(token) <= set("|&;"):
-            raise WorkspaceError(f"operator {token!r} is not allowed; use |, &&, || or ;")
-        else:
-            commands[-1].append(token)
-    if any(not c for c in commands):
-        raise WorkspaceError(f"command {command!r} has an empty part")
-    return commands
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommandPolicy:
-    """Allow and deny lists of executables (by base name).
-
-    With neither list the command goes to `sh -c` as written: the sandbox is the
-    protection. With either list (policy mode) the command must be simple commands joined
-    by `|`, `&&`, `||` or `;`: no redirections, `$` expansions, backticks, subshells,
-    braces or leading assignments, and no shell wrappers (sh, bash, env, xargs, ...),
-    since any of those would let a denied program run under another name.
-    """
-
-    allowed: frozenset[str] = frozenset()
-    denied: frozenset[str] = frozenset()
-
-    @property
-    def enforced(self) -> bool:
-        return bool(self.allowed or self.denied)
-
-    def check(self, command: str) -> None:
-        """Raise `WorkspaceError` naming the reason when the command may not run."""
-        if not command or not command.strip():
-            raise WorkspaceError("a command is required")
-        if "\x00" in command:
-            raise WorkspaceError("the command contains a NUL character")
-        if not self.enforced:
-            return
-        bad = _FORBIDDEN_IN_POLICY.search(command)
-        if bad:
-            raise WorkspaceError(
-                f"command {command!r} uses {bad.group(0)!r}: redirections, expansions and subshells are not "
-                "allowed while a command allow or deny list is set"
-            )
-        try:
-            commands = _simple_commands(command)
-        except ValueError as exc:
-            raise WorkspaceError(f"command {command!r} cannot be parsed: {exc}") from None
-        for argv in commands:
-            if "=" in argv[0]:
-                raise WorkspaceError(f"leading assignment {argv[0]!r} is not allowed")
-            program = os.path.basename(argv[0])
-            if program in SHELL_WRAPPERS:
-                raise WorkspaceError(f"command {program!r} runs other programs and is never allowed under a policy")
-            if program in self.denied:
-                raise WorkspaceError(f"command {program!r} is denied")
-            if self.allowed and program not in self.allowed:
-                raise WorkspaceError(f"command {program!r} is not in the allowed commands {sorted(self.allowed)!r}")
-
-
-# -- isolation probe -------------------------------------------------------------------------
-
-
-def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Mapping[str, str], argv: Sequence[str]) -> list[str]:
-    """The full command line that runs `argv` confined in `workspace` (see the module doc)."""
-    limits = config.limits
-    line = [
-        config.prlimit,
-        f"--cpu={max(1, int(limits.cpu_s))}",
-        f"--as={limits.memory_bytes}",
-        f"--fsize={limits.file_size_bytes}",
-        f"--nproc={limits.max_processes}",
-        "--core=0",
-        "--",
-        config.bwrap,
-        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-        "--die-with-parent",
-    ]
-    for path in config.ro_binds:
-        line += ["--ro-bind", path, path]
-    for link, target in (("/bin", "usr/bin"), ("/sbin", "usr/sbin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64")):
-        if os.path.exists(f"/{target}"):
-            line += ["--symlink", target, link]
-    line += [
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-        "--bind", str(workspace), SANDBOX_ROOT,
-    ]
-    # bwrap follows a symlinked source: bind `skills` only when it is a real folder (inside
-    # every sandbox it is a mount point, so a command cannot swap it afterwards).
-    with contextlib.suppress(OSError):
-        if stat_module.S_ISDIR(os.lstat(workspace / "skills").st_mode):
-            line += ["--ro-bind", str(workspace / "skills"), f"{SANDBOX_ROOT}/skills"]
-    # `python` is what models type; the sandbox has the system's python3 under that name too.
-    line += ["--dir", "/opt/sandbox/bin", "--symlink", config.python, "/opt/sandbox/bin/python"]
-    line += ["--chdir", cwd, "--clearenv"]
-    for key, value in env.items():
-        line += ["--setenv", key, value]
-    line += [
-        "--",
-        config.setpriv, f"--reuid={config.uid}", f"--regid={config.gid}", "--clear-groups", "--no-new-privs",
-        "--",
-        *argv,
-    ]
-    return line
-
-
-_PROBE_SCRIPT = (
-    "import os\n"
-    "ifaces = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
-    "print(os.getuid(), os.getgid(), ','.join(sorted(ifaces)))\n"
-)
-
-
-def _probe(config: WorkspaceConfig) -> Isolation:
-    mechanism = "bwrap+setpriv+prlimit"
-    if not os.access(config.bwrap, os.X_OK):
-        return Isolation(
-            available=False, mechanism=mechanism,
-            reason=f"bubblewrap is not installed ({config.bwrap} not found; on Debian or Ubuntu: apt install bubblewrap)",
-        )
-    for tool in (config.prlimit, config.setpriv, config.python):
-        if not os.access(tool, os.X_OK):
-            return Isolation(available=False, mechanism=mechanism, reason=f"{tool} is not installed")
-    if os.geteuid() != 0:
-        return Isolation(
-            available=False, mechanism=mechanism,
-            reason=f"the sandbox starts as root to drop to uid {config.uid}; this process runs as uid {os.geteuid()}",
-        )
-    try:
-        prepare_root(config.root)
-    except WorkspaceError as exc:
-        return Isolation(available=False, mechanism=mechanism, reason=str(exc))
-    probe_dir = config.root / f".probe-{os.getpid()}-{threading.get_ident()}"
-    try:
-        workspace = probe_dir / "ws"
-        workspace.mkdir(parents=True, exist_ok=True)
-        os.chown(workspace, config.uid, config.gid)
-        argv = sandbox_argv(
-            config, workspace, cwd=SANDBOX_ROOT, env={"PATH": "/usr/bin:/bin"}, argv=[config.python, "-c", _PROBE_SCRIPT]
-        )
-        done = subprocess.run(argv, capture_output=True, timeout=20, env={}, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox could not start: {exc}")
-    finally:
-        shutil.rmtree(probe_dir, ignore_errors=True)
-    if done.returncode != 0:
-        detail = done.stderr.decode(errors="replace").strip()[-400:]
-        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox failed to start: {detail}")
-    words = done.stdout.decode(errors="replace").split()
-    expected = [str(config.uid), str(config.gid)]
-    if words[:2] != expected:
-        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox runs as uid/gid {words[:2]!r}, not {expected!r}")
-    interfaces = words[2].split(",") if len(words) > 2 else []
-    if [i for i in interfaces if i and i != "lo"]:
-        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox still sees network interfaces {interfaces!r}")
-    return Isolation(available=True, mechanism=mechanism)
-
-
-_probe_lock = threading.Lock()
-
-
-@functools.cache
-def _cached_probe(config: WorkspaceConfig) -> Isolation:
-    with _probe_lock:
-        isolation = _probe(config)
-    if isolation.available:
-        logger.info("workspace sandbox ready (%s, uid %s, no network)", isolation.mechanism, config.uid)
-    else:
-        logger.warning(
-            "workspace sandbox UNAVAILABLE: %s. Code execution (skill_run, workspace_exec) is refused.", isolation.reason
-        )
-    return isolation
-
-
-def probe_isolation(config: WorkspaceConfig) -> Isolation:
-    """Whether the sandbox works here; checked once per process and configuration."""
-    return _cached_probe(config)
-
-
 # -- workspaces ------------------------------------------------------------------------------
-
-
-def prepare_root(root: Path) -> None:
-    """Make the folder of all workspaces (0700), and refuse one that another user could
-    have planted or could swap: a symlink, not ours, writable by group or others, or
-    below a folder such a user could rename things in (this process works in it as root)."""
-    try:
-        os.makedirs(root, mode=0o700, exist_ok=True)
-        found = os.lstat(root)
-    except OSError as exc:
-        raise WorkspaceError(f"the workspace root {str(root)!r} cannot be made: {exc.strerror}") from None
-    if not stat_module.S_ISDIR(found.st_mode):
-        raise WorkspaceError(f"the workspace root {str(root)!r} is not a folder (a symlink?)")
-    if found.st_uid != os.geteuid() or found.st_mode & 0o022:
-        raise WorkspaceError(
-            f"the workspace root {str(root)!r} must belong to uid {os.geteuid()} and not be writable by others"
-        )
-    for folder in Path(os.path.realpath(root)).parents:
-        held = os.stat(folder)
-        shared = held.st_mode & 0o022 and not held.st_mode & stat_module.S_ISVTX
-        if held.st_uid not in (0, os.geteuid()) or shared:
-            raise WorkspaceError(
-                f"the workspace root {str(root)!r} is inside {str(folder)!r}, which another user can change"
-            )
 
 
 class Workspace:
