@@ -13,6 +13,7 @@ import pytest
 
 from runs.core.llm.base import Model
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from runs.turns import EDIT_NOTE, REGENERATE_NOTE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,10 +53,16 @@ def assert_error(response: Any, status: int, code: str, field: str | None = None
         assert error.get("field") == field
 
 
+def system_text(model: ScriptedModel) -> str:
+    """The instruction of the model's newest request."""
+    return "\n".join(m.content for m in model.requests[-1].messages if m.role == "system")
+
+
 def test_regenerate_answers_the_last_message_again_in_a_new_turn(
     alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
-    use_model(ScriptedModel.of("first answer", "second answer", "third answer"))
+    model = ScriptedModel.of("first answer", "second answer", "third answer")
+    use_model(model)
     session_id = ask(alice_api, "Why is the VPN down?")["session_id"]
     before = ledger(alice_api, session_id)
 
@@ -72,6 +79,11 @@ def test_regenerate_answers_the_last_message_again_in_a_new_turn(
         ("user", "Why is the VPN down?"), ("assistant", "second answer"),
     ]
     assert events[2]["id"] == redo["turn_event_id"] and events[2]["regenerates"] == original
+    # The model is told the earlier answer was not wanted (it still sees that turn).
+    assert REGENERATE_NOTE in system_text(model)
+    assert [m.content for m in model.requests[-1].messages if m.role != "system"][-3:] == [
+        "Why is the VPN down?", "first answer", "Why is the VPN down?",
+    ]
 
     # Again: the newest user message is the regeneration, and it is the one named.
     again = alice_api.post(f"/api/sessions/{session_id}/regenerate/", format="json").json()
@@ -131,7 +143,7 @@ def test_another_users_chat_cannot_be_regenerated_or_edited(
 def test_edit_resends_a_message_with_new_text_as_a_new_turn(
     alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
-    model = ScriptedModel.of("about INC-1", "about INC-2", "about INC-3")
+    model = ScriptedModel.of("about INC-1", "about INC-2", "about INC-3", "you are welcome")
     use_model(model)
     session_id = ask(alice_api, "What happened in INC-1?")["session_id"]
     ask(alice_api, "And INC-2?", session_id)
@@ -153,8 +165,12 @@ def test_edit_resends_a_message_with_new_text_as_a_new_turn(
     ]
     assert events[4]["edit_of"] == first and events[4]["id"] == redo["turn_event_id"]
     assert "regenerates" not in events[4]
-    # The model got the edited text as the turn it answers.
+    # The model got the edited text as the turn it answers, told that it replaces the earlier one.
     assert model.requests[-1].messages[-1].content == "What happened in INC-3?"
+    assert EDIT_NOTE in system_text(model) and REGENERATE_NOTE not in system_text(model)
+    # A plain run after it carries no note.
+    ask(alice_api, "Thanks", session_id)
+    assert EDIT_NOTE not in system_text(model)
 
 
 def test_only_a_message_you_sent_can_be_edited(alice_api: Any, use_model: Callable[[Model], None]) -> None:
