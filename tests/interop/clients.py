@@ -111,14 +111,23 @@ def agents_sdk_handoff() -> dict[str, Any]:
 
 
 def retried_failure() -> dict[str, Any]:
-    """A run that fails, called through ChatOpenAI with the SDK's default retries."""
+    """A run that fails, called with each SDK's default retries: ChatOpenAI (chat
+    completions), then the Agents SDK (the Responses API)."""
     import openai
+    from agents import Agent, Runner, set_default_openai_client, set_tracing_disabled
 
+    got: dict[str, Any] = {}
     try:
-        _chat_model(max_retries=2).invoke("Check the fleet.")
+        _chat_model().invoke("Check the fleet.")
     except openai.APIStatusError as exc:
-        return {"status": exc.status_code, "should_retry": exc.response.headers.get("x-should-retry")}
-    return {"status": 200}
+        got["langchain"] = {"status": exc.status_code, "should_retry": exc.response.headers.get("x-should-retry")}
+    set_tracing_disabled(True)
+    set_default_openai_client(openai.AsyncOpenAI(base_url=f"{URL}/v1", api_key=TOKEN), use_for_tracing=False)
+    try:
+        Runner.run_sync(Agent(name="fleet", model=MODEL), "Check the fleet again.")
+    except openai.APIStatusError as exc:
+        got["agents_sdk"] = {"status": exc.status_code, "should_retry": exc.response.headers.get("x-should-retry")}
+    return got
 
 
 CASES: dict[str, Callable[[], dict[str, Any]]] = {

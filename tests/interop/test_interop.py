@@ -117,7 +117,7 @@ def _runs(user: Any) -> list[run_orm.Run]:
 
 
 def _user_turns(user: Any) -> list[str]:
-    events = session_orm.Event.objects.filter(session__user=user).order_by("seq")
+    events = session_orm.Event.objects.filter(session__user=user).order_by("created_at", "seq")
     return [e.text for e in events if e.role == "user"]
 
 
@@ -190,11 +190,12 @@ def test_an_agents_sdk_handoff_into_an_agentsite_agent_streams_its_answer(
     assert any("Answer ticket questions." in m["content"] for m in second["messages"] if m["role"] == "system")
 
 
-def test_a_failure_retried_by_the_client_leaves_one_run_and_one_user_turn(
+def test_a_failure_retried_by_the_clients_leaves_one_run_and_one_user_turn_per_call(
     interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
 ) -> None:
-    script.script(ServerStep.error(500, "the model is down"))
+    script.script(ServerStep.error(500, "the model is down"), ServerStep.error(500, "the model is still down"))
     got = run_case(interop_python, server, alice, "retried_failure")
-    assert got == {"status": 422, "should_retry": "false"}
-    assert [r.status for r in _runs(alice)] == ["failed"]
-    assert _user_turns(alice) == ["Check the fleet."]
+    refused = {"status": 422, "should_retry": "false"}
+    assert got == {"langchain": refused, "agents_sdk": refused}
+    assert [r.status for r in _runs(alice)] == ["failed", "failed"]
+    assert sorted(_user_turns(alice)) == sorted(["Check the fleet.", "Check the fleet again."])
