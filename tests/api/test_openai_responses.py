@@ -231,6 +231,9 @@ async def test_a_failed_run_is_a_422_not_retried_and_a_failed_event_when_streame
                  "input[0].content[0].type", id="bad-part"),
     pytest.param({"model": "support", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
                  "input[0].content[0].image_url", id="image-file-id"),
+    pytest.param({"model": "support", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "data:image/png;base64,@@@"}]}]},
+                 "input[0].content[1].image_url", id="image-does-not-decode"),
     pytest.param({"model": "support", "input": [{"role": "user", "content": "hi"},
                                                 {"type": "function_call_output", "call_id": "nope", "output": "x"},
                                                 {"role": "user", "content": "again"}]},
