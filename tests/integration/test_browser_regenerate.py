@@ -155,3 +155,32 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
     assert users[4]["edit_of"] == users[2]["id"]
     assert scripted_model.remaining == 0
     assert page.js_errors == []
+
+
+def test_a_failed_answer_can_be_tried_again(
+    slow_server: LiveServer,  # noqa: F811
+    scripted_model: ScriptedOpenAIServer,  # noqa: F811
+    browser: Any,  # noqa: F811
+) -> None:
+    from playwright.sync_api import expect
+
+    scripted_model.script(
+        ServerStep.error(400, "scripted refusal of this request"),
+        ServerStep.answer("The gateway is fine now."),
+    )
+    page = open_page(browser)
+    log_in(page, slow_server)
+    send(page, QUESTION)
+    failure = page.locator(".notice-inline", has_text="The run failed")
+    expect(failure).to_contain_text("scripted refusal of this request")
+    again = failure.get_by_role("button", name="Answer this message again")
+    expect(again).to_have_text("Try again")
+    again.click()
+    expect(page.locator(".msg-assistant:visible .msg-bubble")).to_have_text(["The gateway is fine now."])
+    expect(failure).to_be_hidden()  # the failed try is version 1 of 2
+    versions = page.get_by_role("group", name="Versions of this message and its answer")
+    expect(versions).to_contain_text("2 / 2")
+    versions.get_by_role("button", name="Show the previous version").click()
+    expect(failure).to_be_visible()
+    assert scripted_model.remaining == 0
+    assert page.js_errors == []

@@ -11,7 +11,8 @@
    message (an edit further up) stays where the ledger put it, marked "Edited", with a link to
    the original.
 
-   - Regenerate: a button under the last answer while no reply runs;
+   - Regenerate: a button under the last answer while no reply runs ("Try again" under the
+     notice of a run that failed or was cancelled without one);
      POST /api/sessions/<id>/regenerate/.
    - Edit: a button under each message you sent; the text becomes a field in place (Enter
      sends, Shift+Enter a new line, Escape cancels and gives focus back to the Edit button);
@@ -81,7 +82,9 @@
     if (!actions) {
       actions = document.createElement("div");
       actions.className = "msg-actions";
-      message.querySelector(".msg-bubble").after(actions);
+      const bubble = message.querySelector(".msg-bubble");
+      if (bubble) bubble.after(actions);
+      else message.append(actions); // an error notice
     }
     return actions;
   }
@@ -224,19 +227,28 @@
 
   // -- regenerate -----------------------------------------------------------------------------
 
-  function placeRegenerate(turns) {
+  /** The last turn's last answer, or the notice of its run's failure or cancel when that
+   * came after it (a run that ended without an answer can be tried again too). */
+  function regenerateTarget(turns) {
     const last = turns[turns.length - 1];
-    const answers = last && !last.user.classList.contains("turn-hidden")
-      ? last.nodes.filter((n) => n.classList.contains("msg-assistant") && !n.classList.contains("msg-streaming"))
-      : [];
-    const target = answers[answers.length - 1] || null;
+    if (!last || last.user.classList.contains("turn-hidden")) return null;
+    const ends = last.nodes.filter((n) => (n.classList.contains("msg-assistant") && !n.classList.contains("msg-streaming"))
+      || n.classList.contains("notice-inline"));
+    return ends[ends.length - 1] || null;
+  }
+
+  function placeRegenerate(turns) {
+    const target = regenerateTarget(turns);
     for (const node of container.querySelectorAll(".msg-regenerate")) {
-      if (node.closest(".msg") !== target) node.remove();
+      if (node.closest(".msg, .notice-inline") !== target) node.remove();
     }
     if (!target || !chat().state.sessionId) return;
     let regenerate = target.querySelector(".msg-regenerate");
     if (!regenerate) {
-      regenerate = button("link-button msg-regenerate", gettext("Regenerate this answer"), gettext("Regenerate"));
+      const answer = target.classList.contains("msg-assistant");
+      regenerate = answer
+        ? button("link-button msg-regenerate", gettext("Regenerate this answer"), gettext("Regenerate"))
+        : button("link-button msg-regenerate", gettext("Answer this message again"), gettext("Try again"));
       regenerate.addEventListener("click", () => regenerateAnswer(target, regenerate));
       actionsOf(target).append(regenerate);
     }
