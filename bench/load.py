@@ -263,17 +263,27 @@ def measure(args: argparse.Namespace, *, web: int | None) -> dict[str, Any]:
     where = topology(web=web or 1, balancer=web is not None)
     started_on = machine()  # the load average before this run's own processes start
     server = balanced(STACK, web=web, log=RESULTS / f"load-stack-web{web}.log") if web else _one_daphne()
-    with server as base:
+    with server as running:
+        base = running if isinstance(running, str) else running.url
         print(f"{args.users} users x {args.seconds:.0f}s, {args.turns} turns a session; {where}; {base}", flush=True)
         stats = Stats()
+        cpu_before = {} if isinstance(running, str) else running.cpu_s()
+        client_before = time.process_time()
         wall = asyncio.run(_drive(base, tokens, args.seconds, args.turns, stats))
+        client_cpu = time.process_time() - client_before
+        cpu_after = {} if isinstance(running, str) else running.cpu_s()
         time.sleep(2)  # let the last runs' completion records land before the audit
         audit = _audit(stats)
+    cpu = {name: round(cpu_after[name] - cpu_before.get(name, 0.0), 1) for name in cpu_after}
     all_turns = stats.latencies["rest"] + stats.latencies["ws"]
     report: dict[str, Any] = {
         "machine": started_on, "topology": where, "web_processes": web or 1, "balancer": web is not None,
         "users": args.users, "seconds": args.seconds, "wall_s": round(wall, 1), "turns": len(all_turns),
         "turns_per_s": round(len(all_turns) / wall, 2), "errors": dict(stats.errors), "audit": audit,
+        # CPU seconds during the drive: each stack process (with --stack) and this client.
+        "cpu_s": {**cpu, "load client": round(client_cpu, 1)},
+        "web_cpu_ms_per_turn": round(1000 * sum(v for k, v in cpu.items() if k.startswith("web")) / len(all_turns), 1)
+        if cpu and all_turns else None,
         "latency_s": {
             kind: {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
             for kind, values in (("all", all_turns), ("rest", stats.latencies["rest"]), ("ws", stats.latencies["ws"]))
@@ -285,6 +295,9 @@ def measure(args: argparse.Namespace, *, web: int | None) -> dict[str, Any]:
         if row["n"]:
             print(f"  {kind:>4} turn latency p50 {row['p50']:.2f}s  p99 {row['p99']:.2f}s  (n={row['n']})")
     print(f"errors: {sum(stats.errors.values())} {dict(stats.errors) or ''}")
+    print(f"CPU seconds in {wall:.0f} s of wall time (2 cores = {2 * wall:.0f}): {report['cpu_s']}; "
+          f"web CPU per turn {report['web_cpu_ms_per_turn']} ms; machine load average at start "
+          f"{started_on['loadavg_at_start']}")
     print(f"audit: {audit['sessions']} sessions, {audit['runs']} runs, {audit['events']} ledger events; "
           f"lost {sum(audit['lost'].values())} {audit['lost'] or ''}, "
           f"duplicated {sum(audit['duplicated'].values())} {audit['duplicated'] or ''}", flush=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -124,14 +125,63 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
+@dataclass(frozen=True)
+class RunningStack:
+    """A started `make stack`: the balancer's URL and where honcho logs."""
+
+    url: str
+    log: Path
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds (user + system) each process of the stack has used so far, by honcho's
+        name for it (`web1`, `worker1`, `balancer`, ...); a worker's pool children included
+        once they are reaped, so read before and after and take the difference."""
+        pids = dict(re.findall(r"\| (\w+)\.1 started \(pid=(\d+)\)", self.log.read_text()))
+        tick = os.sysconf("SC_CLK_TCK")
+        used: dict[str, float] = {}
+        for name, pid in pids.items():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # After the name: state is field 3, utime 14, stime 15, cutime 16, cstime 17 (1-based).
+            used[name] = round(sum(int(f) for f in fields[11:15]) / tick, 2)
+        for child in _children_cpu(pids):
+            used[child[0]] = round(used.get(child[0], 0.0) + child[1], 2)
+        return used
+
+
+def _children_cpu(pids: dict[str, str]) -> list[tuple[str, float]]:
+    """The CPU seconds of live children of the named processes (Celery's pool processes)."""
+    parents = {pid: name for name, pid in pids.items()}
+    tick = os.sysconf("SC_CLK_TCK")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] in parents:  # field 4, the parent pid
+            found.append((parents[fields[1]], sum(int(f) for f in fields[11:13]) / tick))
+    return found
+
+
 @contextmanager
-def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.0) -> Iterator[str]:
+def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.0) -> Iterator[RunningStack]:
     """The production topology on this bench's database and Redis database, on free ports:
     `deploy/stack.py` (what `make stack` runs: HAProxy in front of `web` Daphne processes,
-    two Celery workers, under honcho). Yields the balancer's URL; stops every process after.
-    The database must be migrated already."""
+    two Celery workers, under honcho). Yields it running; stops every process after. The
+    database must be migrated already."""
     ports = [free_port() for _ in range(4)]
-    env = {**stack.env(), "AGENTSITE_STACK_ACCESS_LOG": "/dev/null"}  # a log line per request costs CPU
+    env = {
+        **stack.env(), "AGENTSITE_STACK_ACCESS_LOG": "/dev/null",  # a log line per request costs CPU
+        # Each thread keeps a PostgreSQL connection: 2 x (8 + 16) with the defaults, beside
+        # other test runs, overran the shared server's max_connections of 100 here. A REST
+        # wait no longer holds a view thread (runs/rest_wait.py), so 8 are plenty.
+        "AGENTSITE_VIEW_THREADS": os.environ.get("AGENTSITE_VIEW_THREADS", "8"),
+    }
     with log.open("w") as out:
         launcher = subprocess.Popen(
             [str(PYTHON), "deploy/stack.py", "--port", str(ports[0]), "--web", str(web), "--web-ports",
@@ -145,7 +195,7 @@ def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.
             if launcher.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the stack did not come up; see {log}")
             time.sleep(0.3)
-        yield f"http://127.0.0.1:{ports[0]}"
+        yield RunningStack(url=f"http://127.0.0.1:{ports[0]}", log=log)
     finally:
         if launcher.poll() is None:
             launcher.send_signal(signal.SIGTERM)
