@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from runs import models as orm
 from runs.core.agents.graph.checkpoint import Checkpoint, PendingInterrupt
 from runs.core.errors import DuplicateRequestError, TooManyRunsError
-from runs.core.records import RunRecord
+from runs.core.records import RunRecord, abandoned_error
 from sessions_app.backends import db_call
 from sessions_app.core.events import new_id
 
@@ -87,6 +87,13 @@ def _resume(run_id: str, user_id: str, request_id: str, owner: str, at: datetime
     return _get(run_id) if won else None
 
 
+def _abandon(run_id: str, user_id: str, at: datetime, reason: str) -> RunRecord | None:
+    won = orm.Run.objects.filter(pk=run_id, user_id=int(user_id), status="requires_action").update(
+        status="cancelled", ended_at=at, error=abandoned_error(reason),
+    )
+    return _get(run_id) if won else None
+
+
 def _active_runs_of(user_id: str) -> int:
     return orm.Run.objects.filter(user_id=user_id, status__in=_LIVE).count()
 
@@ -131,6 +138,9 @@ class DjangoRunStore:
 
     async def resume(self, run_id: str, *, user_id: str, request_id: str, owner: str, at: datetime) -> RunRecord | None:
         return await db_call(_resume)(run_id, user_id, request_id, owner, at)
+
+    async def abandon(self, run_id: str, *, user_id: str, at: datetime, reason: str) -> RunRecord | None:
+        return await db_call(_abandon)(run_id, user_id, at, reason)
 
 
 # -- graph checkpoints ----------------------------------------------------------------------

@@ -89,6 +89,12 @@ class RunStore(Protocol):
         `DuplicateRequestError` when the user already used `request_id`."""
         ...
 
+    async def abandon(self, run_id: str, *, user_id: str, at: datetime, reason: str) -> RunRecord | None:
+        """End a run paused in `requires_action` for `user_id` whose client moved on (a new
+        message instead of the tool results): `cancelled`, error type `abandoned` with
+        `reason`; the new record, or None when it is not (or no longer) paused."""
+        ...
+
 
 class InMemoryRunStore:
     def __init__(self) -> None:
@@ -132,6 +138,19 @@ class InMemoryRunStore:
                                 error=None)
         self._runs[run_id] = record
         return record
+
+    async def abandon(self, run_id: str, *, user_id: str, at: datetime, reason: str) -> RunRecord | None:
+        record = self._runs.get(run_id)
+        if record is None or record.status != REQUIRES_ACTION or record.user_id != user_id:
+            return None
+        record = record.replace(status="cancelled", ended_at=at, error=abandoned_error(reason))
+        self._runs[run_id] = record
+        return record
+
+
+def abandoned_error(reason: str) -> dict[str, Any]:
+    """The error of a paused run its client abandoned (issue 20)."""
+    return {"type": "abandoned", "message": reason, "code": None}
 
 
 def max_dt(a: datetime | None, b: datetime) -> datetime:

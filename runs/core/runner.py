@@ -348,6 +348,11 @@ class Runner:
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
             opening: list[Event] = []
+            # Issue 20: a new message instead of the results a run of the session paused
+            # for ends that run (cancelled), its completion written with this turn.
+            abandoned = await self._abandon_paused(session, user_id=user_id, by=record.id) if not tool_results else None
+            if abandoned is not None:
+                opening.append(abandoned)
             if seed and session.last_seq == 0:
                 # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
                 opening.extend(seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key,
@@ -367,7 +372,8 @@ class Runner:
             # One transaction: a seeded history is in the ledger with its turn or not at all.
             await self.session_service.append_events(session, opening)
             # Issue 21: event_count counts the ledger events this run wrote, its turn included.
-            handle.record = handle.record.replace(event_count=handle.record.event_count + len(opening))
+            written = len(opening) - (1 if abandoned is not None else 0)  # the ended run's completion is its own
+            handle.record = handle.record.replace(event_count=handle.record.event_count + written)
         except BaseException as exc:
             # The run row exists: end it here, or it stays `running` for good (this process
             # owns it, so no reaper takes it; it holds the thread and a slot of the user's cap).
@@ -610,6 +616,25 @@ class Runner:
         if record is None or record.status != REQUIRES_ACTION or record.agent != agent or record.session_id != session.id:
             return None
         return record
+
+    async def _abandon_paused(self, session: Session, *, user_id: str, by: str) -> Event | None:
+        """Issue 20: end the run of this session paused for its client's tool results, when
+        the client sends a new message instead (`cancelled`, error `abandoned`); its
+        completion event, under the paused run's own request id, or None when no run waits
+        (or a resume claimed it first)."""
+        completion = next((e for e in reversed(session.events) if e.is_runner_completion), None)
+        if completion is None or completion.extensions.get("status") != REQUIRES_ACTION:
+            return None
+        run_id = str(completion.extensions.get("run_id") or "")
+        calls = list(completion.extensions.get(CLIENT_CALLS_EXTENSION) or ())
+        reason = f"the client sent a new message (run {by}) instead of the results of {calls!r}"
+        if await self.run_store.abandon(run_id, user_id=user_id, at=utcnow(), reason=reason) is None:
+            return None
+        return Event(
+            author=self.app, object=OBJECT_RUNNER_COMPLETION, done=True, invocation_id=completion.invocation_id,
+            request_id=completion.request_id, branch=completion.branch, filter_key=completion.filter_key,
+            extensions={"run_id": run_id, "status": "cancelled", "abandoned_by": by, CLIENT_CALLS_EXTENSION: calls},
+        )
 
     async def _resume(self, invocation: Invocation, *, user_id: str) -> RunRecord:
         """Claim the paused run `invocation` continues (a conditional update: of two

@@ -4,7 +4,8 @@ client's results continue the same run, through the Runner API with the scripted
 The pause is in the run record (status, no end time) and in the ledger (a completion event
 with status `requires_action` naming the calls); the record is not live, so no reaper takes
 it and no admission limit counts it; of two requests bringing the results at once, one
-continues the run; a new user message instead of the results starts another run."""
+continues the run; a new user message instead of the results ends it (`cancelled`, error
+`abandoned`) and starts another run."""
 
 from __future__ import annotations
 
@@ -90,14 +91,29 @@ async def test_two_requests_with_the_results_at_once_continue_the_run_once() -> 
     model.assert_consumed()
 
 
-async def test_a_new_message_instead_of_the_results_starts_another_run() -> None:
-    runner, model = make(ScriptStep.call("ask_user", {"question": "which host?"}, id="c1"), "Never mind, then.")
+async def test_a_new_message_instead_of_the_results_ends_the_paused_run_and_starts_another() -> None:
+    runner, model = make(ScriptStep.call("ask_user", {"question": "which host?"}, id="c1"), "Never mind, then.",
+                         "Noted: web-2.")
     session_id, run_id = await start_paused(runner)
-    events = await run(runner, session_id=session_id, message="forget it")
-    other = events[-1].extensions["run_id"]
-    assert other != run_id and events[-1].extensions["status"] == "completed"
-    paused = await runner.run_store.get(run_id)
-    assert paused is not None and paused.status == "requires_action"
+    handle = await runner.start(user_id="u", session_id=session_id, options=OPTIONS, message="forget it")
+    other = await handle.wait()
+    assert other.id != run_id and other.status == "completed"
+    # The paused run ended: cancelled, saying why, and its ledger says so with its own ids.
+    ended = await runner.run_store.get(run_id)
+    assert ended is not None and ended.status == "cancelled" and ended.ended_at is not None
+    assert ended.error is not None and ended.error["type"] == "abandoned" and "'c1'" in ended.error["message"]
+    session = await runner.session_service.get_session(handle.invocation.session.key)
+    assert session is not None
+    completions = [(e.extensions["run_id"], e.extensions["status"], e.request_id) for e in session.events
+                   if e.is_runner_completion]
+    assert completions == [(run_id, "requires_action", ended.request_id), (run_id, "cancelled", ended.request_id),
+                           (other.id, "completed", other.request_id)]
+    # The new run's own ledger events are its turn, answer and completion.
+    assert other.event_count == 3
+    # Results for the abandoned call now start a run of their own, not the ended one.
+    late = await runner.start(user_id="u", session_id=session_id, options=OPTIONS, tool_results=answer("c1", "web-2"))
+    assert late.run_id not in (run_id, other.id)
+    assert (await late.wait()).status == "completed"
     model.assert_consumed()
 
 
@@ -146,3 +162,8 @@ async def test_on_the_database_two_resumes_racing_claim_a_paused_run_once(alice:
     stored = await store.get("r1")
     assert stored is not None and stored.request_id == won.request_id
     assert await store.resume("r2", user_id=user, request_id="q9", owner="me", at=utcnow()) is None  # not paused
+    await store.create(RunRecord(id="r3", app="t", user_id=user, session_id=session.id, agent="a",
+                                 request_id="q3", status="requires_action", started_at=utcnow()))
+    ended = await store.abandon("r3", user_id=user, at=utcnow(), reason="a new message came instead")
+    assert ended is not None and (ended.status, ended.error["type"]) == ("cancelled", "abandoned")  # type: ignore[index]  # set by abandon
+    assert await store.abandon("r3", user_id=user, at=utcnow(), reason="again") is None
