@@ -81,6 +81,7 @@ def test_a_new_user_logs_in_in_english_switches_to_chinese_and_the_chat_answers(
     page.get_by_role("link", name="账本").click()
     expect(page.get_by_role("heading", name="上下文")).to_be_visible()
     expect(page.locator("#filter-count")).to_contain_text("个事件")
+    shoot(page, "ledger-chinese.png", full_page=False)
     page.get_by_role("link", name="返回对话").click()
 
     # The choice is remembered in the cookie: after logging out the login page is Chinese.
@@ -102,6 +103,7 @@ def test_a_browser_that_prefers_chinese_gets_the_chinese_login_page(server: Live
     page.goto(f"{server.url}/")
     expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
     expect(page.get_by_role("heading", name="登录")).to_be_visible()
+    shoot(page, "login-chinese.png")
     page.get_by_label("用户名").fill("carol")
     page.get_by_label("密码").fill(PASSWORD)
     page.get_by_role("button", name="登录").click()
