@@ -120,6 +120,7 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 REPLAY_PAGE = 500
+MIN_REPLAY_PAGE = 20
 LEDGER_POLL_S = 2.0
 _RUN_END = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
 _LIVE = ("queued", "running")
@@ -229,6 +230,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.token = self.scope.get(TOKEN_KEY)
         self.translator = AguiTranslator(thread_id=self.session_id, include_user_messages=True)
         self.last_seq = 0
+        self.replay_page = REPLAY_PAGE
         self.runs_by_request: dict[str, str] = {}
         self.translated_runs: set[str] = set()
         self.joined_mid_run: set[str] = set()
@@ -301,6 +303,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+            if self.window is not None and not self.window.open:
+                self.window.note_unsent()  # the frames that finish an event after the pause
         except Exception as exc:  # the server's "send on a closed protocol", whatever its class
             self.client_gone = True
             logger.info("socket of session %s closed under a send (%s): later frames dropped",
@@ -315,8 +319,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 setattr(self, name, None)
-        if getattr(self, "window", None) is not None:
+        if self.window is not None:
             self.window.close()
+            if self.window.pauses:
+                logger.info(
+                    "socket of session %s: its client fell behind %d times; at most %d bytes waited unsent (bound %d)",
+                    self.session_id, self.window.pauses, self.window.peak_bytes, self.window.limit_bytes,
+                )
         for group in (self.group, self.user_group):
             if group is not None:
                 with contextlib.suppress(Exception):  # the layer may be down; its groups expire
@@ -350,16 +359,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
         read), so a message still streaming arrives as its deltas, not whole.
         """
         while True:
-            page = await _events_after(self.session_id, self.last_seq, REPLAY_PAGE)
-            for event in page:
+            size = self.replay_page
+            page = await _events_after(self.session_id, self.last_seq, size)
+            for sent, event in enumerate(page):
                 if (until_seq is not None and (event.seq or 0) > until_seq) or (until is not None and event.created_at > until):
                     return
                 if self._behind():
-                    return  # the client is not reading: the rest waits for `_resume_sending`
+                    # The client is not reading: the rest waits for `_resume_sending`, which
+                    # reads a page about as long as the client took this time.
+                    self.replay_page = min(REPLAY_PAGE, max(MIN_REPLAY_PAGE, 2 * sent))
+                    return
                 await self._send_event(event, await self._run_id(event))
                 self.last_seq = max(self.last_seq, event.seq or 0)
-            if len(page) < REPLAY_PAGE:
+            if len(page) < size:
                 return
+            self.replay_page = min(REPLAY_PAGE, 2 * size)
 
     async def _run_id(self, event: Event) -> str:
         request_id = event.request_id

@@ -12,12 +12,13 @@ consumer stops writing while paused and, on resume, catches up from the ledger
 process for a client that never reads.
 
 The transport is Daphne's: the ASGI `send` callable Daphne hands an application is
-`functools.partial(server.handle_reply, protocol)`. Under any other server (and the test
+`functools.partial(server.handle_reply, protocol)` (`_daphne_protocol`). Under any other server (and the test
 communicator) there is no transport to watch and the window never closes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -36,8 +37,14 @@ class SendWindow:
         self.on_resume = on_resume
         self.open = True
         self.pauses = 0
+        self.peak_bytes = 0
+        # Under Daphne the connection's producer is twisted.web's HTTPChannel (the websocket
+        # was an HTTP upgrade); it hands the transport's pauses and resumes on to the producer
+        # registered with it. A bare transport takes ours directly.
+        self._consumer = getattr(transport, "producer", None) or transport
+        self._consumer.registerProducer(self, True)
+        self._registered = True
         transport.bufferSize = limit_bytes
-        transport.registerProducer(self, True)
 
     @classmethod
     def attach(cls, send: Any, *, limit_bytes: int, on_resume: Callable[[], None]) -> SendWindow | None:
@@ -45,9 +52,8 @@ class SendWindow:
         none to watch (another server, a test communicator) or it already has a producer."""
         if limit_bytes <= 0:
             return None
-        protocol = send.args[0] if isinstance(send, functools.partial) and send.args else None
-        transport = getattr(protocol, "transport", None)
-        if transport is None or not hasattr(transport, "registerProducer") or getattr(transport, "producer", None):
+        transport = getattr(_daphne_protocol(send), "transport", None)
+        if transport is None or not hasattr(transport, "registerProducer"):
             return None
         try:
             return cls(transport, limit_bytes=limit_bytes, on_resume=on_resume)
@@ -64,10 +70,15 @@ class SendWindow:
 
     # -- Twisted's IPushProducer ----------------------------------------------------------------
 
+    def note_unsent(self) -> None:
+        """Record the bytes waiting now (called after each write while the window is closed)."""
+        self.peak_bytes = max(self.peak_bytes, self.buffered_bytes())
+
     def pauseProducing(self) -> None:
         if self.open:
             self.pauses += 1
         self.open = False
+        self.note_unsent()
 
     def resumeProducing(self) -> None:
         if not self.open:
@@ -80,5 +91,19 @@ class SendWindow:
 
     def close(self) -> None:
         """Stop watching (the socket is closing)."""
-        if getattr(self.transport, "producer", None) is self:
-            self.transport.unregisterProducer()
+        if self._registered:
+            self._registered = False
+            with contextlib.suppress(Exception):  # the connection may be gone already
+                self._consumer.unregisterProducer()
+
+def _daphne_protocol(send: Any) -> Any:
+    """The Daphne protocol behind an ASGI send callable: Daphne's is
+    `partial(server.handle_reply, protocol)`, which Channels' session middleware wraps in a
+    bound method of an object holding it as `real_send`."""
+    for _ in range(8):
+        if isinstance(send, functools.partial):
+            return send.args[0] if send.args else None
+        send = getattr(getattr(send, "__self__", None), "real_send", None)
+        if send is None:
+            return None
+    return None
