@@ -7,9 +7,8 @@ from typing import Any
 from runs import models as orm
 from runs.backends import record_from_row
 from runs.core.records import RunRecord
-from sessions_app import models as session_orm
+from sessions_app import selectors as session_selectors
 from sessions_app.core.events import Event
-from sessions_app.mapping import event_from_row
 
 
 def run_get(*, user: Any, run_id: str) -> RunRecord | None:
@@ -35,5 +34,4 @@ def run_by_request(*, user: Any, request_id: str) -> RunRecord | None:
 
 def run_turn(*, record: RunRecord) -> list[Event]:
     """The ledger events of a run's turn (its input and what the run wrote), oldest first."""
-    rows = session_orm.Event.objects.filter(session_id=record.session_id, request_id=record.request_id).order_by("seq")
-    return [event_from_row(row) for row in rows]
+    return session_selectors.request_events(session_id=record.session_id, request_id=record.request_id)

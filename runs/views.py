@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -18,7 +18,6 @@ from django.utils.translation import gettext, gettext_noop
 
 from agentsite.runtime import run_manager
 from runs.apis import agent_model_fields
-from sessions_app import models as orm
 from sessions_app import selectors as session_selectors
 
 SIDEBAR_SESSIONS = 100
@@ -63,19 +62,9 @@ def agent_catalog() -> list[dict[str, Any]]:
     return agents
 
 
-def sidebar_sessions(*, user: Any) -> QuerySet[orm.Session]:
+def sidebar_sessions(*, user: Any) -> QuerySet[Any]:
     """The user's newest sessions, each with the text of its first user message."""
-    first_message = (
-        orm.Event.objects.filter(session=OuterRef("pk"), role="user").order_by("seq").values("text")[:1]
-    )
-    return session_selectors.session_list(user=user).annotate(first_message=Subquery(first_message))[
-        :SIDEBAR_SESSIONS
-    ]
-
-
-def _first_user_message(session: orm.Session) -> str:
-    event = session.events.filter(role="user").order_by("seq").only("text").first()
-    return event.text if event is not None else ""
+    return session_selectors.session_list_with_first_message(user=user, limit=SIDEBAR_SESSIONS)
 
 
 @login_required
@@ -108,7 +97,7 @@ def chat(request: HttpRequest, session_id: str | None = None) -> HttpResponse:
     }
     return render(request, "chat/chat.html", {
         "session": session,
-        "session_first_message": _first_user_message(session) if session is not None else "",
+        "session_first_message": session_selectors.first_user_message(session=session) if session is not None else "",
         "sessions": sidebar_sessions(user=request.user),
         "agents": agents,
         "selected_agent": selected,

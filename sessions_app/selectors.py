@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from sessions_app import models as orm
+from sessions_app.core.events import Event
+from sessions_app.mapping import event_from_row
 
 
 def session_list(*, user: Any) -> QuerySet[orm.Session]:
@@ -31,3 +33,29 @@ def session_of_another(*, user: Any, session_id: str) -> bool:
     One query: asking "is it mine?" and then "does it exist?" would call a session that the
     same user's concurrent request created in between someone else's."""
     return orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).exclude(user=user).exists()
+
+
+def session_owner_id(*, session_id: str) -> int | None:
+    """Who owns a session of this app (None: no such session). For a caller that has no
+    user yet to scope by (a protocol checking whose context an id names)."""
+    return orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list(
+        "user_id", flat=True).first()
+
+
+def session_list_with_first_message(*, user: Any, limit: int) -> QuerySet[orm.Session]:
+    """The user's `limit` newest sessions, each with the text of its first user message
+    (`first_message`), in one query."""
+    first_message = orm.Event.objects.filter(session=OuterRef("pk"), role="user").order_by("seq").values("text")[:1]
+    return session_list(user=user).annotate(first_message=Subquery(first_message))[:limit]
+
+
+def first_user_message(*, session: orm.Session) -> str:
+    """The text of the session's first user message ("" before there is one)."""
+    event = session.events.filter(role="user").order_by("seq").only("text").first()
+    return event.text if event is not None else ""
+
+
+def request_events(*, session_id: str, request_id: str) -> list[Event]:
+    """The ledger events one request wrote to a session (a run's turn), oldest first."""
+    rows = orm.Event.objects.filter(session_id=session_id, request_id=request_id).order_by("seq")
+    return [event_from_row(row) for row in rows]

@@ -141,7 +141,7 @@ from runs.core.routing import ROUTE_STATE_KEY
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
-from sessions_app import models as sessions_orm
+from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import (
     OBJECT_CHUNK,
@@ -331,8 +331,7 @@ def _preview(text: str) -> str:
 
 
 def _session_owner(session_id: str) -> int | None:
-    return sessions_orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list(
-        "user_id", flat=True).first()
+    return session_selectors.session_owner_id(session_id=session_id)
 
 
 class AgentsiteRequestContextBuilder(RequestContextBuilder):
