@@ -162,7 +162,7 @@ class CheckedAgent(LLMAgent):
         key = invocation.filter_key
         before = invocation.session.summaries.get(key)
         built = await super()._request(invocation, step, instruction, specs)
-        report = self._precall.get(invocation.invocation_id) or {}
+        report = invocation.state_of(self.name).precall or {}
         after = invocation.session.summaries.get(key)
         if report.get("background") in ("swapped", "waited") and after is not None:
             self.checks.append(await self._reference(invocation, before, after, built, instruction, specs))

@@ -11,6 +11,7 @@ from sessions_app.core.events import Event, Message
 from sessions_app.core.session import Session, SessionService
 
 if TYPE_CHECKING:
+    from runs.core.context.request import BuiltRequest
     from runs.core.llm.base import ToolChoice, ToolSpec
     from runs.core.output import OutputSpec
 
@@ -40,6 +41,16 @@ class RunOptions:
     persist_interrupted_assistant: bool | None = None
 
 
+@dataclass
+class AgentRunState:
+    """What an agent keeps between the model calls of one run."""
+
+    last_request: BuiltRequest | None = None
+    """The last request it built: the parent an async summary forks from (SPEC 1.8, 3.6)."""
+    precall: dict[str, Any] | None = None
+    """What the pre-call compaction of that request did, for the answer's context stats."""
+
+
 @dataclass(kw_only=True)
 class Invocation:
     """One agent's view of a run: session, message, services and identity.
@@ -61,6 +72,14 @@ class Invocation:
     options: RunOptions
     cancel_event: asyncio.Event
     services: Mapping[str, Any] = field(default_factory=dict)
+    # By agent name, for every agent of the run: child invocations share this map
+    # (`dataclasses.replace` passes it on), so the Runner reads the root agent's state from
+    # the root invocation, and an agent object holds no per-run state of its own.
+    agent_state: dict[str, AgentRunState] = field(default_factory=dict)
+
+    def state_of(self, agent_name: str) -> AgentRunState:
+        """`agent_name`'s state in this run, made on first use."""
+        return self.agent_state.setdefault(agent_name, AgentRunState())
 
     def stamp(self, event: Event) -> Event:
         """Inject the invocation's identity into an event (SPEC 11.1 `InjectIntoEvent`)."""

@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from runs.core.agents.llm import LLMAgent
-from runs.core.context.request import BuiltRequest
+from runs.core.agents.llm import InstructionProcessor, LLMAgent
 from runs.core.invocation import Invocation
 from runs.core.tools.base import Tool
 from sessions_app.core.events import Event
-from sessions_app.core.session import Session
 from skills_app.core.tools import SkillToolset
 
 
@@ -23,11 +21,34 @@ def _join(*parts: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+class SkillsBlock:
+    """The instruction processor of `SkillsLLMAgent`: the skill overview and the content of
+    the loaded skills, after the agent's instruction."""
+
+    def __init__(self, skills: SkillToolset) -> None:
+        self.skills = skills
+
+    async def process(self, invocation: Invocation, agent_name: str, instruction: str) -> str:
+        block = await self.skills.instruction_block(
+            session=invocation.session, agent=agent_name, invocation_id=invocation.invocation_id
+        )
+        return _join(instruction, block)
+
+    def preview(self, instruction: str) -> str:
+        return _join(instruction, self.skills.overview())
+
+
 class SkillsLLMAgent(LLMAgent):
     """`LLMAgent` plus a `SkillToolset`: its tools join the agent's, its block the instruction."""
 
-    def __init__(self, *, skills: SkillToolset, tools: Sequence[Tool] = (), **kwargs: Any) -> None:
-        super().__init__(tools=[*tools, *skills.tools()], **kwargs)
+    def __init__(
+        self, *, skills: SkillToolset, tools: Sequence[Tool] = (),
+        instruction_processors: Sequence[InstructionProcessor] = (), **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            tools=[*tools, *skills.tools()], instruction_processors=[*instruction_processors, SkillsBlock(skills)],
+            **kwargs,
+        )
         self.skills = skills
 
     async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
@@ -40,13 +61,3 @@ class SkillsLLMAgent(LLMAgent):
         finally:
             # The workspace is the run's (SPEC 8.3): it goes when the run ends, however it ends.
             await self.skills.release(invocation.invocation_id)
-
-    async def _request(self, invocation: Invocation, step: int, instruction: str, specs: list[Any]) -> BuiltRequest:
-        block = await self.skills.instruction_block(
-            session=invocation.session, agent=self.name, invocation_id=invocation.invocation_id
-        )
-        return await super()._request(invocation, step, _join(instruction, block), specs)
-
-    def context_preview(self, session: Session, *, filter_key: str, instruction: str | None = None) -> BuiltRequest:
-        base = self.instruction if instruction is None else instruction
-        return super().context_preview(session, filter_key=filter_key, instruction=_join(base, self.skills.overview()))

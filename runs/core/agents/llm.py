@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from runs.core.agents.base import Agent
 from runs.core.attachments import with_attachment_bytes
@@ -63,6 +63,20 @@ STEP_GROUP_WAIT_S = 0.05
 OUTPUT_FEEDBACK_EXTENSION = "output_feedback"
 
 
+@runtime_checkable
+class InstructionProcessor(Protocol):
+    """Extends an LLMAgent's instruction before each of its model calls (the skills block of
+    SPEC 8.2 is one): it runs per call, so what a tool changed shows in the very next request."""
+
+    async def process(self, invocation: Invocation, agent_name: str, instruction: str) -> str:
+        """The instruction this call sends, given the agent's."""
+        ...
+
+    def preview(self, instruction: str) -> str:
+        """The same outside a run (the context inspector's next request), without I/O."""
+        ...
+
+
 class LLMAgent:
     """Ask the model; run the tools it calls; repeat until it answers or steps run out.
 
@@ -107,6 +121,7 @@ class LLMAgent:
         callbacks: Callbacks | None = None,
         sub_agents: Sequence[Agent] = (),
         await_user_reply: bool = False,
+        instruction_processors: Sequence[InstructionProcessor] = (),
     ) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps!r}")
@@ -132,9 +147,7 @@ class LLMAgent:
         self.session_recall = session_recall
         self.output = output if output is None or isinstance(output, OutputSpec) else OutputSpec.of(output)
         self.callbacks = callbacks
-        # Per running invocation: its last request (fork parent) and pre-call report.
-        self._last_built: dict[str, BuiltRequest] = {}
-        self._precall: dict[str, dict[str, Any] | None] = {}
+        self.instruction_processors = tuple(instruction_processors)
         # Issue 12, C5: summaries started at the soft threshold, swapped in at the next call.
         self.background_compactions = BackgroundCompactions()
 
@@ -160,10 +173,13 @@ class LLMAgent:
 
     def context_preview(self, session: Session, *, filter_key: str, instruction: str | None = None) -> BuiltRequest:
         """The request the next model call on `session` would start from (no turn is active)."""
+        instruction = self.instruction if instruction is None else instruction
+        for processor in self.instruction_processors:
+            instruction = processor.preview(instruction)
         return build_context(
             session,
             filter_key=filter_key,
-            instruction=self.instruction if instruction is None else instruction,
+            instruction=instruction,
             tools=[t.spec() for t in self.tools.values()],
             governance=self.governance,
             window=self.context_window,
@@ -173,7 +189,7 @@ class LLMAgent:
         """SPEC 1.8 / 3.6: the run's last request plus the persisted messages since, up to
         `event`, as the parent of an async summary fork; None when there is none or its
         last tool round is incomplete."""
-        built = self._last_built.get(invocation.invocation_id)
+        built = invocation.state_of(self.name).last_request
         if built is None or event.seq is None:
             return None
         parent = built.fork_parent()
@@ -194,7 +210,11 @@ class LLMAgent:
         )
 
     async def _request(self, invocation: Invocation, step: int, instruction: str, specs: list[Any]) -> BuiltRequest:
-        """This step's request: governed when the agent has governance (SPEC 4.7, 4.8)."""
+        """This step's request: governed when the agent has governance (SPEC 4.7, 4.8), its
+        instruction extended by the agent's instruction processors."""
+        for processor in self.instruction_processors:
+            instruction = await processor.process(invocation, self.name, instruction)
+        state = invocation.state_of(self.name)
         governance = self.governance
         window = self.context_window
 
@@ -204,7 +224,7 @@ class LLMAgent:
             )
 
         if governance is not None and step > 0 and self.sync_summary_intra_run:
-            previous = self._last_built.get(invocation.invocation_id)
+            previous = state.last_request
             await summarize_now(
                 invocation, governance, parent=previous.fork_parent() if previous else None, window=window
             )
@@ -215,8 +235,8 @@ class LLMAgent:
                 invocation, built, governance=governance, rebuild=build, background=self.background_compactions,
                 fit=build,
             )
-        self._last_built[invocation.invocation_id] = built
-        self._precall[invocation.invocation_id] = report.to_dict() if report is not None else None
+        state.last_request = built
+        state.precall = report.to_dict() if report is not None else None
         return built
 
     def _pinned_update(self, invocation: Invocation) -> Event | None:
@@ -249,8 +269,7 @@ class LLMAgent:
             async for event in self._run(invocation):
                 yield event
         finally:
-            self._last_built.pop(invocation.invocation_id, None)
-            self._precall.pop(invocation.invocation_id, None)
+            invocation.agent_state.pop(self.name, None)
             self.background_compactions.release(invocation)
 
     async def _run(self, invocation: Invocation) -> AsyncIterator[Event]:
@@ -334,7 +353,7 @@ class LLMAgent:
                     callbacks, CallbackContext(invocation=invocation, agent_name=self.name, step=step), message,
                 )
                 changes = [*changes, *after]
-            context = {**built.stats(), "precall": self._precall.get(invocation.invocation_id)}
+            context = {**built.stats(), "precall": invocation.state_of(self.name).precall}
             extensions: dict[str, Any] = {"message_id": message_id, "context": context}
             if gate.response is not None:
                 extensions[NO_MODEL_CALL] = True
