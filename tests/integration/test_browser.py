@@ -4,7 +4,8 @@ Daphne runs `agentsite.asgi:application` in a subprocess on the pytest-django te
 database (with `DJANGO_DEBUG=1`, so it serves the static files too). One server uses the
 offline planner; another talks to a local `ScriptedOpenAIServer` that streams slowly, so a
 run lasts long enough to drop its socket or cancel it. Screenshots land in
-`var/screenshots/` for a human to look at.
+`$AGENTSITE_SCREENSHOTS_DIR` for a human to look at (by default a temporary folder: a test
+run writes nothing into the checkout).
 
 All database work happens before the browser starts: Playwright's sync API keeps an event
 loop running in this thread, and Django refuses ORM calls from inside one.
@@ -13,14 +14,16 @@ loop running in this thread, and Django refuses ORM calls from inside one.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.daphne import ROOT, LiveServer, live_daphne
+from tests.support.daphne import LiveServer, live_daphne
 from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -30,7 +33,7 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-SCREENSHOTS = ROOT / "var" / "screenshots"
+SCREENSHOTS = Path(os.environ.get("AGENTSITE_SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / "agentsite-screenshots")
 TLS_QUESTION = "Why does payments.internal.example.com fail TLS handshakes?"
 OFFLINE_BADGE = "Offline planner: deterministic rules, not a language model"
 PASSWORD = "carol-password-1"
