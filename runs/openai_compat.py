@@ -354,7 +354,7 @@ def _usage(record: RunRecord) -> dict[str, int]:
             "total_tokens": record.prompt_tokens + record.completion_tokens}
 
 
-def _failure(record: RunRecord) -> OpenAIError:
+def run_failure(record: RunRecord) -> OpenAIError:
     """A run that started and ended without an answer: 422, which the OpenAI SDK (and the
     frameworks built on it) does not retry. Retrying would start the run again and write the
     user turn a second time; a 5xx is kept for requests that never reached a run."""
@@ -363,8 +363,9 @@ def _failure(record: RunRecord) -> OpenAIError:
                        code=str(error.get("type") or record.status))
 
 
-def _failure_response(record: RunRecord, headers: dict[str, str]) -> JsonResponse:
-    response = _failure(record).response()
+def failure_response(record: RunRecord, headers: dict[str, str]) -> JsonResponse:
+    """A failed run's answer (`run_failure`), with `headers` and `x-should-retry: false`."""
+    response = run_failure(record).response()
     for name, value in {**headers, "x-should-retry": "false"}.items():
         response[name] = value
     return response
@@ -385,13 +386,13 @@ def answer_text(events: Iterable[Event]) -> str:
     return PART_SEPARATOR.join(part for event in events if (part := answer_part(event)) is not None)
 
 
-def _session_header(request: HttpRequest) -> str | None:
+def requested_session(request: HttpRequest) -> str | None:
     """`X-Session-Id`, refused when no session could have it (too long for the column,
     or text the database cannot store)."""
     return _checked_header(request, SESSION_HEADER, SESSION_ID_MAX, code="invalid_session_id")
 
 
-def _idempotency_key(request: HttpRequest) -> str | None:
+def idempotency_key(request: HttpRequest) -> str | None:
     """`Idempotency-Key`: the run's request id, so it is refused as a request id would be."""
     key = _checked_header(request, IDEMPOTENCY_HEADER, REQUEST_ID_MAX, code="invalid_idempotency_key")
     if key is not None and not key.strip():
@@ -413,7 +414,7 @@ def _checked_header(request: HttpRequest, name: str, limit: int, *, code: str) -
     return value
 
 
-async def _open_session(user: Any, session_id: str | None) -> str | None:
+async def open_session(user: Any, session_id: str | None) -> str | None:
     """The session to continue: the user's own, a new one with the client's id, or None."""
     if not session_id:
         return None
@@ -440,11 +441,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
                 raise OpenAIError(400, f"the body is {exc.problem}") from None
             raise OpenAIError(400, exc.message("brackets"), param=exc.field("brackets"), code=exc.code) from None
         chat = parse_chat_request(body)
-        session_header = _session_header(request)
-        key = _idempotency_key(request)
+        session_header = requested_session(request)
+        key = idempotency_key(request)
         manager = run_manager()
         try:
-            server_tools, kind = await manager.acall(lambda runner: _check_agent(runner, chat.agent))
+            server_tools, kind = await manager.acall(lambda runner: check_agent(runner, chat.agent))
         except AgentNotFoundError:
             raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
                               param="model", code="model_not_found") from None
@@ -456,7 +457,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
         except ClientToolError as exc:  # refused before anything is stored
             raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from None
-        session_id = await _open_session(user, session_header)
+        session_id = await open_session(user, session_header)
         match, seed = None, chat.seed
         if session_header is None and chat.seed:
             # A stateless client resending its chat: continue the session that holds it.
@@ -486,7 +487,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             if key is None:  # a request id the runner made itself is never a duplicate
                 raise
             # The same key arrived twice at once: the other request started the run; join it.
-            return await _replay(manager, await _run_of_key(user, key), chat, session_header)
+            return await _replay(manager, await run_of_key(user, key), chat, session_header)
         except SessionNotFoundError as exc:
             raise OpenAIError(400, str(exc)) from None
         except UsageError as exc:  # e.g. a tool result for no call the session waits on: nothing stored
@@ -512,18 +513,19 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
                                                          fingerprint=fingerprint)
 
     if chat.stream:
-        return _streaming(_stream(manager, record, chat, events, remember), headers)
+        return event_stream(_stream(manager, record, chat, events, remember), headers)
     seen = [event async for event in events]  # the run's completion ends the iterator
     final = await manager.await_run(record.id, 5.0) or record
     if final.status not in _ANSWERED:
-        return _failure_response(final, headers)
+        return failure_response(final, headers)
     content = final.answer if chat.final_only else answer_text(seen)
     calls = waiting_calls(seen)
     await remember(content, calls)
     return _completion(final, chat, content, headers, calls=calls)
 
 
-def _streaming(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
+def event_stream(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
+    """Server-sent events (`chunks`, each a whole event) as the response, never cached."""
     response = StreamingHttpResponse(chunks, content_type="text/event-stream", headers=headers)
     response["Cache-Control"] = "no-cache"
     return response
@@ -555,7 +557,7 @@ def _completion(record: RunRecord, chat: ChatRequest, content: str, headers: dic
     }, headers=headers)
 
 
-async def _run_of_key(user: Any, key: str) -> RunRecord:
+async def run_of_key(user: Any, key: str) -> RunRecord:
     """The run a concurrent request with the same key registered; its row may still be on
     its way to the database (the runner refuses a duplicate before the row is written)."""
     for _ in range(50):
@@ -577,27 +579,27 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
         await asyncio.sleep(0.1)
         turn = await db_call(run_selectors.run_turn)(record=record)
     if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
-            or not _same_input(turn, chat)):
+            or not same_input(turn, chat)):
         raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "
                           "last message or session differ); use a new key for a new request",
                           param=IDEMPOTENCY_HEADER, code="idempotency_key_reused")
-    final = await _ended(manager, record)
+    final = await run_ended(manager, record)
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id, REPLAYED_HEADER: "true"}
     if not final.finished:
         raise OpenAIError(409, f"the run {record.id} of this {IDEMPOTENCY_HEADER} is still in progress; retry later",
                           param=IDEMPOTENCY_HEADER, code="run_in_progress")
     if final.status not in _ANSWERED:
-        return _failure_response(final, headers)
+        return failure_response(final, headers)
     if not record.finished:
         turn = await db_call(run_selectors.run_turn)(record=final)  # what the run wrote since
     content = final.answer if chat.final_only else answer_text(turn)
     calls = waiting_calls(turn)
     if chat.stream:
-        return _streaming(_stream_done(final, chat, content, calls), headers)
+        return event_stream(_stream_done(final, chat, content, calls), headers)
     return _completion(final, chat, content, headers, calls=calls)
 
 
-def _same_input(turn: Sequence[Event], chat: ChatRequest) -> bool:
+def same_input(turn: Sequence[Event], chat: ChatRequest) -> bool:
     """Whether the run's turn began with this request's input: its user message, or its
     tool results (issue 20)."""
     if chat.message is None:
@@ -609,7 +611,7 @@ def _same_input(turn: Sequence[Event], chat: ChatRequest) -> bool:
     return said is not None and said.content == chat.message.content
 
 
-async def _ended(manager: Any, record: RunRecord) -> RunRecord:
+async def run_ended(manager: Any, record: RunRecord) -> RunRecord:
     """The run's record once it has ended, or as it stands after the wait limit."""
     deadline = time.monotonic() + settings.AGENTSITE_RUN_WAIT_TIMEOUT_S
     while not record.finished and time.monotonic() < deadline:
@@ -621,7 +623,7 @@ async def _ended(manager: Any, record: RunRecord) -> RunRecord:
     return record
 
 
-async def _check_agent(runner: Runner, name: str) -> tuple[frozenset[str], str]:
+async def check_agent(runner: Runner, name: str) -> tuple[frozenset[str], str]:
     """The agent's own tool names and its kind ("llm" when it takes client tools);
     `AgentNotFoundError` for an unknown agent."""
     agent = runner.agent(name)
@@ -701,13 +703,13 @@ def _stream_end(record: RunRecord, chat: ChatRequest, created: int, calls: Seque
         if chat.include_usage:
             lines.append(_chunk(record.id, chat.agent, created, {}, usage=_usage(record)))
     else:
-        failure = _failure(record)
+        failure = run_failure(record)
         error = {"message": failure.message, "type": failure.type, "code": failure.code}
         lines = [f"data: {json.dumps({'error': error})}\n\n"]
     return [*lines, "data: [DONE]\n\n"]
 
 
-async def _api_user(request: HttpRequest) -> Any:
+async def api_user(request: HttpRequest) -> Any:
     """The authenticated user of a /v1 request; `OpenAIError` 401 otherwise."""
     try:
         user = await authenticate(request)
@@ -728,7 +730,7 @@ def _model_data(agent: Any) -> dict[str, Any]:
 @require_GET
 async def list_models(request: HttpRequest) -> HttpResponse:
     try:
-        await _api_user(request)
+        await api_user(request)
     except OpenAIError as exc:
         return exc.response()
     runner = run_manager().runner
@@ -739,7 +741,7 @@ async def list_models(request: HttpRequest) -> HttpResponse:
 async def retrieve_model(request: HttpRequest, model_id: str) -> HttpResponse:
     """`GET /v1/models/<id>`: the agent of that name as a model, 404 in OpenAI's format."""
     try:
-        await _api_user(request)
+        await api_user(request)
         agent = run_manager().runner.agents.get(model_id)
         if agent is None:
             raise OpenAIError(404, f"the model {model_id!r} does not exist (models are agent names; see /v1/models)",

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -64,18 +64,20 @@ from runs.openai_compat import (
     SESSION_HEADER,
     ChatRequest,
     OpenAIError,
-    _api_user,
-    _check_agent,
-    _ended,
-    _failure,
-    _idempotency_key,
-    _open_session,
-    _run_of_key,
-    _same_input,
-    _session_header,
     answer_part,
     answer_text,
+    api_user,
+    check_agent,
+    event_stream,
+    failure_response,
+    idempotency_key,
+    open_session,
     parse_messages,
+    requested_session,
+    run_ended,
+    run_failure,
+    run_of_key,
+    same_input,
     waiting_calls,
 )
 from sessions_app import fingerprints
@@ -198,14 +200,14 @@ def _body(request: HttpRequest) -> Any:
 async def create_response(request: HttpRequest) -> HttpResponse:
     """`POST /v1/responses`."""
     try:
-        user = await _api_user(request)
+        user = await api_user(request)
         asked = parse_responses_request(_body(request))
         chat, echo = asked.chat, asked.echo
-        session_header = _session_header(request)
-        key = _idempotency_key(request)
+        session_header = requested_session(request)
+        key = idempotency_key(request)
         manager = run_manager()
         try:
-            server_tools, kind = await manager.acall(lambda runner: _check_agent(runner, chat.agent))
+            server_tools, kind = await manager.acall(lambda runner: check_agent(runner, chat.agent))
         except AgentNotFoundError:
             raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
                               param="model", code="model_not_found") from None
@@ -252,7 +254,7 @@ async def create_response(request: HttpRequest) -> HttpResponse:
         except DuplicateRequestError:
             if key is None:
                 raise
-            return await _replay(manager, await _run_of_key(user, key), asked, session_header)
+            return await _replay(manager, await run_of_key(user, key), asked, session_header)
         except UsageError as exc:  # e.g. a result for no call the session waits on: nothing stored
             raise OpenAIError(400, str(exc), param=_result_param(chat, str(exc)),
                               code="unknown_tool_call" if chat.tool_results else None) from None
@@ -265,11 +267,11 @@ async def create_response(request: HttpRequest) -> HttpResponse:
     remember = _Remember(user=user, chat=chat, session_id=record.session_id,
                          fresh=session_header is None and echo.previous_response_id is None)
     if chat.stream:
-        return _streaming(_stream(manager, record, asked, events, remember), headers)
+        return event_stream(_stream(manager, record, asked, events, remember), headers)
     seen = [event async for event in events]  # the run's end ends the iterator
     final = await manager.await_run(record.id, 5.0) or record
     if final.status not in _ANSWERED:
-        return _failed(final, headers)
+        return failure_response(final, headers)
     text = final.answer if echo.json_output else answer_text(seen)
     calls = waiting_calls(seen)
     await remember(text, calls)
@@ -301,7 +303,7 @@ async def _session_of(user: Any, previous: str | None, header: str | None) -> st
     """The session to continue: the previous response's, or `X-Session-Id`'s (the user's
     own, or a new one of that id), or None for a new one."""
     if previous is None:
-        return await _open_session(user, header)
+        return await open_session(user, header)
     record = await db_call(run_selectors.run_get)(user=user, run_id=run_id_of(previous) or "")
     if record is None:  # another user's response is not found either
         raise OpenAIError(404, f"previous response {previous!r} not found", param="previous_response_id",
@@ -324,26 +326,12 @@ def _response(record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[
     status = "completed" if record.status in _ANSWERED else response_status(record.status)
     error = None
     if status == "failed":
-        failure = _failure(record)
+        failure = run_failure(record)
         error = {"code": failure.code, "message": failure.message}
     output = output_items(message_item_id(record.id, record.request_id), text, calls) if status == "completed" else []
     return response_object(run_id=record.id, model=record.agent, created_at=record.created_at.timestamp(),
                            status=status, echo=echo, output=output,
                            usage=usage(record.prompt_tokens, record.completion_tokens), error=error)
-
-
-def _failed(record: RunRecord, headers: dict[str, str]) -> JsonResponse:
-    """A run that ended without an answer: 422, not retried (runs.openai_compat._failure)."""
-    response = _failure(record).response()
-    for name, value in {**headers, "x-should-retry": "false"}.items():
-        response[name] = value
-    return response
-
-
-def _streaming(lines: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(lines, content_type="text/event-stream", headers=headers)
-    response["Cache-Control"] = "no-cache"
-    return response
 
 
 async def _stream(manager: Any, record: RunRecord, asked: ResponsesRequest, events: AsyncIterator[Event],
@@ -418,22 +406,22 @@ async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, sess
         await asyncio.sleep(0.1)
         turn = await db_call(run_selectors.run_turn)(record=record)
     if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
-            or not _same_input(turn, chat)):
+            or not same_input(turn, chat)):
         raise OpenAIError(400, f"Idempotency-Key {record.request_id!r} was used for another request (model, input "
                           "or session differ); use a new key for a new request", param="Idempotency-Key",
                           code="idempotency_key_reused")
-    final = await _ended(manager, record)
+    final = await run_ended(manager, record)
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id, REPLAYED_HEADER: "true"}
     if not final.finished:
         raise OpenAIError(409, f"the run {record.id} of this Idempotency-Key is still in progress; retry later",
                           param="Idempotency-Key", code="run_in_progress")
     if final.status not in _ANSWERED:
-        return _failed(final, headers)
+        return failure_response(final, headers)
     turn = await db_call(run_selectors.run_turn)(record=final)
     text = final.answer if asked.echo.json_output else answer_text(turn)
     calls = waiting_calls(turn)
     if chat.stream:
-        return _streaming(_stream_done(final, asked.echo, text, calls), headers)
+        return event_stream(_stream_done(final, asked.echo, text, calls), headers)
     return JsonResponse(_response(final, asked.echo, text, calls), headers=headers)
 
 
@@ -441,7 +429,7 @@ async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, sess
 async def retrieve_response(request: HttpRequest, response_id: str) -> HttpResponse:
     """`GET /v1/responses/<id>`: the user's own response (another user's is not found)."""
     try:
-        user = await _api_user(request)
+        user = await api_user(request)
         run_id = run_id_of(response_id)
         record = await db_call(run_selectors.run_get)(user=user, run_id=run_id) if run_id else None
         turn = await db_call(run_selectors.run_turn)(record=record) if record is not None else []
