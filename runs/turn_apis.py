@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -62,7 +63,7 @@ class MessageEditInputSerializer(serializers.Serializer):
 
     def validate_message(self, value: str) -> str:
         if not value.strip():
-            raise serializers.ValidationError("must not be empty")
+            raise serializers.ValidationError(_("must not be empty"))
         return within_message_limit(value)
 
 

@@ -37,6 +37,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from django.utils.translation import gettext as _
+
 from agentsite.runtime import run_manager
 from runs import models as run_orm
 from runs.core.invocation import RunOptions
@@ -119,11 +121,16 @@ def user_message(*, session: orm.Session, event_id: str) -> Event:
     """The session's user message `event_id` (`TurnNotFoundError`, `NotEditableError`)."""
     row = orm.Event.objects.filter(session=session, event_id=event_id).first()
     if row is None:
-        raise TurnNotFoundError("not_found", f"event {event_id!r} not found in this session", field="event_id")
+        raise TurnNotFoundError(
+            "not_found", _("event %(event)s not found in this session") % {"event": repr(event_id)}, field="event_id",
+        )
     event = event_from_row(row)
     if event.author != "user" or event.message is None or event.message.role != "user":
         raise NotEditableError(
-            "not_editable", f"event {event_id!r} is not a message you sent ({event.author}/{row.role})", field="event_id",
+            "not_editable",
+            _("event %(event)s is not a message you sent (%(author)s/%(role)s)")
+            % {"event": repr(event_id), "author": event.author, "role": row.role},
+            field="event_id",
         )
     return event
 
@@ -132,7 +139,9 @@ def session_regenerate(*, user: Any, session: orm.Session) -> RedoneTurn:
     """Answer the session's last user message again, in a new run."""
     target = last_user_message(session=session)
     if target is None or target.message is None:
-        raise NothingToRegenerateError("nothing_to_regenerate", f"session {session.id!r} has no message to answer again")
+        raise NothingToRegenerateError(
+            "nothing_to_regenerate", _("session %(session)s has no message to answer again") % {"session": repr(session.id)},
+        )
     message = Message(role="user", content=target.message.content, parts=target.message.parts)
     return _redo(user=user, session=session, message=message, kind=REGENERATES, of_event=target)
 
@@ -190,5 +199,7 @@ def _agent_of(*, session: orm.Session, event: Event) -> str | None:
 
 def _busy(session_id: str) -> TurnConflictError:
     return TurnConflictError(
-        "run_active", f"session {session_id!r} has a reply in progress: wait for it to end, or cancel it", field=None,
+        "run_active",
+        _("session %(session)s has a reply in progress: wait for it to end, or cancel it") % {"session": repr(session_id)},
+        field=None,
     )
