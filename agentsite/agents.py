@@ -111,9 +111,14 @@ class AgentRegistry:
         agents: list[Agent] = []
         seen: dict[str, str] = {}
         for path in self.paths:
-            made = load_factory(path)(context)
-            several = isinstance(made, Iterable) and not isinstance(made, (Agent, str, bytes))
-            for agent in list(made) if several else [made]:
+            made: object = load_factory(path)(context)
+            if isinstance(made, Agent):
+                made_agents: list[object] = [made]
+            elif isinstance(made, Iterable) and not isinstance(made, (str, bytes)):
+                made_agents = list(made)
+            else:
+                made_agents = [made]
+            for agent in made_agents:
                 if not isinstance(agent, Agent):
                     raise ImproperlyConfigured(f"AGENTSITE_AGENTS: {path!r} returned {agent!r}, not an agent")
                 if agent.name in seen:

@@ -79,7 +79,8 @@ def fetch_card(url: str, *, token: str = "", header_name: str = "") -> dict[str,
         raise CardError("the agent card has no name")
     if not any(interface.url for interface in card.supported_interfaces):
         raise CardError("the agent card names no interface URL to call")
-    return MessageToDict(card)
+    card_json: dict[str, Any] = MessageToDict(card)
+    return card_json
 
 
 def _reason(error: BaseException) -> str:
@@ -129,15 +130,17 @@ def fingerprint() -> tuple[int, Any]:
 class RemoteAgentSync:
     """Keeps one Runner's agents and tools in step with the rows.
 
-    The registered agents (and each one's own tools) are remembered on the first apply; each
+    The registered agents (and each one's own tools) are remembered when it is made; each
     apply then swaps in new dicts (`runner.agents`, an agent's `tools`) in one assignment,
     so a run reading the old ones meanwhile never sees a half-made change."""
 
     def __init__(self, runner: Runner) -> None:
         self._runner = weakref.ref(runner)
         self.base_agents = dict(runner.agents)
-        self._base_tools = {name: dict(agent.tools) for name, agent in runner.agents.items()
-                            if isinstance(getattr(agent, "tools", None), dict)}
+        # The agents that take tools (LLM agents: a `tools` dict), each with its own tools.
+        self._tool_takers: dict[str, Any] = {name: agent for name, agent in runner.agents.items()
+                                             if isinstance(getattr(agent, "tools", None), dict)}
+        self._base_tools = {name: dict(agent.tools) for name, agent in self._tool_takers.items()}
         self._lock = threading.Lock()
         self.seen: tuple[int, Any] | None = None
 
@@ -164,7 +167,7 @@ class RemoteAgentSync:
                     else:
                         tools[owner][tool.name] = tool
             for name, agent_tools in tools.items():
-                self.base_agents[name].tools = agent_tools  # type: ignore[attr-defined]  # an LLM agent's (checked above)
+                self._tool_takers[name].tools = agent_tools
             runner.agents = agents
 
 
