@@ -13,7 +13,10 @@ response returned. `previous_response_id` continues that response's session (so 
 shape. `metadata`, `instructions`, the tools and the format are stored with the run's
 turn and come back with the response; `store: false` makes `GET` answer 404 (the run and
 its session stay in the ledger, as every run does). A failed run answers 422 (streamed:
-`response.failed`), which clients do not retry.
+`response.failed`), which clients do not retry. Sampling and transport parameters
+(`temperature`, `top_p`, `max_output_tokens`, `reasoning`, `truncation`, `include`, ...)
+are accepted and ignored, as on chat completions: they are settings of the agent; so is any
+parameter this module does not name, so that a newer client is not refused.
 """
 from __future__ import annotations
 
@@ -83,11 +86,8 @@ from runs.openai_compat import (
 from sessions_app import fingerprints
 from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, Event, ToolCall
+from sessions_app.core.session import SessionNotFoundError
 
-# Accepted and ignored: sampling and transport settings belong to the agent, not the request.
-_IGNORED = {"temperature", "top_p", "max_output_tokens", "truncation", "user", "service_tier", "parallel_tool_calls",
-            "reasoning", "include", "top_logprobs", "prompt_cache_key", "safety_identifier", "max_tool_calls",
-            "stream_options", "prompt_cache_retention"}
 _UNSUPPORTED = {"background": "background responses", "conversation": "conversations (use previous_response_id)",
                 "prompt": "stored prompts"}
 # A run that waits for its client's tool results has answered (OpenAI: `completed` with
@@ -255,6 +255,8 @@ async def create_response(request: HttpRequest) -> HttpResponse:
             if key is None:
                 raise
             return await _replay(manager, await run_of_key(user, key), asked, session_header)
+        except SessionNotFoundError as exc:
+            raise OpenAIError(400, str(exc), param=SESSION_HEADER) from None
         except UsageError as exc:  # e.g. a result for no call the session waits on: nothing stored
             raise OpenAIError(400, str(exc), param=_result_param(chat, str(exc)),
                               code="unknown_tool_call" if chat.tool_results else None) from None
