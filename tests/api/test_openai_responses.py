@@ -122,6 +122,9 @@ async def test_a_client_function_tool_is_called_answered_and_the_response_comple
     assert (call.call_id, call.name, json.loads(call.arguments)) == ("call_w1", "get_weather", {"city": "Paris"})
     assert openai_server.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert "get_weather" in {t["function"]["name"] for t in openai_server.requests[0]["tools"]}
+    # While the run waits, the stored response is the call.
+    waiting = await client.responses.retrieve(first.id)
+    assert [(i.type, getattr(i, "call_id", None)) for i in waiting.output] == [("function_call", "call_w1")]
 
     second = await client.responses.create(
         model="support", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
@@ -266,6 +269,20 @@ async def test_bad_input_is_a_400_naming_the_parameter_and_stores_nothing(
     assert caught.value.body["param"] == param  # type: ignore[index]
     assert await sessions_of(alice) == [] and await runs_of(alice) == []
     assert openai_server.requests == []
+
+
+async def test_a_session_header_that_is_not_the_previous_responses_session_is_a_400(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> None:
+    openai_server.script("First.")
+    agents_on(openai_server, use_model)
+    client = await client_for(alice)
+    first = await client.responses.create(model="support", input="hello")
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(model="support", input="again", previous_response_id=first.id,
+                                      extra_headers={"X-Session-Id": "another-session"})
+    assert (caught.value.body["param"], caught.value.body["code"]) == ("X-Session-Id", "session_mismatch")  # type: ignore[index]
+    assert len(await runs_of(alice)) == 1
 
 
 async def test_unknown_previous_response_and_another_users_are_404(
