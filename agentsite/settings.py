@@ -428,8 +428,11 @@ elif set(AGENTSITE_EVOLUTION_GATES) - {"spec", "safety", "effectiveness", "human
         "AGENTSITE_EVOLUTION_GATES must list spec, safety, effectiveness, human (or be 'none'), "
         f"got {','.join(AGENTSITE_EVOLUTION_GATES)!r}"
     )
-# The Effectiveness gate's replay: `scripted` (the recorded model turns), `model` (the evolution model), `off`.
-AGENTSITE_EVOLUTION_REPLAY = env.choice("AGENTSITE_EVOLUTION_REPLAY", "scripted", choices=("scripted", "model", "off"))
+# The Effectiveness gate's replay: `scripted` (the recorded model turns), `model` (the evolution model), `off`;
+# `auto`: `model` when the evolution model is the offline one, else `scripted`.
+AGENTSITE_EVOLUTION_REPLAY = env.choice(
+    "AGENTSITE_EVOLUTION_REPLAY", "auto", choices=("auto", "scripted", "model", "off")
+)
 AGENTSITE_EVOLUTION_MAX_SKILL_CHARS = env.integer("AGENTSITE_EVOLUTION_MAX_SKILL_CHARS", 16_000, minimum=512)
 
 # -- auth and API ----------------------------------------------------------------------------------

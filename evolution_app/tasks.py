@@ -66,6 +66,12 @@ def build_gates(model: Model | None = None) -> list[Gate]:
     if "effectiveness" in names:
         mode = settings.AGENTSITE_EVOLUTION_REPLAY
         replayer = None
+        if mode == "auto":
+            # The offline planner is free and deterministic, and it is the model a candidate
+            # can change (a skill's description takes part in its tool choice): replay on it.
+            # Another model's turns are played back instead of paying for two more runs.
+            model = model or evolution_model()
+            mode = "model" if model.info().provider == "offline" else "scripted"
         if mode != "off":
             replayer = AgentReplayer(
                 agent_factory=replay_agent, library=skill_repository(), mode=mode,
