@@ -205,3 +205,14 @@ async def test_a_chinese_fleet_scan_and_a_chinese_question_missing_its_host(monk
     answer = final_answer(vague)
     assert answer.startswith("离线规划器")
     assert "inspect_certificate 看起来相关，但需要 `host`" in answer
+
+
+async def test_an_error_in_the_logs_is_the_cause_when_no_tool_reports_a_problem_of_its_own():
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
+
+    answer = final_answer(await run(runner, "search the logs of checkout-api for errors"))
+
+    assert answer.startswith("**Cause:** checkout-api: upstream payments.internal.example.com:443 TLS handshake failed")
+    assert "none of the results reports a problem" not in answer
+    # The fix is about the host the log line names, not the service that logged it.
+    assert "1. Renew the certificate of payments.internal.example.com" in answer

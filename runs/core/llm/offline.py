@@ -634,6 +634,8 @@ _TEXT: dict[Language, dict[str, str]] = {
         "evidence": "**Evidence**",
         "fix": "**Fix**",
         "no_fix": "Nothing to fix from these results.",
+        "no_known_fix": "No fix on record for this: ask to look up past tickets about it, or to inspect the host "
+                        "it names.",
         "retry": "Fix what made the failed call(s) fail and ask again.",
         "on_record": "On record: {resolution}",
         "renew": "Renew the certificate of {host} and deploy it with its full chain (leaf + intermediate), "
@@ -663,6 +665,7 @@ _TEXT: dict[Language, dict[str, str]] = {
         "evidence": "**证据**",
         "fix": "**修复**",
         "no_fix": "根据这些结果，没有需要修复的内容。",
+        "no_known_fix": "没有关于此问题的修复记录：可以让我查找相关的历史工单，或检查它提到的主机。",
         "retry": "先解决导致调用失败的问题，然后再问一次。",
         "on_record": "以往记录：{resolution}",
         "renew": "续签 {host} 的证书，并连同完整证书链（叶证书 + 中间证书）一起部署，然后重新加载服务。",
@@ -706,6 +709,10 @@ def _fixes(problems: Sequence[tuple[str, str]], language: Language) -> list[str]
     hosts: list[str] = []
     for label, problem in problems:
         lowered = problem.lower()
+        if not (label and _HOST.fullmatch(label)):
+            # A log line's source is a service: the host its message names is what to fix.
+            named = _HOST.search(problem)
+            label = named.group(1) if named else label
         host = label or "the host"
         if "expired" in lowered or "expires" in lowered:
             steps.append(text["renew"].format(host=host))
@@ -724,11 +731,34 @@ def _fixes(problems: Sequence[tuple[str, str]], language: Language) -> list[str]
     return list(dict.fromkeys(steps))
 
 
+_LOG_ERROR = re.compile(r"^(?P<at>\S+)\s+(?:ERROR|FATAL|CRITICAL)\s+(?:\[(?P<source>[^\]]+)\]\s*)?(?P<message>.+)$")
+
+
+def _log_errors(results: Sequence[_Result]) -> list[tuple[str, str]]:
+    """(source, message at time) of the error lines in log-like results (a `lines` list of
+    "<time> <LEVEL> [source] message" strings), first per source, in result order."""
+    found: dict[str, str] = {}
+    for result in results:
+        data = result.data
+        lines = data.get("lines") if isinstance(data, Mapping) else None
+        for line in lines if isinstance(lines, list) else ():
+            match = _LOG_ERROR.match(line) if isinstance(line, str) else None
+            if match is not None:
+                source = match.group("source") or ""
+                found.setdefault(source, f"{_truncate(match.group('message'), _VALUE_CHARS)} ({match.group('at')})")
+    return list(found.items())
+
+
 def _compose_answer(results: Sequence[_Result], language: Language = "en") -> str:
     """The answer as a short incident note in Markdown: the cause, the evidence (one line
     per tool call), the fix (steps for the problems found, and past resolutions on record)."""
     text = _TEXT[language]
     problems, resolutions, failures = _findings(results)
+    logged = not problems and _log_errors(results)
+    if logged:
+        # Logs are evidence; an error they hold is the cause only when no tool reports a
+        # problem of its own (a certificate check's finding explains the log lines).
+        problems = logged
     lines: list[str] = []
     if failures:
         # A failed step comes first and in plain words: an answer that reads as "no problem
@@ -759,7 +789,7 @@ def _compose_answer(results: Sequence[_Result], language: Language = "en") -> st
     resolutions = sorted(resolutions, key=lambda r: not any(subject in r for subject in subjects))
     lines.extend(f"- {text['on_record'].format(resolution=r)}" for r in resolutions[:2])
     if not steps and not resolutions:
-        lines.append(text["retry"] if failures else text["no_fix"])
+        lines.append(text["retry"] if failures else text["no_known_fix"] if problems else text["no_fix"])
     lines.extend(["", text["signature"]])
     return "\n".join(lines)
 
