@@ -216,3 +216,15 @@ async def test_an_error_in_the_logs_is_the_cause_when_no_tool_reports_a_problem_
     assert "none of the results reports a problem" not in answer
     # The fix is about the host the log line names, not the service that logged it.
     assert "1. Renew the certificate of payments.internal.example.com" in answer
+
+
+def test_a_chinese_message_with_an_image_is_told_in_chinese_that_the_planner_reads_text_only():
+    from runs.core.llm.base import ModelRequest
+    from sessions_app.core.events import ArtifactRef, ContentPart, Message
+
+    part = ContentPart(type="image", name="graph.png", mime="image/png", size=2048,
+                       artifact=ArtifactRef(filename="x-graph.png", version=0))
+
+    answer = OfflineModel().respond(ModelRequest(messages=(Message(role="user", content="这是什么？", parts=(part,)),)))
+
+    assert answer.content.startswith("我看不到图片，也读不了附件：离线规划器只处理文字。收到的附件：graph.png (image/png, 2.0 KiB)")

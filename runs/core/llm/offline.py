@@ -911,13 +911,15 @@ def _turn(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
     return None, []
 
 
-def _attachments_notice(messages: Sequence[Message]) -> str:
+def _attachments_notice(messages: Sequence[Message], language: Language = "en") -> str:
     """Issue 20: the planner reads text only, and says so plainly when the user's message
     came with images or files, naming what it received ("" when there were none)."""
     user = next((m for m in reversed(messages) if m.role == "user"), None)
     if user is None or not user.attachments:
         return ""
     received = "; ".join(describe_part(p) for p in user.attachments)
+    if language == "zh":
+        return f"我看不到图片，也读不了附件：离线规划器只处理文字。收到的附件：{received}。\n\n"
     return (f"I cannot see images or read attached files: the offline planner works on text only. "
             f"I received: {received}.\n\n")
 
@@ -973,8 +975,8 @@ class OfflineModel:
                 content="The offline planner found no user request to act on.\n\n(Composed by the offline planner.)",
             )
         results = _turn_results(after_user)
-        notice = _attachments_notice(request.messages)
         language = answer_language(user_text)
+        notice = _attachments_notice(request.messages, language)
         if results:
             return self._answer(request.output, notice + _compose_answer(results, language), len(results))
         calls, blocked = plan_tool_calls(user_text, request.tools) if request.tools else ([], [])
