@@ -2,7 +2,7 @@
 user message.
 
 Both start a new run on the session whose user turn is a *new* ledger event: the ledger
-stays append-only and nothing earlier is changed or hidden. The new user event says what
+stays append-only and nothing earlier is changed. The new user event says what
 it redoes in its extensions, so a transcript can show the newest version of a turn and
 offer the earlier ones:
 
@@ -24,11 +24,12 @@ start inserts), as with the active-run limit (`runs.backends.active_runs_admissi
 The redo runs on the agent that answered the message it redoes (the chat's agent picker
 may have changed since), else on the session's.
 
-What the model sees: the history keeps the earlier turn (the projection shows every turn
-of the ledger), so the redo's run adds a note to the agent's instruction
-(`RunOptions.added_instruction`) saying that the earlier answer was not wanted, or that the
-edited message replaces the earlier one: a model then answers afresh instead of repeating
-or pointing back at the answer the user asked to replace.
+What the model sees: the projection leaves the redone turn out (the message named and its
+answer, up to the next user message; `runs.core.context.projection`), so the model gets the
+history the chat shows, with the new message as the turn it answers, and needs no note
+saying what to ignore: a note about an answer it cannot see would only invite it to guess
+at one. A summary written before the redo may still tell of the earlier answer
+(docs/context.md, "Regenerated and edited turns").
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from django.utils.translation import gettext as _
 
 from agentsite.runtime import run_manager
 from runs import models as run_orm
-from runs.core.invocation import RunOptions
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from sessions_app import models as orm
@@ -51,17 +51,6 @@ from sessions_app.mapping import event_from_row
 REGENERATES = "regenerates"
 EDIT_OF = "edit_of"
 RedoKind = Literal["regenerates", "edit_of"]
-
-REGENERATE_NOTE = (
-    "The user asked for a new answer to their last message. The answer to the same message earlier "
-    "in this conversation was not what they wanted: answer it again from scratch, without referring "
-    "to that earlier answer."
-)
-EDIT_NOTE = (
-    "The user edited one of their earlier messages and sent it again as their last message. Answer "
-    "the edited message; the earlier version of it and the answer to that version are replaced by it."
-)
-_NOTES: dict[str, str] = {REGENERATES: REGENERATE_NOTE, EDIT_OF: EDIT_NOTE}
 
 _LIVE = ("queued", "running")
 # Sessions whose redo is between its active-run check and its run's row: a second redo of
@@ -172,7 +161,6 @@ def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, 
                 message=message,
                 session_id=session.id,
                 agent=agent if agent in runner.agents else None,
-                options=RunOptions(added_instruction=_NOTES[kind]),
                 turn_extensions={kind: of_event.id},
             )
             return handle.record

@@ -13,7 +13,6 @@ import pytest
 
 from runs.core.llm.base import Model
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
-from runs.turns import EDIT_NOTE, REGENERATE_NOTE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,11 +78,9 @@ def test_regenerate_answers_the_last_message_again_in_a_new_turn(
         ("user", "Why is the VPN down?"), ("assistant", "second answer"),
     ]
     assert events[2]["id"] == redo["turn_event_id"] and events[2]["regenerates"] == original
-    # The model is told the earlier answer was not wanted (it still sees that turn).
-    assert REGENERATE_NOTE in system_text(model)
-    assert [m.content for m in model.requests[-1].messages if m.role != "system"][-3:] == [
-        "Why is the VPN down?", "first answer", "Why is the VPN down?",
-    ]
+    # The model no longer sees the regenerated turn (runs.core.context.projection).
+    assert [m.content for m in model.requests[-1].messages if m.role != "system"] == ["Why is the VPN down?"]
+    assert "first answer" not in system_text(model)
 
     # Again: the newest user message is the regeneration, and it is the one named.
     again = alice_api.post(f"/api/sessions/{session_id}/regenerate/", format="json").json()
@@ -165,12 +162,13 @@ def test_edit_resends_a_message_with_new_text_as_a_new_turn(
     ]
     assert events[4]["edit_of"] == first and events[4]["id"] == redo["turn_event_id"]
     assert "regenerates" not in events[4]
-    # The model got the edited text as the turn it answers, told that it replaces the earlier one.
+    # The model got the edited text as the turn it answers, and no longer the original's turn.
     assert model.requests[-1].messages[-1].content == "What happened in INC-3?"
-    assert EDIT_NOTE in system_text(model) and REGENERATE_NOTE not in system_text(model)
-    # A plain run after it carries no note.
+    assert not any("INC-1" in m.content for m in model.requests[-1].messages)
     ask(alice_api, "Thanks", session_id)
-    assert EDIT_NOTE not in system_text(model)
+    assert [m.content for m in model.requests[-1].messages if m.role != "system"][-3:] == [
+        "What happened in INC-3?", "about INC-3", "Thanks",
+    ]
 
 
 def test_only_a_message_you_sent_can_be_edited(alice_api: Any, use_model: Callable[[Model], None]) -> None:

@@ -3,7 +3,7 @@
 Random ledgers are grown step by step as a run grows its session (tool rounds, answers,
 orphan calls and results, reused call ids, other agents, seeded turns, other branches,
 summaries that advance, cover the running turn or cut a turn, windows loaded anew or
-extended back); after each step the kept projection and the request built from it must
+extended back, turns regenerated or edited, also in chains and out of the window); after each step the kept projection and the request built from it must
 equal `project`'s and the request `build_context` makes from scratch.
 """
 
@@ -35,7 +35,7 @@ from tests.sessions.ledger_builders import APP, Ledger
 AGENT = "support"
 OPS = (
     "turn", "round", "round", "round", "call_only", "result_only", "answer", "completion", "foreign", "seeded",
-    "branch", "summary", "summary_all", "new_window", "load_back", "big_round",
+    "branch", "summary", "summary_all", "new_window", "load_back", "big_round", "regenerate", "edit",
 )
 
 
@@ -117,6 +117,16 @@ def _apply(world: _World, op: str, flag: bool) -> None:
             app=APP, user_id="alice", id="s-1", events=list(events[start:]), summaries=dict(world.session.summaries),
             last_seq=world.session.last_seq,
         )
+    elif op in ("regenerate", "edit"):
+        # Issue 21 (runs.turns): a new turn naming the user message it redoes: the last one
+        # (a chain when that is a redo itself), or for an edit with `flag` the first one.
+        asked = [e for e in world.ledger.events if e.author == "user" and e.message is not None]
+        target = asked[0] if op == "edit" and flag and asked else (asked[-1] if asked else None)
+        world.counter += 1
+        world.invocation = f"inv-{world.counter}"
+        key = "regenerates" if op == "regenerate" else "edit_of"
+        extensions = {key: target.id} if target is not None else {}
+        world.add(Event(author="user", message=Message(role="user", content=f"again {world.counter}"), extensions=extensions))
     elif op == "load_back":
         events = world.session.events
         if events and (events[0].seq or 0) > 1:

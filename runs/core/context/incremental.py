@@ -24,7 +24,10 @@ What the state cannot vouch for, it does not guess:
   restored call), a message of a turn whose user message the summary hides (a user
   anchor appears or goes), an event the summary covers: *rebuilt*;
 - the running invocation has events behind the boundary (an intra-run summary: the
-  resume tail and the run's user messages depend on it): *fallback*, the plain `project`.
+  resume tail and the run's user messages depend on it): *fallback*, the plain `project`;
+- a new user message regenerates or edits an earlier one (issue 21): the earlier turn
+  leaves the history, items already kept among them: *rebuilt* (once per redo; the
+  events after it are added one by one again, since a redo can only hide turns before it).
 
 `Projection.origin` says which happened, and the request stats carry it. The property
 test (tests/runs/test_projection_incremental.py) checks the result equals `project`'s.
@@ -49,6 +52,7 @@ from runs.core.context.projection import (
     pair_results,
     project,
     project_parts,
+    redo_target,
     visible_tokens,
 )
 from sessions_app.core.events import Event, Message, filter_matches
@@ -92,6 +96,7 @@ class _State:
     hidden_user_turns: set[str]
     shown_user_turns: set[str]
     shown_other_turns: set[str]
+    superseded: frozenset[str] = frozenset()
     visible_sums: dict[int, tuple[Tokenizer, int, int]] = field(default_factory=dict)
     """id(tokenizer) -> (tokenizer, events of `visible` counted, their tokens)."""
     frozen_units: tuple[str, ...] | None = None
@@ -187,6 +192,8 @@ class IncrementalProjection:
                 continue
             message = model_message(event)
             unit = compaction_unit(event)
+            if message is not None and redo_target(event, message) is not None:
+                return "superseded"
             if message is not None and summary is not None and summary.covers(event):
                 return "covered_event"
             if message is not None:
@@ -300,6 +307,7 @@ def _build(session: Session, *, filter_key: str, agent_name: str | None) -> _Sta
         hidden_user_turns=hidden_user,
         shown_user_turns=shown_user,
         shown_other_turns=shown_other,
+        superseded=parts.superseded,
     )
     _advance_cut(state)
     return state
@@ -377,6 +385,7 @@ def _projection(state: _State, *, filter_key: str, active_invocation_id: str | N
         unit_order=state.frozen_units,
         completed_units=state.frozen_completed,
         visible_after_boundary=state.frozen_visible,
+        superseded=state.superseded,
         intra_run=False,
         origin=origin,
         visible_counter=functools.partial(_count_visible, state, len(state.visible)),

@@ -17,7 +17,9 @@ of these (a `Disposition`):
 - `gap`: after the boundary but not loaded for this request (older than the history
   window); allowed only when the request says so in a notice naming the seq range;
 - `silent`: an event with nothing to show a model (a completion marker, a state change);
-- `foreign`: an event of another filter key (branch), which this request never shows.
+- `foreign`: an event of another filter key (branch), which this request never shows;
+- `superseded`: after the boundary, in a turn a later user message regenerated or edited
+  (issue 21): the newer turn replaces it, on purpose (the ledger keeps it).
 
 Anything else is a silent drop: `check_manifest` raises `ManifestError`. The manifest is
 stored per model call in compact form (`Manifest.to_dict`: ranges of seqs per
@@ -36,9 +38,11 @@ from runs.core.context.projection import ProjectedItem, Projection
 from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.summary import model_message
 
-Disposition = Literal["verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign"]
+Disposition = Literal[
+    "verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign", "superseded",
+]
 DISPOSITIONS: tuple[Disposition, ...] = (
-    "verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign",
+    "verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign", "superseded",
 )
 HIDDEN: frozenset[str] = frozenset({"truncated", "placeholder", "withheld", "summarized", "gap"})
 """Dispositions whose content the request does not carry in full."""
@@ -214,8 +218,14 @@ def build_manifest(
         elif event.id in whole:
             disposition = "verbatim"
         else:
-            # Hidden, or only its still-needed calls restored: the summary must stand for it.
-            disposition = "summarized" if summary is not None and summary.covers(event) else "dropped"
+            # Hidden, or only its still-needed calls restored: the summary must stand for it
+            # (a summary made before a redo may tell of the replaced turn: it still does).
+            if summary is not None and summary.covers(event):
+                disposition = "summarized"
+            elif event.id in projection.superseded:
+                disposition = "superseded"
+            else:
+                disposition = "dropped"
         entry = known.entries.get(disposition)
         if entry is None:
             entry = known.entries[disposition] = ManifestEntry(seq=seq, event_id=event.id, disposition=disposition)

@@ -15,7 +15,13 @@ the summary's boundary, with these repairs:
   message carrying only those call ids, so calls and results stay paired;
 - results are moved to follow their call; a call without its results, or a result
   without its call (a run cancelled in between, a window cut), turns into a plain
-  "For context:" user message that keeps its payload.
+  "For context:" user message that keeps its payload;
+- a superseded turn is not shown (issue 21, `runs.turns`): when a later user message
+  regenerates or edits message X (`regenerates: X`, `edit_of: X` in its extensions), X
+  and every event after it up to the next user message are left out, the way the chat
+  shows only the newest version of a turn. An edit of an older message hides that
+  message's turn only, not the turns after it. The ledger keeps them (append-only), the
+  manifest calls them `superseded`.
 
 The projection reads `session.events` and `session.summaries` and writes nothing.
 """
@@ -51,6 +57,53 @@ def format_summary(text: str, mode: SummaryInjection) -> str:
             "date: when it disagrees with the messages after it, those messages are right."
         )
     return f"{lead}\n{_SUMMARY_OPEN}\n{text}\n{_SUMMARY_CLOSE}"
+
+
+REDO_EXTENSIONS: tuple[str, ...] = ("regenerates", "edit_of")
+"""`Event.extensions` keys of a user message that redoes an earlier one (`runs.turns`)."""
+
+
+def opens_turn(event: Event, message: Message) -> bool:
+    """A message the user sent: where a chat turn starts (and the previous one ends)."""
+    return event.author == "user" and message.role == "user"
+
+
+def redo_target(event: Event, message: Message) -> str | None:
+    """The id of the message this one regenerates or edits, if it is a user message that
+    redoes one (issue 21)."""
+    if not opens_turn(event, message):
+        return None
+    for key in REDO_EXTENSIONS:
+        target = event.extensions.get(key)
+        if isinstance(target, str) and target:
+            return target
+    return None
+
+
+def superseded_positions(eligible: Sequence[tuple[Event, Message]]) -> set[int]:
+    """Positions in `eligible` of the turns a later user message regenerates or edits:
+    the message named and everything after it up to the next user message. Only a target
+    before its redo counts (a redo can only name a message it has seen), so a turn's
+    events all precede the redo and a new event is never superseded when it arrives."""
+    position_of: dict[str, int] = {}
+    starts: set[int] = set()
+    for index, (event, message) in enumerate(eligible):
+        target = redo_target(event, message)
+        if target is not None and target in position_of:
+            starts.add(position_of[target])
+        position_of[event.id] = index
+    hidden: set[int] = set()
+    if not starts:
+        return hidden
+    hiding = False
+    for index, (event, message) in enumerate(eligible):
+        if index in starts:
+            hiding = True
+        elif opens_turn(event, message):
+            hiding = False
+        if hiding:
+            hidden.add(index)
+    return hidden
 
 
 def compaction_unit(event: Event) -> str:
@@ -105,6 +158,8 @@ class Projection:
     completed_units: frozenset[str]
     visible_after_boundary: tuple[Event, ...]
     """The events after the boundary a model would see raw (for the raw-ledger token count)."""
+    superseded: frozenset[str] = frozenset()
+    """Ids of the loaded events left out because a later turn regenerates or edits theirs."""
     intra_run: bool = False
     """The summary covers events of the running invocation (an intra-run summary)."""
     origin: str = dataclasses.field(default="full", compare=False)
@@ -267,8 +322,9 @@ def _resume_tail(
 @dataclass(kw_only=True)
 class ProjectionParts:
     """What `project` derives from the ledger before pairing and merging: the eligible
-    events (those of the filter key with a model message), which the summary covers, the
-    bindings of results to calls, and the history items in ledger order. The incremental
+    events (those of the filter key with a model message, less the superseded ones), which
+    the summary covers, the bindings of results to calls, and the history items in ledger
+    order. The incremental
     projection (`runs.core.context.incremental`) starts from these and extends them."""
 
     summary: Summary | None
@@ -281,6 +337,7 @@ class ProjectionParts:
     last_at: dict[str, int]
     completed: set[str]
     intra_run: bool
+    superseded: frozenset[str] = frozenset()
 
 
 def project(
@@ -305,6 +362,7 @@ def project(
         unit_order=tuple(sorted(parts.last_at, key=parts.last_at.__getitem__)),
         completed_units=frozenset(parts.completed),
         visible_after_boundary=tuple(e for (e, _), b in zip(parts.eligible, parts.beyond, strict=True) if b),
+        superseded=parts.superseded,
         intra_run=parts.intra_run,
     )
 
@@ -332,6 +390,12 @@ def project_parts(
         message = model_message(event)
         if message is not None:
             eligible.append((event, message))
+    # Issue 21: a regenerated or edited turn leaves the history before anything else is
+    # derived, so it neither anchors, restores calls nor counts as visible.
+    dropped = superseded_positions(eligible)
+    superseded = frozenset(eligible[i][0].id for i in dropped)
+    if dropped:
+        eligible = [pair for i, pair in enumerate(eligible) if i not in dropped]
     active = [active_invocation_id is not None and e.invocation_id == active_invocation_id for e, _ in eligible]
     beyond = [summary is None or not summary.covers(e) for e, _ in eligible]
     owner = _bind_results([m for _, m in eligible])
@@ -386,4 +450,5 @@ def project_parts(
         last_at=last_at,
         completed=completed,
         intra_run=any(a and not b for a, b in zip(active, beyond, strict=True)),
+        superseded=superseded,
     )
