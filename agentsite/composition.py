@@ -402,5 +402,7 @@ def runtime() -> Runtime:
 
 
 def install() -> None:
-    """Install this root for the process (`agentsite.apps.AgentsiteConfig.ready`)."""
+    """Install this root for the process (`agentsite.apps.AgentsiteConfig.ready`). A bad
+    AGENTSITE_AGENTS entry stops the start here, naming it, not the first run."""
+    agent_registry()
     install_runtime(runtime())
