@@ -29,7 +29,7 @@ answer, up to the next user message; `runs.core.context.projection`), so the mod
 history the chat shows, with the new message as the turn it answers, and needs no note
 saying what to ignore: a note about an answer it cannot see would only invite it to guess
 at one. A summary written before the redo may still tell of the earlier answer
-(docs/context.md, "Regenerated and edited turns").
+(docs/context.md, section 11).
 """
 
 from __future__ import annotations

@@ -170,6 +170,8 @@
     gap: gettext("not loaded (announced); session_load with seq"),
     silent: gettext("nothing to show a model (completion marker, state change)"),
     foreign: gettext("another branch of the session"),
+    // Issue 21: a turn the user regenerated or edited; the newer version replaces it.
+    superseded: gettext("replaced by a regenerated or edited turn; the ledger keeps it"),
   };
 
   function showManifest(manifest) {
