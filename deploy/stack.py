@@ -125,6 +125,13 @@ def check_redis(redis_url: str) -> None:
         raise StackError(f"Redis at REDIS_URL={redis_url!r} does not answer: {exc}") from None
 
 
+def local_url(host: str, port: int) -> str:
+    """Where this machine reaches a server listening on host:port."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"  # listening everywhere, reachable on loopback
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def http_status(url: str) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:
@@ -206,8 +213,7 @@ class Stack:
         """Return when every process serves; StackError when one exits or time runs out."""
         assert self.process is not None
         deadline = time.monotonic() + self.args.ready_timeout
-        balancer = f"http://127.0.0.1:{self.args.port}/healthz" if self.args.host in ("0.0.0.0", "::") else \
-            f"http://{self.args.host}:{self.args.port}/healthz"
+        balancer = f"{local_url(self.args.host, self.args.port)}/healthz"
         missing = "everything"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -257,7 +263,7 @@ def main(argv: list[str]) -> int:
             print(f"stack: {exc}", file=sys.stderr, flush=True)
         stack.stop()
         return 0 if stopping.is_set() else 2
-    base = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}"
+    base = local_url(args.host, args.port)
     print(f"{READY_LINE} {base} (balancer: HAProxy; web: {', '.join(str(p) for p in stack.web_ports)}; "
           f"workers: {WORKERS}; HAProxy stats http://127.0.0.1:{stack.stats_port}/). Ctrl-C stops everything.",
           flush=True)
