@@ -85,16 +85,16 @@ def superseded_positions(eligible: Sequence[tuple[Event, Message]]) -> set[int]:
     the message named and everything after it up to the next user message. Only a target
     before its redo counts (a redo can only name a message it has seen), so a turn's
     events all precede the redo and a new event is never superseded when it arrives."""
-    position_of: dict[str, int] = {}
-    starts: set[int] = set()
+    # Redo markers are rare: look for them first, so a ledger without one costs a check per event.
+    marker_at: dict[str, int] = {}
     for index, (event, message) in enumerate(eligible):
         target = redo_target(event, message)
-        if target is not None and target in position_of:
-            starts.add(position_of[target])
-        position_of[event.id] = index
+        if target is not None:
+            marker_at.setdefault(target, index)
     hidden: set[int] = set()
-    if not starts:
+    if not marker_at:
         return hidden
+    starts = {i for i, (event, _) in enumerate(eligible) if i < marker_at.get(event.id, -1)}
     hiding = False
     for index, (event, message) in enumerate(eligible):
         if index in starts:
