@@ -23,6 +23,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from evolution_app import models as orm
 from evolution_app.services import CandidateError, candidate_approve, candidate_reject
@@ -42,7 +44,7 @@ class GateResultInline(admin.TabularInline):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.display(description="findings")
+    @admin.display(description=gettext_lazy("findings"))
     def findings_list(self, result: orm.GateResult) -> str:
         findings = [str(f) for f in result.findings or []]
         if not findings:
@@ -54,7 +56,7 @@ class CandidateAuditInline(admin.TabularInline):
     model = orm.CandidateAudit
     extra = 0
     can_delete = False
-    verbose_name_plural = "audit trail"
+    verbose_name_plural = gettext_lazy("audit trail")
     fields = ["at", "action", "actor", "comment"]
     readonly_fields = fields
 
@@ -66,7 +68,7 @@ class DecisionForm(forms.Form):
     # Both decisions need a reason (the services refuse one without): it is the audit's why.
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-        error_messages={"required": "Give a reason: it is kept with the decision in the audit trail."},
+        error_messages={"required": gettext_lazy("Give a reason: it is kept with the decision in the audit trail.")},
     )
 
 
@@ -80,8 +82,9 @@ def file_diff(before: dict[str, str], after: dict[str, str]) -> str:
         if old == new:
             continue
         table = differ.make_table(
-            old.splitlines(), new.splitlines(), fromdesc=f"{filename} (current)" if filename in before else "(absent)",
-            todesc=f"{filename} (candidate)" if filename in after else "(removed)", context=False,
+            old.splitlines(), new.splitlines(),
+            fromdesc=_("%(file)s (current)") % {"file": filename} if filename in before else _("(absent)"),
+            todesc=_("%(file)s (candidate)") % {"file": filename} if filename in after else _("(removed)"), context=False,
         )
         parts.append(table)
     return "".join(parts)
@@ -157,8 +160,8 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         verb = "approve" if "_approve" in request.POST else "reject" if "_reject" in request.POST else None
         form = DecisionForm(request.POST)
         if verb is None or not form.is_valid():
-            problem = "Choose Approve or Reject." if verb is None else form.errors["reason"][0]
-            self.message_user(request, f"Nothing decided: {problem}", level=messages.ERROR)
+            problem = _("Choose Approve or Reject.") if verb is None else form.errors["reason"][0]
+            self.message_user(request, _("Nothing decided: %(problem)s") % {"problem": problem}, level=messages.ERROR)
             return HttpResponseRedirect(page)
         self._apply(request, [candidate], verb, form.cleaned_data["reason"])
         return HttpResponseRedirect(page)
@@ -168,10 +171,11 @@ class SkillCandidateAdmin(admin.ModelAdmin):
             try:
                 if verb == "approve":
                     revision = candidate_approve(candidate=candidate, user=request.user, reason=reason)
-                    self.message_user(request, f"{candidate.name}: published as revision {revision.revision}")
+                    self.message_user(request, _("%(name)s: published as revision %(revision)s") % {
+                        "name": candidate.name, "revision": revision.revision})
                 else:
                     candidate_reject(candidate=candidate, user=request.user, reason=reason)
-                    self.message_user(request, f"{candidate.name}: rejected")
+                    self.message_user(request, _("%(name)s: rejected") % {"name": candidate.name})
             except CandidateError as exc:
                 self.message_user(request, f"{candidate.name}: {exc}", level=messages.ERROR)
 
@@ -181,18 +185,18 @@ class SkillCandidateAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the audit trail stays
 
-    @admin.display(description="conflict", boolean=True)
+    @admin.display(description=gettext_lazy("conflict"), boolean=True)
     def has_conflict(self, candidate: orm.SkillCandidate) -> bool:
         return bool(candidate.conflict)
 
-    @admin.display(description="session")
+    @admin.display(description=gettext_lazy("session"))
     def session_link(self, candidate: orm.SkillCandidate) -> str:
         if candidate.session_id is None:
-            return f"{candidate.session_key} (deleted)"
+            return _("%(session)s (deleted)") % {"session": candidate.session_key}
         url = reverse("admin:sessions_app_session_change", args=[candidate.session_id])
         return format_html('<a href="{}">{}</a>', url, candidate.session_id)
 
-    @admin.display(description="evidence")
+    @admin.display(description=gettext_lazy("evidence"))
     def evidence_view(self, candidate: orm.SkillCandidate) -> str:
         items = list(candidate.evidence or [])
         if not items:
@@ -211,18 +215,19 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         for session_id, events in grouped.items():
             session = named.get(session_id)
             if session is None:
-                heading = format_html("Session <code>{}</code> (deleted)", session_id)
+                heading = format_html(_("Session <code>{}</code> (deleted)"), session_id)
             else:
                 heading = format_html(
-                    'Session <a href="{}">{}</a> <code>{}</code>, {}, {} event(s) cited',
+                    # Translators: the session's admin URL, title, id, owner and the number of events cited.
+                    _('Session <a href="{}">{}</a> <code>{}</code>, {}, {} event(s) cited'),
                     reverse("admin:sessions_app_session_change", args=[session.pk]),
-                    session.title or "(untitled)", session.pk, session.user.get_username(), len(events),
+                    session.title or _("(untitled)"), session.pk, session.user.get_username(), len(events),
                 )
             cells = []
             for item in events:
                 pk = rows.get((session_id, item["event_id"]))
                 link = (format_html('<a href="{}">#{}</a>', reverse("admin:sessions_app_event_change", args=[pk]), item["seq"])
-                        if pk is not None else f"#{item['seq']} (gone)")
+                        if pk is not None else _("#%(seq)s (gone)") % {"seq": item["seq"]})
                 cells.append((link, ", ".join(k for k in item["kinds"] if k), item.get("excerpt", "")))
             blocks.append(format_html(
                 "<h4>{}</h4><ul>{}</ul>", heading,
@@ -230,17 +235,17 @@ class SkillCandidateAdmin(admin.ModelAdmin):
             ))
         return format_html('<div class="evolution-evidence">{}</div>', format_html_join("", "{}", ((b,) for b in blocks)))
 
-    @admin.display(description="proposed text")
+    @admin.display(description=gettext_lazy("proposed text"))
     def diff_view(self, candidate: orm.SkillCandidate) -> str:
         if not candidate.base_files:
             return file_documents(dict(candidate.files or {}))  # a new skill: nothing to diff against
         diff = file_diff(dict(candidate.base_files or {}), dict(candidate.files or {}))
         if not diff:
-            return "no change"
+            return _("no change")
         # difflib escapes the file text itself; the table markup is its own.
         return mark_safe(f'<div class="evolution-diff">{diff}</div>')
 
-    @admin.display(description="files")
+    @admin.display(description=gettext_lazy("files"))
     def files_view(self, candidate: orm.SkillCandidate) -> str:
         return format_html_join(
             "", "<details><summary><code>{}</code></summary><pre>{}</pre></details>",
@@ -254,7 +259,7 @@ class SkillCandidateAdmin(admin.ModelAdmin):
             return None
         return TemplateResponse(request, "admin/evolution_app/decide.html", {
             **self.admin_site.each_context(request),
-            "title": f"{verb.capitalize()} skill candidates",
+            "title": _("Approve skill candidates") if verb == "approve" else _("Reject skill candidates"),
             "verb": verb,
             "candidates": queryset,
             "form": form,
@@ -263,11 +268,11 @@ class SkillCandidateAdmin(admin.ModelAdmin):
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
         })
 
-    @admin.action(description="Approve and publish the selected candidates (with a reason)")
+    @admin.action(description=gettext_lazy("Approve and publish the selected candidates (with a reason)"))
     def approve(self, request: HttpRequest, queryset: QuerySet[orm.SkillCandidate]) -> HttpResponse | None:
         return self._decide(request, queryset, "approve")
 
-    @admin.action(description="Reject the selected candidates (with a reason)")
+    @admin.action(description=gettext_lazy("Reject the selected candidates (with a reason)"))
     def reject(self, request: HttpRequest, queryset: QuerySet[orm.SkillCandidate]) -> HttpResponse | None:
         return self._decide(request, queryset, "reject")
 

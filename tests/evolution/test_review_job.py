@@ -330,3 +330,26 @@ def test_a_candidate_worse_than_the_run_without_it_is_rejected_and_the_admin_say
     html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/").content.decode()
     assert '<ul class="gate-findings"><li>' in html and "tool calls lost: lookup_ticket" in html
     assert 'name="_approve"' not in html  # nothing to decide on a rejected candidate
+
+
+def test_the_candidate_page_and_its_decisions_read_in_chinese(
+    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], eager_celery: None,
+) -> None:
+    use_model(troubleshooting_model())
+    run(alice_api)
+    candidate = orm.SkillCandidate.objects.get()
+    chinese = {"HTTP_ACCEPT_LANGUAGE": "zh-hans"}
+
+    html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/", **chinese).content.decode()
+
+    assert "<h2>决定</h2>" in html and 'value="批准并发布"' in html and 'value="拒绝"' in html
+    assert "引用了" in html  # the evidence's session heading
+    asked = admin_client.post("/admin/evolution_app/skillcandidate/",
+                              {"action": "approve", "_selected_action": [candidate.pk]}, **chinese).content.decode()
+    assert "理由（必填）：" in asked and "批准技能候选" in asked
+    refused = admin_client.post(f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/",
+                                {"_approve": "1", "reason": " "}, follow=True, **chinese).content.decode()
+    assert "未作决定：请填写理由" in refused
+    approved = admin_client.post(f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/",
+                                 {"_approve": "1", "reason": "方法可靠"}, follow=True, **chinese).content.decode()
+    assert f"{SKILL[0].upper()}{SKILL[1:]}：已发布为修订版 1" in approved  # the admin capitalises messages
