@@ -228,3 +228,23 @@ def test_a_chinese_message_with_an_image_is_told_in_chinese_that_the_planner_rea
     answer = OfflineModel().respond(ModelRequest(messages=(Message(role="user", content="这是什么？", parts=(part,)),)))
 
     assert answer.content.startswith("我看不到图片，也读不了附件：离线规划器只处理文字。收到的附件：graph.png (image/png, 2.0 KiB)")
+
+
+async def test_a_structured_answer_carries_every_problem_of_the_cause(monkeypatch):
+    from runs.core.llm.base import ModelRequest
+    from runs.core.output import OutputSpec
+    from sessions_app.core.events import Message
+
+    monkeypatch.setenv("AGENTSITE_DEMO_SCAN_DELAY_S", "0")
+    runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
+    scan = await run(runner, "scan the certificates of the whole fleet")
+    turn = tuple(e.message for e in scan if e.message is not None and not e.partial and e.message.role != "user")[:-1]
+
+    answer = OfflineModel().respond(ModelRequest(
+        messages=(Message(role="user", content="scan the certificates of the whole fleet"), *turn),
+        output=OutputSpec(kind="json_object"),
+    ))
+
+    gist = json.loads(answer.content)["answer"]
+    assert gist.startswith("the results report 2 problems:")
+    assert "1. auth.example.com: chain is missing" in gist and "2. payments.internal.example.com: certificate expired" in gist

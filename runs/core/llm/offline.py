@@ -1000,8 +1000,12 @@ class OfflineModel:
             return Message(role="assistant", content=text)
         signatures = {_TEXT[language]["signature"] for language in _TEXT}
         lines = [line.strip() for line in text.splitlines() if line.strip() and line.strip() not in signatures]
-        gist = next((line for line in lines if _CAUSE.match(line)), lines[0] if lines else "")
-        gist = _CAUSE.sub("", gist)
+        at = next((i for i, line in enumerate(lines) if _CAUSE.match(line)), None)
+        gist = lines[0] if at is None and lines else ""
+        if at is not None:
+            # Several problems are listed under the cause line: the gist carries them all.
+            listed = [line for line in lines[at + 1:at + 6] if re.match(r"\d+\. ", line)]
+            gist = " ".join([_CAUSE.sub("", lines[at]), *listed])
         if output.kind == "json_object" or output.schema is None:
             value: Any = {"answer": gist}
         else:
