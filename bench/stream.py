@@ -2,20 +2,38 @@
 
 Starts `daphne agentsite.asgi:application` as a subprocess on PostgreSQL
 (`agentsite_stream_bench`, dropped and recreated) and the Redis channel layer (db 11) with the
-offline model, creates a user and an API token, then for N in (50, 200): creates N sessions
+offline model, or with `--stack` the production topology (bench/stack.py `balanced`: HAProxy
+in front of `--web` Daphne processes, two Celery workers), creates a user and an API token,
+then for N in (50, 200) (`--sizes`, 1000 for the issue's largest row): creates N sessions
 (`POST /api/sessions/`), opens one websocket per session, sends one `run` frame on every
 socket at the same time and records every frame with its arrival time. Per N it reports total
-events, wall time, events/s, events per run, lost and reordered events (both must be 0) and
+frames, wall time, frames/s, frames per run, lost and reordered events (both must be 0),
 latency p50/p99 from the AG-UI `timestamp` (ms, set by the translator from the ledger event's
-`created_at`, or "now" for frames made at translation time) to arrival on the socket.
+`created_at`, or "now" for frames made at translation time) to arrival on the socket, and the
+server's CPU: the web processes' user + system time (`/proc/<pid>/stat`) from the start frames
+to the last RUN_FINISHED, per run and per frame.
 Lost is measured against the ledger (`GET /api/sessions/<id>/events/`) after the round: a
 ledger seq that never reached the socket in an AG-UI frame, or an assistant text whose deltas
 and whole messages on the socket do not add up to the ledger's text. (How many
-TEXT_MESSAGE_CONTENT frames a run gives varies by design: a socket that falls behind gets a
-message whole from the ledger and drops its late deltas.) Reordered: a seq lower than one
-already received, content after its message ended, a tool result before its call.
-Prints a table and writes `bench/results/stream.json`. Skips (exit 0) when PostgreSQL or Redis
-do not answer. Daphne is killed at the end, also on errors.
+TEXT_MESSAGE_CONTENT frames a run gives varies by design: deltas sent together travel merged,
+and a socket that falls behind gets a message whole from the ledger and drops its late
+deltas.) Reordered: a seq lower than one already received, content after its message ended,
+a tool result before its call.
+
+Then the slow-socket round (`--slow-events`, 10,000; 0 skips it): on one session, a socket
+that never reads (4 KiB receive buffer, one queued frame) beside a reading one, while a
+second process saves that many assistant messages to the session's ledger and publishes
+them on its group (as another web process's runs would, only faster); the web processes'
+resident memory before and after, and what the server says waited unsent for the slow
+socket at most (its log line when the socket closes; the bound is
+`AGENTSITE_WS_SEND_BUFFER_BYTES` plus the frames of one event). Then the slow socket reads:
+every saved event must arrive exactly once, in order.
+
+Prints a table and MET/MISSED for the stream rows of issue 23's targets, and writes
+`bench/results/stream.json` (`stream-stack.json` with `--stack`) with the machine, the date
+and the topology. The machine is shared: its load average at the start is recorded, and
+figures from a loaded machine vary from run to run. Skips (exit 0) when PostgreSQL or Redis
+do not answer. The server is stopped at the end, also on errors.
 """
 
 from __future__ import annotations
@@ -24,35 +42,31 @@ import argparse
 import asyncio
 import json
 import os
-import platform
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from stack import RESULTS, Stack, free_port, percentile, wait_ready
+from stack import RESULTS, Stack, Target, balanced, free_port, machine, percentile, topology, wait_ready
 
 STACK = Stack(db_name="agentsite_stream_bench", redis_db=11, extra_env=(("AGENTSITE_MEMORY_AUTO", "0"),))
 PROMPT = "Search the logs of payments for errors"
 SIZES = (50, 200)
-OUTPUT = RESULTS / "stream.json"
+SLOW_EVENTS = 10_000
+SEND_BUFFER_BYTES = 262_144  # the server's AGENTSITE_WS_SEND_BUFFER_BYTES default
 # A run that has not ended this long after its start frame counts as unfinished: each of N
-# concurrent offline runs takes ~0.1 s of CPU, so the allowance grows with N.
+# concurrent offline runs takes some tens of ms of CPU, so the allowance grows with N.
 RUN_TIMEOUT_BASE_S = 30.0
 RUN_TIMEOUT_PER_RUN_S = 0.25
-
-
-
-
-
-
-
-
-
-
+CPU_SETTLE_S = 0.5  # after the last RUN_FINISHED: a run's completion work ends just after it
 
 
 def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -64,17 +78,77 @@ def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None)
         return json.loads(resp.read() or b"{}")
 
 
+class Server:
+    """The web side under test: its base URL, the pids of its web processes and its log."""
+
+    def __init__(self, url: str, pids: Callable[[], list[int]], log: Path) -> None:
+        self.url = url
+        self.ws = url.replace("http://", "ws://", 1)
+        self.pids = pids
+        self.log = log
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the web processes have used so far (all their threads)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15)
+        return total
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the web processes."""
+        total = 0
+        for pid in self.pids():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+            total += int(found.group(1)) * 1024 if found else 0
+        return total
 
 
+@contextmanager
+def _one_daphne() -> Iterator[Server]:
+    port = free_port()
+    log = RESULTS / "stream-daphne.log"
+    proc = STACK.daphne(port, log)
+    try:
+        wait_ready(port, proc)
+        yield Server(f"http://127.0.0.1:{port}", lambda: [proc.pid], log)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@contextmanager
+def _stack(web: int) -> Iterator[Server]:
+    log = RESULTS / f"stream-stack-web{web}.log"
+    with balanced(STACK, web=web, log=log) as running:
+        def pids() -> list[int]:
+            return [int(pid) for name, pid in re.findall(r"\| (\w+)\.1 started \(pid=(\d+)\)", log.read_text())
+                    if name.startswith("web")]
+
+        yield Server(running.url, pids, log)
 
 
 async def _one_socket(
-    port: int, token: str, session_id: str, start: asyncio.Event, frames: list, ready: list, timeout_s: float
+    server: Server, token: str, session_id: str, start: asyncio.Event, frames: list, ready: list, timeout_s: float
 ) -> None:
     from websockets.asyncio.client import connect
 
-    url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/?token={token}"
-    async with connect(url, origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=60) as ws:
+    url = f"{server.ws}/ws/sessions/{session_id}/?token={token}"
+    async with connect(url, max_size=None, open_timeout=60) as ws:
         ready.append(session_id)
         await start.wait()
         await ws.send(json.dumps({"type": "run", "message": PROMPT}))
@@ -187,8 +261,8 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
     }
 
 
-async def _bench(port: int, token: str, n: int) -> dict[str, Any]:
-    base = f"http://127.0.0.1:{port}"
+async def _bench(server: Server, token: str, n: int) -> dict[str, Any]:
+    base = server.url
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(16) as pool:
         sessions = await asyncio.gather(
@@ -200,7 +274,7 @@ async def _bench(port: int, token: str, n: int) -> dict[str, Any]:
     ready: list[str] = []
     timeout_s = RUN_TIMEOUT_BASE_S + RUN_TIMEOUT_PER_RUN_S * n
     tasks = [
-        asyncio.create_task(_one_socket(port, token, sid, start, per_socket[i], ready, timeout_s))
+        asyncio.create_task(_one_socket(server, token, sid, start, per_socket[i], ready, timeout_s))
         for i, sid in enumerate(ids)
     ]
     # Wait until every socket has finished its handshake (or failed), then start all runs.
@@ -208,10 +282,13 @@ async def _bench(port: int, token: str, n: int) -> dict[str, Any]:
     while time.monotonic() < deadline and len(ready) + sum(t.done() for t in tasks) < n:  # noqa: ASYNC110  (readiness is a count over many sockets, not one event)
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)  # let the consumers finish their ledger replay
+    cpu_before = server.cpu_s()
     t0 = time.perf_counter()
     start.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     wall = time.perf_counter() - t0
+    await asyncio.sleep(CPU_SETTLE_S)
+    cpu = server.cpu_s() - cpu_before
     failures = [repr(r) for r in results if isinstance(r, BaseException)]
     with ThreadPoolExecutor(16) as pool:
         ledgers = await asyncio.gather(*(
@@ -222,16 +299,170 @@ async def _bench(port: int, token: str, n: int) -> dict[str, Any]:
         n=n,
         wall_s=round(wall, 3),
         events_per_s=round(stats["total_events"] / wall, 1) if wall else None,
+        server_cpu_s=round(cpu, 2),
+        cpu_ms_per_run=round(1000 * cpu / n, 1),
+        cpu_ms_per_frame=round(1000 * cpu / stats["total_events"], 2) if stats["total_events"] else None,
         socket_failures=len(failures),
         socket_failure_examples=failures[:3],
     )
     return stats
 
 
+
+
+PUBLISH = """
+import asyncio
+from django.conf import settings
+from channels.layers import get_channel_layer
+from runs.fanout import EVENT_MESSAGE, session_group
+from sessions_app.backends import DjangoSessionService
+from sessions_app.core.events import Event, Message
+from sessions_app.core.session import SessionKey
+
+async def main():
+    service = DjangoSessionService()
+    session = await service.get_session_head(SessionKey(app=settings.AGENTSITE_APP, user_id={user_id!r}, session_id={session_id!r}))
+    layer = get_channel_layer()
+    for start in range(0, {events}, 100):
+        events = [Event(author="support", request_id="bench-slow", extensions={{"message_id": f"m{{n}}"}},
+                        message=Message(role="assistant", content=f"{{n}} " + "x" * 200)) for n in range(start, start + 100)]
+        saved = await service.append_events(session, events)
+        await layer.group_send(session_group({session_id!r}), {{"type": EVENT_MESSAGE, "session_id": {session_id!r},
+            "user_id": {user_id!r}, "items": [["bench-slow", e.to_dict()] for e in saved]}})
+
+asyncio.run(main())
+"""
+
+
+async def _slow_socket_round(server: Server, token: str, events: int) -> dict[str, Any]:
+    """A socket that never reads while `events` saved events reach its session, then reads.
+
+    The events are 200-character assistant messages, written to the ledger and published on
+    the session's group by a second process (`manage.py shell`), as another web process's
+    runs would: real runs on one session get slower as its history grows, and 10,000 events
+    would take minutes."""
+    from websockets.asyncio.client import connect
+
+    session_id = (await asyncio.to_thread(_http, "POST", f"{server.url}/api/sessions/", token, {"title": "slow"}))["id"]
+    user_id = await asyncio.to_thread(_bench_user_id)
+    url = f"{server.ws}/ws/sessions/{session_id}/?token={token}"
+    host, port = server.url.removeprefix("http://").split(":")
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+    raw.connect((host, int(port)))
+    # No keepalive pings from this client: their pongs would wait unread behind the frames.
+    slow = await connect(url, sock=raw, max_queue=1, max_size=None, open_timeout=60, ping_interval=None)
+    reader = await connect(url, max_size=None, open_timeout=60)
+    await asyncio.sleep(0.5)
+    rss_before = server.rss_bytes()
+    keepalive = asyncio.create_task(_keep_alive(slow))
+    t0 = time.perf_counter()
+    script = PUBLISH.format(user_id=user_id, session_id=session_id, events=events)
+    publishing = asyncio.create_task(asyncio.to_thread(STACK.manage, "shell", "-c", script))
+    seqs: list[int] = []
+    async with asyncio.timeout(900):
+        while len(seqs) < events:
+            frame = json.loads(await reader.recv())
+            if frame.get("type") == "TEXT_MESSAGE_END":
+                seqs.append(frame["metadata"]["seq"])
+    await publishing
+    driven_s = time.perf_counter() - t0
+    await asyncio.sleep(1.0)
+    rss_after = server.rss_bytes()
+    keepalive.cancel()
+    # Now it reads: every saved event must come, once.
+    slow_seqs: list[int] = []
+    async with asyncio.timeout(900):
+        while len(slow_seqs) < events:
+            frame = json.loads(await slow.recv())
+            if frame.get("type") == "TEXT_MESSAGE_END":
+                slow_seqs.append(frame["metadata"]["seq"])
+    await slow.close()
+    await reader.close()
+    peak = await _logged_peak(server, session_id)
+    return {
+        "events": events, "published_and_relayed_s": round(driven_s, 1), "reader_in_order": seqs == sorted(seqs),
+        "rss_before_bytes": rss_before, "rss_after_bytes": rss_after, "rss_growth_bytes": rss_after - rss_before,
+        # None: the socket never fell behind (the kernel's buffers took everything).
+        "peak_unsent_bytes": peak, "bound_bytes": SEND_BUFFER_BYTES,
+        "missing_seqs": len(set(seqs) - set(slow_seqs)), "duplicated_frames": len(slow_seqs) - len(set(slow_seqs)),
+        "slow_in_order": slow_seqs == sorted(slow_seqs),
+    }
+
+
+def _bench_user_id() -> str:
+    return STACK.manage("shell", "-c", "from django.contrib.auth.models import User; print(User.objects.get(username='bench').pk)").split()[-1]
+
+
+async def _keep_alive(ws: Any) -> None:
+    """A frame every 5 s from the client that does not read: Daphne pings a socket silent for
+    20 s and drops it when no pong comes, and this client would never read the ping. (Each
+    frame is answered with an error frame, which waits with the rest.)"""
+    while True:
+        await ws.send(json.dumps({"type": "keepalive"}))
+        await asyncio.sleep(5)
+
+
+async def _logged_peak(server: Server, session_id: str, timeout_s: float = 15) -> int | None:
+    """What the server logged as the most that waited unsent for the session's socket."""
+    pattern = re.compile(rf"socket of session {re.escape(session_id)}: .* at most (\d+) bytes waited unsent")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = pattern.findall(server.log.read_text(errors="replace"))
+        if found:
+            return max(int(value) for value in found)
+        await asyncio.sleep(0.2)
+    return None
+
+
+def _targets(results: list[dict[str, Any]], slow: dict[str, Any] | None, *, balancer: bool) -> list[Target]:
+    """Issue 23's stream rows, as measured."""
+    by_n = {r["n"]: r for r in results}
+    note = "" if balancer else "one Daphne, no balancer (the targets are through the balancer: --stack)"
+    rows: list[Target] = []
+    cpu_round = by_n.get(200) or (results[-1] if results else None)
+    if cpu_round is not None:
+        rows.append(Target(
+            measure="server CPU per offline run", target="<= 20 ms", value=f"{cpu_round['cpu_ms_per_run']} ms",
+            met=cpu_round["cpu_ms_per_run"] <= 20, note=f"N={cpu_round['n']}, {cpu_round['cpu_ms_per_frame']} ms per frame",
+        ))
+    for n, p99_limit in ((200, 250.0), (1000, 1000.0)):
+        r = by_n.get(n)
+        if r is None:
+            rows.append(Target(measure=f"stream, {n} sockets: lost / p99 ledger-to-socket", target=f"0 / <= {p99_limit:.0f} ms",
+                               value="not run", met=None, note=f"--sizes {n}"))
+            continue
+        p99 = r["latency_ms_p99"]
+        rows.append(Target(
+            measure=f"stream, {n} sockets: lost / p99 ledger-to-socket", target=f"0 / <= {p99_limit:.0f} ms",
+            value=f"{r['lost_events']} / {p99:.0f} ms" if p99 is not None else f"{r['lost_events']} / n/a",
+            met=r["lost_events"] == 0 and r["runs_finished"] == n and p99 is not None and p99 <= p99_limit, note=note,
+        ))
+    if slow is None:
+        rows.append(Target(measure="memory of one socket that never reads, after 10,000 events", target="bounded",
+                           value="not run", met=None))
+    else:
+        peak = slow["peak_unsent_bytes"] or 0
+        # The frames that finish the event during which the bound was crossed follow it.
+        met = peak <= slow["bound_bytes"] + 4096 and not slow["missing_seqs"] and not slow["duplicated_frames"]
+        rows.append(Target(
+            measure=f"memory of one socket that never reads, after {slow['events']:,} events", target="bounded",
+            value=f"at most {peak:,} bytes unsent in the process (bound {slow['bound_bytes']:,} + one event's frames); "
+                  f"web RSS {slow['rss_growth_bytes'] / 2**20:+.1f} MiB",
+            met=met, note=f"then read: {slow['missing_seqs']} missing, {slow['duplicated_frames']} duplicated",
+        ))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="concurrent sessions per round")
-    sizes = parser.parse_args().sizes
+    parser.add_argument("--slow-events", type=int, default=SLOW_EVENTS,
+                        help="frames a socket that never reads gets in the slow-socket round (0: skip it)")
+    parser.add_argument("--stack", action="store_true",
+                        help="against the production topology (`make stack`: HAProxy, --web Daphne processes)")
+    parser.add_argument("--web", type=int, default=2, choices=(1, 2), help="with --stack: web processes behind HAProxy")
+    args = parser.parse_args()
     problem = STACK.reset()
     if problem:
         print(f"SKIP: {problem}; stream benchmark not run.")
@@ -239,29 +470,26 @@ def main() -> int:
     print(f"database {STACK.db_name} recreated; migrating...", flush=True)
     STACK.manage("migrate", "--noinput")
     token = STACK.manage("create_api_token", "bench", "--create-user").strip().splitlines()[-1].strip()
-    port = free_port()
     RESULTS.mkdir(exist_ok=True)
-    proc = STACK.daphne(port, RESULTS / "stream-daphne.log")
-    results = []
-    try:
-        wait_ready(port, proc)
-        print(f"daphne pid {proc.pid} on port {port}", flush=True)
-        for n in sizes:
+    where = (topology(web=args.web, balancer=True) if args.stack
+             else "1 Daphne process, no balancer, no Celery worker, PostgreSQL and Redis on loopback, offline model")
+    started_on = machine()
+    results: list[dict[str, Any]] = []
+    slow: dict[str, Any] | None = None
+    with _stack(args.web) if args.stack else _one_daphne() as server:
+        print(f"{where}; {server.url}", flush=True)
+        for n in args.sizes:
             print(f"N={n}: running...", flush=True)
-            results.append(asyncio.run(_bench(port, token, n)))
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            results.append(asyncio.run(_bench(server, token, n)))
+        if args.slow_events:
+            print(f"slow socket: {args.slow_events} frames to a socket that never reads...", flush=True)
+            slow = asyncio.run(_slow_socket_round(server, token, args.slow_events))
 
-    header = f"{'N':>4} {'events':>7} {'wall s':>7} {'ev/s':>8} {'ev/run':>8} {'done':>5} {'lost':>5} {'reord':>5} {'p50 ms':>8} {'p99 ms':>8} {'fail':>5}"
+    header = (f"{'N':>4} {'frames':>7} {'wall s':>7} {'fr/s':>8} {'fr/run':>8} {'done':>5} {'lost':>5} {'reord':>5} "
+              f"{'p50 ms':>8} {'p99 ms':>8} {'fail':>5} {'cpu/run':>8} {'cpu/fr':>7}")
     print()
-    print("latency: AG-UI `timestamp` (ledger created_at, ms) -> frame arrival on the socket")
+    print("latency: AG-UI `timestamp` (ledger created_at, ms) -> frame arrival on the socket; "
+          "cpu: web processes' user+system ms")
     print(header)
     for r in results:
         c = r["events_per_run"]
@@ -271,7 +499,7 @@ def main() -> int:
         print(
             f"{r['n']:>4} {r['total_events']:>7} {r['wall_s']:>7.2f} {r['events_per_s']:>8} {epr:>8} "
             f"{r['runs_finished']:>5} {r['lost_events']:>5} {r['reordered_events']:>5} "
-            f"{p50:>8.1f} {p99:>8.1f} {r['socket_failures']:>5}"
+            f"{p50:>8.1f} {p99:>8.1f} {r['socket_failures']:>5} {r['cpu_ms_per_run']:>8} {r['cpu_ms_per_frame']:>7}"
         )
     for r in results:
         print(
@@ -282,16 +510,25 @@ def main() -> int:
         )
         if r["reorder_examples"] or r["socket_failure_examples"]:
             print(f"  examples: {r['reorder_examples']} {r['socket_failure_examples']}")
+    if slow is not None:
+        print(f"slow socket: {slow['events']} events ({slow['published_and_relayed_s']} s) while it did not read; "
+              f"at most {slow['peak_unsent_bytes']} bytes waited unsent (bound {slow['bound_bytes']}); web RSS "
+              f"{slow['rss_before_bytes'] / 2**20:.1f} -> {slow['rss_after_bytes'] / 2**20:.1f} MiB; then it read: "
+              f"{slow['missing_seqs']} seqs missing, {slow['duplicated_frames']} duplicated, in order {slow['slow_in_order']}")
+    rows = _targets(results, slow, balancer=args.stack)
+    print(f"\ntargets (issue 23; {where}; load average at start {started_on['loadavg_at_start']}):")
+    for row in rows:
+        print(row.line())
     ok = all(r["lost_events"] == 0 and r["reordered_events"] == 0 and r["runs_finished"] == r["n"] for r in results)
-    print("verdict:", "OK (0 lost, 0 reordered)" if ok else "PROBLEM (lost/reordered/unfinished runs, see above)")
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(
-        json.dumps(
-            {"prompt": PROMPT, "python": platform.python_version(), "cpus": os.cpu_count(), "results": results},
-            indent=2,
-        )
-    )
-    print(f"wrote {OUTPUT.relative_to(RESULTS.parent.parent)} (Daphne log: bench/results/stream-daphne.log)")
+    ok = ok and (slow is None or (not slow["missing_seqs"] and not slow["duplicated_frames"] and slow["slow_in_order"]))
+    print("verdict:", "OK (0 lost, 0 reordered, 0 duplicated)" if ok else "PROBLEM (lost/reordered/unfinished runs, see above)")
+    output = RESULTS / ("stream-stack.json" if args.stack else "stream.json")
+    output.write_text(json.dumps({
+        "machine": started_on, "topology": where, "web_processes": args.web if args.stack else 1,
+        "balancer": args.stack, "prompt": PROMPT, "results": results, "slow_socket": slow,
+        "targets": [row.to_dict() for row in rows],
+    }, indent=2))
+    print(f"wrote {output.relative_to(RESULTS.parent.parent)} (server log: {server.log.relative_to(RESULTS.parent.parent)})")
     return 0 if ok else 1
 
 

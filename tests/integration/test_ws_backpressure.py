@@ -62,7 +62,7 @@ async def open_socket(server: LiveServer, session_id: str, token: str, *, readin
     sock.connect((server.host, server.port))
     return await connect(
         f"{server.ws_url}/ws/sessions/{session_id}/?token={token}", sock=sock, max_queue=1 if not reading else 16,
-        max_size=None, open_timeout=10,
+        max_size=None, open_timeout=10, ping_interval=None,  # a pong would wait unread behind the frames
     )
 
 
@@ -85,6 +85,15 @@ async def publish(session_id: str, user_id: int) -> None:
         })
 
 
+async def keep_alive(ws: ClientConnection) -> None:
+    """Send a frame now and then: Daphne pings a socket that has been silent for 20 s and
+    drops it when the pong does not come, and a client that reads nothing never sees the
+    ping. (Each frame is answered with an error frame that waits with the rest.)"""
+    while True:
+        await ws.send(json.dumps({"type": "keepalive"}))
+        await asyncio.sleep(5)
+
+
 async def seqs_until(ws: ClientConnection, last_seq: int, timeout_s: float = 120) -> list[int]:
     """The seq of every assistant message the socket shows (at its end frame), up to `last_seq`."""
     seen: list[int] = []
@@ -105,9 +114,11 @@ async def test_a_socket_that_never_reads_holds_a_bounded_buffer_and_then_gets_ev
     fast = await open_socket(server, session.id, token, reading=True)
     await asyncio.sleep(0.5)  # both sockets have joined the group and replayed the empty ledger
 
+    keepalive = asyncio.create_task(keep_alive(slow))
     await publish(session.id, alice.pk)
     # The reading socket has seen the last event: the server has handled all of them.
     assert await seqs_until(fast, EVENTS) == list(range(1, EVENTS + 1))
+    keepalive.cancel()
 
     # Now the slow one reads: every saved event arrives, once each, in order.
     assert await seqs_until(slow, EVENTS) == list(range(1, EVENTS + 1))
