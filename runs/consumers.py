@@ -69,6 +69,11 @@ re-reads the ledger: a live message the layer dropped (a full inbox, a Redis bli
 deltas, never an event. When the layer cannot be joined at all, the socket says so with
 an error frame (`live_unavailable`) and follows the ledger every `LEDGER_POLL_S`. A socket
 closing never stops a run.
+
+Back-pressure: a client that does not read is not buffered for without bound. Past
+`AGENTSITE_WS_SEND_BUFFER_BYTES` unsent (runs/protocols/backpressure.py) the socket drops live
+events; when its client has read everything sent, it catches up from the ledger and goes live
+again (saved events once each, in order; dropped deltas come back as whole messages).
 """
 
 from __future__ import annotations
