@@ -248,7 +248,9 @@ async def create_response(request: HttpRequest) -> HttpResponse:
             return handle.record
 
         try:
-            record = await manager.acall(start)
+            # Shielded: a client that gives up (its timeout) while the run starts must not
+            # cancel the start; the run goes on, and its retry (same Idempotency-Key) joins it.
+            record = await asyncio.shield(manager.acall(start))
         except TooManyRunsError as exc:
             raise OpenAIError(429, str(exc), type="rate_limit_error", code="too_many_runs") from None
         except DuplicateRequestError:

@@ -4,17 +4,21 @@ received."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import openai
 import pydantic
 import pytest
 
+from agentsite.asgi import application
+from agentsite.runtime import run_manager
 from runs.core.llm.base import Model
 from tests.api.test_attachments import PNG, data_url
-from tests.support.openai_asgi import agents_on, client_for, runs_of, sessions_of, stored_events
+from tests.support.openai_asgi import agents_on, client_for, runs_of, sessions_of, stored_events, token_of
 from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -353,3 +357,87 @@ async def test_an_input_image_reaches_the_upstream_as_an_image_part(
     user = openai_server.requests[0]["messages"][-1]
     assert user["content"][0] == {"type": "text", "text": "What is in this image?"}
     assert user["content"][1]["image_url"]["url"] == data_url(PNG)
+
+
+class HangingUpTransport(httpx.AsyncBaseTransport):
+    """The ASGI app behind a client that gives up after `patience_s` and hangs up, as a
+    server sees it: `http.disconnect`, on which Django cancels the view (httpx's
+    ASGITransport cancels its own call instead, which the view outlives)."""
+
+    def __init__(self, patience_s: float) -> None:
+        self.patience_s = patience_s
+        self.attempts = 0
+        self.abandoned: list[asyncio.Task[None]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.attempts += 1
+        body, hung_up, answered = await request.aread(), asyncio.Event(), asyncio.Event()
+        start: dict[str, Any] = {}
+        chunks: list[bytes] = []
+        sent = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await hung_up.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    answered.set()
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
+                 "scheme": "http", "path": request.url.path, "raw_path": request.url.raw_path.split(b"?")[0],
+                 "query_string": request.url.query, "root_path": "", "headers": list(request.headers.raw),
+                 "client": ("127.0.0.1", 50000), "server": ("localhost", 80)}
+        task = asyncio.create_task(application(scope, receive, send))
+        try:
+            await asyncio.wait_for(answered.wait(), self.patience_s)
+        except TimeoutError:
+            hung_up.set()
+            self.abandoned.append(task)
+            raise httpx.ReadTimeout("gave up waiting", request=request) from None
+        hung_up.set()
+        await task
+        return httpx.Response(start["status"], headers=start.get("headers", []), content=b"".join(chunks))
+
+
+@pytest.mark.parametrize("surface", ["responses", "chat"])
+async def test_a_client_that_gives_up_while_the_run_starts_does_not_cancel_it_and_its_retry_joins(
+    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], surface: str
+) -> None:
+    """A slow start (a cold server, a loaded database) outlasting the client's timeout: the
+    client hangs up and retries under the same Idempotency-Key; the run still starts, and
+    the retry gets its answer (before, the hang-up cancelled the start and every retry
+    replayed the cancelled run: 422)."""
+    openai_server.script("Started anyway.")
+    agents_on(openai_server, use_model)
+    runner = run_manager().runner
+    admit = runner.admission
+
+    async def slow_admission(user_id: str) -> None:
+        await asyncio.sleep(0.8)  # longer than the client waits
+        if admit is not None:
+            await admit(user_id)
+
+    runner.admission = slow_admission
+    transport = HangingUpTransport(patience_s=0.5)
+    client = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=await token_of(alice), max_retries=4,
+                                http_client=httpx.AsyncClient(transport=transport))
+    key = {"Idempotency-Key": f"slow-start-{surface}"}
+    if surface == "responses":
+        answer = (await client.responses.create(model="support", input="hello", extra_headers=key)).output_text
+    else:
+        completion = await client.chat.completions.create(
+            model="support", messages=[{"role": "user", "content": "hello"}], extra_headers=key)
+        answer = completion.choices[0].message.content
+    await asyncio.wait_for(asyncio.gather(*transport.abandoned, return_exceptions=True), 10)
+    assert answer == "Started anyway."
+    assert transport.attempts >= 2
+    assert [r.status for r in await runs_of(alice)] == ["completed"]
