@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from django.utils.translation import gettext as _
 
@@ -48,8 +48,8 @@ from sessions_app import models as orm
 from sessions_app.core.events import Event, Message
 from sessions_app.mapping import event_from_row
 
-REGENERATES = "regenerates"
-EDIT_OF = "edit_of"
+REGENERATES: Final = "regenerates"
+EDIT_OF: Final = "edit_of"
 RedoKind = Literal["regenerates", "edit_of"]
 
 _LIVE = ("queued", "running")
@@ -182,7 +182,8 @@ def _agent_of(*, session: orm.Session, event: Event) -> str | None:
     if not event.request_id:
         return None
     runs = run_orm.Run.objects.filter(session_id=session.id, request_id=event.request_id)
-    return runs.values_list("agent", flat=True).first()
+    agent: str | None = runs.values_list("agent", flat=True).first()
+    return agent
 
 
 def _busy(session_id: str) -> TurnConflictError:
