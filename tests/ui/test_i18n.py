@@ -100,6 +100,9 @@ def test_the_trace_page_is_chinese(client: Any, alice: Any, alice_api: Any) -> N
 def test_the_admin_is_chinese(admin_client: Any) -> None:
     html = admin_client.get("/admin/", **ZH).content.decode()
     assert "站点管理" in html  # Django's own catalog: "Site administration"
+    # The switch is in the admin's user links too, the current language selected.
+    assert '<select id="admin-language" name="language" class="language-select">' in html
+    assert '<option value="zh-hans" lang="zh-hans" selected>简体中文</option>' in html
 
 
 def test_the_javascript_catalog_follows_the_language(client: Any) -> None:
