@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from sessions_app.core.events import Event, Message, ToolCall, filter_matches, new_id, utcnow
+from sessions_app.core.redo import superseded_positions
 from sessions_app.core.session import (
     Session,
     SessionKey,
@@ -1400,6 +1401,18 @@ async def summarize_session(
 _PROCESS_LOCK = InProcessSummaryLock()
 
 
+def without_superseded(events: tuple[Event, ...]) -> tuple[Event, ...]:
+    """`events` less the turns a later one of them regenerates or edits (issue 21,
+    `sessions_app.core.redo`): the model no longer sees those, so a summary should not
+    bring them back. The boundary still moves past them (it is taken from all the events)."""
+    shown = [(e, m) for e in events if (m := model_message(e)) is not None]
+    hidden = superseded_positions(shown)
+    if not hidden:
+        return events
+    dropped = {shown[i][0].id for i in hidden}
+    return tuple(e for e in events if e.id not in dropped)
+
+
 async def _summarize_target(
     run: _Run, filter_key: str, *, parent: ForkParent | None, check_key: str | None = None
 ) -> TargetOutcome:
@@ -1454,7 +1467,7 @@ async def _summarize_locked(
             return TargetOutcome(reason="not_triggered", **base)
     try:
         result = await run.summarizer.summarize(
-            SummaryRequest(filter_key=filter_key, previous=previous, events=delta, parent=parent)
+            SummaryRequest(filter_key=filter_key, previous=previous, events=without_superseded(delta), parent=parent)
         )
     except asyncio.CancelledError:
         raise

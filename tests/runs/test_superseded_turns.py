@@ -1,6 +1,6 @@
 """Regenerated and edited turns leave the model's view (issue 21): the projection hides the
 turn a later user message redoes (`regenerates`, `edit_of`), the manifest calls its events
-`superseded`, and the ledger is not touched."""
+`superseded`, a summary made after the redo leaves it out, and the ledger is not touched."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from runs.core.context.manifest import check_manifest
 from runs.core.context.projection import project
 from runs.core.context.request import build_context
 from sessions_app.core.events import Event, Message
+from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import Session
+from sessions_app.core.summary import SummaryRequest, SummaryResult, summarize_session
 from tests.sessions.ledger_builders import APP, Ledger
 
 
@@ -123,3 +125,34 @@ def test_the_incremental_projection_rebuilds_once_at_a_redo_then_adds_events_aga
         assert kept == project(session, filter_key=APP)
     assert incremental.counters.reasons == {"rebuilt:new": 1, "rebuilt:superseded": 1}
     assert kept.origin == "incremental" and [i.message.content for i in kept.items] == ["Why?", "two"]
+
+
+class _Recording:
+    def __init__(self) -> None:
+        self.requests: list[SummaryRequest] = []
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.requests.append(request)
+        return SummaryResult(text="the VPN: a certificate expired")
+
+
+async def test_a_summary_made_after_a_redo_leaves_the_replaced_turn_out_and_moves_past_it() -> None:
+    ledger = Ledger()
+    turn = ledger.turn()
+    question = turn.user("Why is the VPN down?")
+    turn.tool_round("lookup", "vpn-gw-1 rebooted")
+    turn.answer("The router rebooted.")
+    turn.completion()
+    redo(ledger, "regenerates", question, "Why is the VPN down?", "A certificate expired.")
+    service = InMemorySessionService()
+    session = await service.create_session(app=APP, user_id="alice", session_id="s-1")
+    await ledger.append_to(service, session)
+    summarizer = _Recording()
+
+    outcome = await summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, cascade=False)
+
+    [request] = summarizer.requests
+    assert [e.text for e in request.events if e.message is not None] == ["Why is the VPN down?", "A certificate expired."]
+    assert outcome.primary.reason == "updated"
+    stored = await service.get_summary(session.key, filter_key=APP)
+    assert stored is not None and stored.last_seq == len(ledger.events)

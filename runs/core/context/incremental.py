@@ -52,10 +52,10 @@ from runs.core.context.projection import (
     pair_results,
     project,
     project_parts,
-    redo_target,
     visible_tokens,
 )
 from sessions_app.core.events import Event, Message, filter_matches
+from sessions_app.core.redo import redo_target
 from sessions_app.core.session import Session, Summary, select_summary
 from sessions_app.core.summary import Tokenizer, model_message
 

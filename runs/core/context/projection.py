@@ -16,7 +16,7 @@ the summary's boundary, with these repairs:
 - results are moved to follow their call; a call without its results, or a result
   without its call (a run cancelled in between, a window cut), turns into a plain
   "For context:" user message that keeps its payload;
-- a superseded turn is not shown (issue 21, `runs.turns`): when a later user message
+- a superseded turn is not shown (issue 21, `runs.turns`, `sessions_app.core.redo`): when a later user message
   regenerates or edits message X (`regenerates: X`, `edit_of: X` in its extensions), X
   and every event after it up to the next user message are left out, the way the chat
   shows only the newest version of a turn. An edit of an older message hides that
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sessions_app.core.events import Event, Message, filter_matches
+from sessions_app.core.redo import superseded_positions
 from sessions_app.core.session import Session, Summary, select_summary
 from sessions_app.core.summary import Tokenizer, model_message
 
@@ -57,53 +58,6 @@ def format_summary(text: str, mode: SummaryInjection) -> str:
             "date: when it disagrees with the messages after it, those messages are right."
         )
     return f"{lead}\n{_SUMMARY_OPEN}\n{text}\n{_SUMMARY_CLOSE}"
-
-
-REDO_EXTENSIONS: tuple[str, ...] = ("regenerates", "edit_of")
-"""`Event.extensions` keys of a user message that redoes an earlier one (`runs.turns`)."""
-
-
-def opens_turn(event: Event, message: Message) -> bool:
-    """A message the user sent: where a chat turn starts (and the previous one ends)."""
-    return event.author == "user" and message.role == "user"
-
-
-def redo_target(event: Event, message: Message) -> str | None:
-    """The id of the message this one regenerates or edits, if it is a user message that
-    redoes one (issue 21)."""
-    if not opens_turn(event, message):
-        return None
-    for key in REDO_EXTENSIONS:
-        target = event.extensions.get(key)
-        if isinstance(target, str) and target:
-            return target
-    return None
-
-
-def superseded_positions(eligible: Sequence[tuple[Event, Message]]) -> set[int]:
-    """Positions in `eligible` of the turns a later user message regenerates or edits:
-    the message named and everything after it up to the next user message. Only a target
-    before its redo counts (a redo can only name a message it has seen), so a turn's
-    events all precede the redo and a new event is never superseded when it arrives."""
-    # Redo markers are rare: look for them first, so a ledger without one costs a check per event.
-    marker_at: dict[str, int] = {}
-    for index, (event, message) in enumerate(eligible):
-        target = redo_target(event, message)
-        if target is not None:
-            marker_at.setdefault(target, index)
-    hidden: set[int] = set()
-    if not marker_at:
-        return hidden
-    starts = {i for i, (event, _) in enumerate(eligible) if i < marker_at.get(event.id, -1)}
-    hiding = False
-    for index, (event, message) in enumerate(eligible):
-        if index in starts:
-            hiding = True
-        elif opens_turn(event, message):
-            hiding = False
-        if hiding:
-            hidden.add(index)
-    return hidden
 
 
 def compaction_unit(event: Event) -> str:
