@@ -112,6 +112,7 @@ from runs.fanout import (
     user_group,
 )
 from runs.protocols.backpressure import SendWindow
+from runs.protocols.frames import SHARED
 from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import mapping
 from sessions_app import models as orm
@@ -389,12 +390,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _send_event(self, event: Event, run_id: str) -> None:
         self.translated_runs.add(run_id)
-        for item in self.translator.translate(event, run_id=run_id):
+        items = self.translator.translate(event, run_id=run_id)
+        for item, text in zip(items, SHARED.render(event, items), strict=True):
             if item.type == EventType.RUN_STARTED:
                 self.open_runs.add(run_id)
             elif item.type in _RUN_END:
                 self.open_runs.discard(run_id)
-            await self.send(text_data=item.model_dump_json(by_alias=True))
+            await self.send(text_data=text)
         # Steering (SPEC 1.5): where each queued message went, for a client that showed it
         # as queued.
         if event.extensions.get(QUEUED) and event.extensions.get(QUEUED_ID):
@@ -448,7 +450,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 if self._behind():
                     self._skip(items[index:])
                     return
-                await self._relay(Event.from_dict(data), str(run_id or ""))
+                await self._relay(SHARED.event(data), str(run_id or ""))
 
     def _behind(self) -> bool:
         """Whether the client has stopped reading (the send window is closed)."""
