@@ -42,7 +42,7 @@ def get_weather(city: str) -> str:
 def _chat_model(**options: Any) -> Any:
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(model=MODEL, base_url=f"{URL}/v1", api_key=TOKEN, timeout=60, **options)  # type: ignore[arg-type]
+    return ChatOpenAI(model=MODEL, base_url=f"{URL}/v1", api_key=TOKEN, **{"timeout": 60, **options})  # type: ignore[arg-type]
 
 
 def langchain_chat() -> dict[str, Any]:
@@ -130,9 +130,19 @@ def retried_failure() -> dict[str, Any]:
     return got
 
 
+def retried_timeout() -> dict[str, Any]:
+    """A slow run: ChatOpenAI times out and retries (its default policy) under one
+    `Idempotency-Key`, as an integrator sends it; each retry joins the run in flight."""
+    import uuid
+
+    model = _chat_model(timeout=2, max_retries=4, default_headers={"Idempotency-Key": str(uuid.uuid4())})
+    return {"invoke": model.invoke("Renew the certificate?").content}
+
+
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "langchain_chat": langchain_chat, "langgraph_react": langgraph_react, "agents_sdk": agents_sdk,
     "agents_sdk_handoff": agents_sdk_handoff, "retried_failure": retried_failure,
+    "retried_timeout": retried_timeout,
 }
 
 if __name__ == "__main__":

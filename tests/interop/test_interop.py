@@ -204,3 +204,14 @@ def test_a_failure_retried_by_the_clients_leaves_one_run_and_one_user_turn_per_c
     assert got == {"langchain": refused, "agents_sdk": refused}
     assert [r.status for r in _runs(alice)] == ["failed", "failed"]
     assert sorted(_user_turns(alice)) == sorted(["Check the fleet.", "Check the fleet again."])
+
+
+def test_a_slow_run_retried_by_the_client_with_its_key_is_one_run_and_one_user_turn(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    # Longer than the client's 2 s timeout: it retries (same key), and a retry joins the run.
+    script.script(ServerStep.delay(3.5, then=ServerStep.answer("Yes: it expires tomorrow.")))
+    got = run_case(interop_python, server, alice, "retried_timeout")
+    assert got == {"invoke": "Yes: it expires tomorrow."}
+    assert [r.status for r in _runs(alice)] == ["completed"]
+    assert _user_turns(alice) == ["Renew the certificate?"]
