@@ -133,6 +133,19 @@ def test_the_switch_sets_the_cookie_and_the_cookie_wins_over_accept_language(cli
     assert html_lang(client.get("/", **ZH)) == "en"
 
 
+def test_the_logged_out_page_switches_back_to_the_login_page(client: Any, alice: Any) -> None:
+    client.force_login(alice)
+    html = client.post("/logout/", **ZH).content.decode()
+    assert "你已退出登录" in html
+    assert '<input name="next" type="hidden" value="/login/">' in html
+
+
+def test_a_missing_page_is_chinese(client: Any) -> None:
+    response = client.get("/no/such/page/", **ZH)
+    assert response.status_code == 404
+    assert '<h1 id="nf-heading">未找到</h1>' in response.content.decode()
+
+
 def test_the_switch_refuses_a_foreign_next_url(client: Any) -> None:
     response = client.post("/i18n/setlang/", {"language": "zh-hans", "next": "https://evil.example/"})
     assert response.status_code == 302
