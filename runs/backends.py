@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+from django.db.models.sql.subqueries import UpdateQuery
 
 from runs import models as orm
 from runs.core.agents.graph.checkpoint import Checkpoint, PendingInterrupt
@@ -52,6 +56,20 @@ def _create(record: RunRecord) -> RunRecord:
 def _save(record: RunRecord) -> None:
     data = asdict(record)
     orm.Run.objects.filter(pk=record.id).update(**{name: data[name] for name in _FIELDS})
+
+
+def _save_statement(record: RunRecord, guard: str | None) -> tuple[str, list[Any]]:
+    """`_save`'s UPDATE as SQL and parameters, for a ledger append to run in its own
+    transaction (issue 18: the run's end record commits with its last step), holding to
+    the append's `guard` condition when it gives one."""
+    data = asdict(record)
+    rows = orm.Run.objects.filter(pk=record.id)
+    if guard is not None:
+        rows = rows.filter(RawSQL(guard, (), output_field=BooleanField()))  # type: ignore[arg-type]  # a boolean expression filters
+    query = rows.query.chain(UpdateQuery)
+    query.add_update_values({name: data[name] for name in _FIELDS})
+    sql, params = query.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
 
 
 def _get(run_id: str) -> RunRecord | None:
@@ -122,6 +140,11 @@ class DjangoRunStore:
 
     async def save(self, record: RunRecord) -> None:
         await db_call(_save)(record)
+
+    def joined_save(self, record: RunRecord) -> Callable[[str | None], tuple[str, list[Any]]]:
+        """`save(record)` as a write that commits with a ledger append of the Django session
+        service (`DjangoSessionService.append_events(joined=...)`; same database)."""
+        return functools.partial(_save_statement, record)
 
     async def get(self, run_id: str) -> RunRecord | None:
         return await db_call(_get)(run_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -93,6 +93,20 @@ class RunStore(Protocol):
         """End a run paused in `requires_action` for `user_id` whose client moved on (a new
         message instead of the tool results): `cancelled`, error type `abandoned` with
         `reason`; the new record, or None when it is not (or no longer) paused."""
+        ...
+
+
+@runtime_checkable
+class JoinableRunStore(Protocol):
+    """A run store whose record write can commit inside a ledger append (issue 18: the
+    run's end record with its last step, one transaction and one write less per run).
+
+    `joined_save(record)` returns the write as the session service's `append_events`
+    takes it in `joined` (`runs.backends.DjangoRunStore` with the Django session service,
+    which says so with `joins_writes`); the runner joins them only when both can."""
+
+    def joined_save(self, record: RunRecord) -> Callable[[str | None], Any]:
+        """`save(record)`, as a write to run inside a ledger append's transaction."""
         ...
 
 

@@ -35,7 +35,14 @@ from runs.core.context.seeding import own_tool_names, seeded_events
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, EventLimitError, UsageError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
 from runs.core.output import OUTPUT_EXTENSION
-from runs.core.records import REQUIRES_ACTION, InMemoryRunStore, RunRecord, RunStatusName, RunStore
+from runs.core.records import (
+    REQUIRES_ACTION,
+    InMemoryRunStore,
+    JoinableRunStore,
+    RunRecord,
+    RunStatusName,
+    RunStore,
+)
 from runs.core.rewriting import REWRITTEN, RewriteContext, UserMessageRewriter, normalize_role, rewrite_user_message
 from runs.core.routing import resolve_route
 from runs.core.steering import (
@@ -833,15 +840,22 @@ class Runner:
             self._account(handle, event)
             await self._emit(handle, event)
 
-    async def _persist(self, handle: RunHandle, events: Sequence[Event], persisted: set[str]) -> list[Event]:
+    async def _persist(
+        self, handle: RunHandle, events: Sequence[Event], persisted: set[str], *, joined: Any = None,
+    ) -> list[Event]:
         """SPEC 1.7 and 1.6 step 9: persist the complete events once each, in one
-        `append_events` call; returns `events` with the stored ones in their place."""
+        `append_events` call (with the `joined` write, when given, in its transaction);
+        returns `events` with the stored ones in their place."""
         # The completion marker has no content but is part of the ledger (`_record_end`).
-        todo = [e for e in events if (should_persist(e) or e.is_runner_completion) and e.id not in persisted]
+        todo = _to_persist(events, persisted)
         if not todo:
             return list(events)
+        session = handle.invocation.session
         try:
-            saved = await self.session_service.append_events(handle.invocation.session, todo)
+            if joined is not None:
+                saved = await self.session_service.append_events(session, todo, joined=[joined])  # type: ignore[call-arg]  # _joined_save checked joins_writes
+            else:
+                saved = await self.session_service.append_events(session, todo)
         except asyncio.CancelledError:
             raise
         except SessionNotFoundError:
@@ -864,6 +878,34 @@ class Runner:
                 if await self._enqueue_summary(handle, event):
                     asked.add(event.filter_key)
         return [stored.get(id(e), e) for e in events]
+
+    def _final_record(
+        self, handle: RunHandle, last: Sequence[Event], persisted: set[str], status: RunStatusName,
+        error: EventError | None, ended_at: datetime,
+    ) -> RunRecord:
+        """The run's record once `last` (its held steps and the completion) is stored and
+        emitted: what `_record_end` saves."""
+        todo = {e.id for e in _to_persist(last, persisted)}
+        record = handle.record
+        *steps, completion = last
+        for event in steps:
+            record = _accounted(record, event.replace(seq=0) if event.id in todo and event.seq is None else event)
+        return record.replace(
+            # The completion marker is a ledger event of the run too.
+            event_count=record.event_count + (1 if completion.id in todo or completion.seq is not None else 0),
+            status=status,
+            ended_at=None if status == REQUIRES_ACTION else ended_at,
+            error=error.to_dict() if error is not None else None,
+            # SPEC 1.9.3: the execution trace, written with the record (no statement per event).
+            trace=_trace_of(handle, status, ended_at),
+        )
+
+    def _joined_save(self, record: RunRecord) -> Any:
+        """The run store's write of `record`, to commit with the run's last ledger append,
+        when both stores can (Django's, on one database); else None."""
+        if not getattr(self.session_service, "joins_writes", False) or not isinstance(self.run_store, JoinableRunStore):
+            return None
+        return self.run_store.joined_save(record)
 
     async def _enqueue_summary(self, handle: RunHandle, event: Event) -> bool:
         """SPEC 1.8: after a successful append, ask for a summary job when the rule says so;
@@ -917,27 +959,7 @@ class Runner:
 
     @staticmethod
     def _account(handle: RunHandle, event: Event) -> None:
-        record = handle.record
-        changes: dict[str, Any] = {"last_event_at": utcnow()}
-        if event.seq is not None:
-            # Issue 21: only what the ledger holds (a stored event has its seq); streamed
-            # deltas and events whose write failed are not counted.
-            changes["event_count"] = record.event_count + 1
-        if event.message is not None and event.message.role == "assistant" and not event.partial and not event.is_error:
-            if not event.extensions.get(NO_MODEL_CALL):
-                changes["model_calls"] = record.model_calls + 1
-            changes["tool_calls"] = record.tool_calls + len(event.message.tool_calls)
-            if event.message.content and not event.message.tool_calls:
-                changes["answer"] = event.message.content
-        if OUTPUT_EXTENSION in event.extensions and not event.partial and not event.is_error:
-            # Issue 20: the validated value; the answer is its JSON text (a model's markdown
-            # fence around it is gone), so that every surface answers something that parses.
-            changes["output"] = event.extensions[OUTPUT_EXTENSION]
-            changes["answer"] = json.dumps(changes["output"], ensure_ascii=False)
-        if event.usage is not None:
-            changes["prompt_tokens"] = record.prompt_tokens + event.usage.prompt_tokens
-            changes["completion_tokens"] = record.completion_tokens + event.usage.completion_tokens
-        handle.record = record.replace(**changes)
+        handle.record = _accounted(handle.record, event)
 
     @staticmethod
     def _notify(handle: RunHandle, item: Event | None) -> None:
@@ -1066,7 +1088,14 @@ class Runner:
         # that the run ended, and how. After a cancel it must be out
         # within the budget (SPEC 1.9); otherwise it waits for the write as any step does.
         last = [*held, completion]
-        write = self._persist(handle, last, persisted if persisted is not None else set())
+        persisted = persisted if persisted is not None else set()
+        ended_at = utcnow()
+        # Issue 18: the final record as it will be once these events are stored, written in
+        # their transaction when the stores share one (one write less per run); it is
+        # saved on its own when they do not, or when the write did not hold.
+        final = self._final_record(handle, last, persisted, status, error, ended_at)
+        joined = self._joined_save(final)
+        write = self._persist(handle, last, persisted, joined=joined)
         try:
             last = await (asyncio.wait_for(write, COMPLETION_BUDGET_S) if status == "cancelled" else write)
         except Exception:
@@ -1076,26 +1105,50 @@ class Runner:
             self._account(handle, event)
             with contextlib.suppress(Exception):
                 await self._emit(handle, event)
-        ended_at = utcnow()
-        handle.record = handle.record.replace(
-            # The completion marker is a ledger event of the run too (when its write held).
-            event_count=handle.record.event_count + (1 if completion.seq is not None else 0),
-            status=status,
-            ended_at=None if status == REQUIRES_ACTION else ended_at,
-            error=error.to_dict() if error is not None else None,
-            # SPEC 1.9.3: the execution trace, written with the record (no statement per event).
-            trace=_trace_of(handle, status, ended_at),
-        )
+        saved_with_events = joined is not None and completion.seq is not None
+        if saved_with_events:
+            handle.record = final
+        else:
+            handle.record = handle.record.replace(
+                # The completion marker is a ledger event of the run too (when its write held).
+                event_count=handle.record.event_count + (1 if completion.seq is not None else 0),
+                status=status, ended_at=final.ended_at, error=final.error, trace=final.trace,
+            )
         try:
             await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
         except Exception:
             logger.exception("run %s: could not emit its completion event", handle.run_id)
-        try:
-            await self.run_store.save(handle.record)
-        except Exception:
-            logger.exception("run %s: could not save its record", handle.run_id)
+        if not saved_with_events:
+            try:
+                await self.run_store.save(handle.record)
+            except Exception:
+                logger.exception("run %s: could not save its record", handle.run_id)
         self._notify(handle, None)
         self._active_requests.discard((handle.record.user_id, handle.record.request_id))
+
+
+def _accounted(record: RunRecord, event: Event) -> RunRecord:
+    """`record` after `event` was emitted: its counts, answer, output and token usage."""
+    changes: dict[str, Any] = {"last_event_at": utcnow()}
+    if event.seq is not None:
+        # Issue 21: only what the ledger holds (a stored event has its seq); streamed
+        # deltas and events whose write failed are not counted.
+        changes["event_count"] = record.event_count + 1
+    if event.message is not None and event.message.role == "assistant" and not event.partial and not event.is_error:
+        if not event.extensions.get(NO_MODEL_CALL):
+            changes["model_calls"] = record.model_calls + 1
+        changes["tool_calls"] = record.tool_calls + len(event.message.tool_calls)
+        if event.message.content and not event.message.tool_calls:
+            changes["answer"] = event.message.content
+    if OUTPUT_EXTENSION in event.extensions and not event.partial and not event.is_error:
+        # Issue 20: the validated value; the answer is its JSON text (a model's markdown
+        # fence around it is gone), so that every surface answers something that parses.
+        changes["output"] = event.extensions[OUTPUT_EXTENSION]
+        changes["answer"] = json.dumps(changes["output"], ensure_ascii=False)
+    if event.usage is not None:
+        changes["prompt_tokens"] = record.prompt_tokens + event.usage.prompt_tokens
+        changes["completion_tokens"] = record.completion_tokens + event.usage.completion_tokens
+    return record.replace(**changes)
 
 
 def _output_of(record: RunRecord, held: Sequence[Event]) -> dict[str, Any]:
@@ -1118,6 +1171,12 @@ def _trace_of(handle: RunHandle, status: RunStatusName, ended_at: datetime) -> d
         before = [*earlier.get("earlier_segments", ()), {k: v for k, v in earlier.items() if k != "earlier_segments"}]
         trace = {**trace, "earlier_segments": before}
     return trace
+
+
+def _to_persist(events: Sequence[Event], persisted: set[str]) -> list[Event]:
+    """The events of `events` a write stores: complete ones (and the completion marker)
+    not stored yet."""
+    return [e for e in events if (should_persist(e) or e.is_runner_completion) and e.id not in persisted]
 
 
 async def _only(event: Event) -> AsyncIterator[Event]:

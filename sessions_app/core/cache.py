@@ -217,10 +217,20 @@ class CachedSessionService:
     async def append_event(self, session: Session, event: Event) -> Event:
         return (await self.append_events(session, [event]))[0]
 
-    async def append_events(self, session: Session, events: Sequence[Event]) -> list[Event]:
+    @property
+    def joins_writes(self) -> bool:
+        """Whether `append_events` takes `joined` writes: when the wrapped service does."""
+        return bool(getattr(self.inner, "joins_writes", False))
+
+    async def append_events(self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()) -> list[Event]:
+        """Append through the wrapped service (with its `joined` writes, when it takes them)
+        and keep the saved events."""
         key = session.key
         try:
-            saved = await self.inner.append_events(session, events)
+            if joined:
+                saved = await self.inner.append_events(session, events, joined=joined)  # type: ignore[call-arg]  # only when joins_writes
+            else:
+                saved = await self.inner.append_events(session, events)
         except BaseException:
             self._entries.pop(key, None)  # whatever happened, the next read checks the ledger
             raise
