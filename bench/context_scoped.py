@@ -60,13 +60,15 @@ from bench.context_provenance import (  # noqa: E402
 from sessions_app.core.events import Event, Message  # noqa: E402
 from sessions_app.core.inmemory import InMemorySessionService  # noqa: E402
 from sessions_app.core.recall import InMemoryRecallIndex, session_load, session_search  # noqa: E402
+from sessions_app.core.recall.sections import SectionRef, rank_sections  # noqa: E402
 from sessions_app.core.session import Summary, SummaryBoundary  # noqa: E402
 
 K = 5
 SCOPED_K = 10  # twice search's hits: the token bar's budget
 RESAMPLES = 2000
 SPLIT = "LoCoMo dev (locomo_dev7.json, categories 1-4, evidence in the hidden part)"
-POLICIES = ("search", "whole_ranges", "scoped_search")
+POLICIES = ("search", "whole_ranges", "scoped_search", "probed_scoped")
+PROBE_K = 10  # the probe: one hybrid search's best hits over the hidden part (MAX_TOP_K)
 
 
 def bootstrap(values: Sequence[float], *, seed: int = 24) -> tuple[float, float, float]:
@@ -83,6 +85,14 @@ async def _units(index: InMemoryRecallIndex, session: Any, results: Sequence[dic
         window = await session_load(index, session=session, event_id=r["event_id"], unit=True)
         loaded.update(m["event_id"] for m in window["messages"])
     return loaded
+
+
+def _merged(per_section: Sequence[Sequence[dict[str, Any]]], merge: str, k: int) -> list[dict[str, Any]]:
+    """The sections' hits in one list: by confidence, then score, or round robin (the
+    best section's best hit, then the next section's, ...: the sections' order is the pointer's)."""
+    if merge == "round_robin":
+        return [r for rank in range(k) for found in per_section for r in found[rank : rank + 1]]
+    return sorted((r for found in per_section for r in found), key=lambda r: (r["confidence"], r["score"]), reverse=True)
 
 
 async def run(
@@ -143,12 +153,20 @@ async def run(
                                       section=f"{s.first_seq}-{s.last_seq}"))["results"]
                 for s in chosen
             ]
-            if merge == "round_robin":
-                # The best section's best hit, then the next section's, ...: the sections' order is the pointer's.
-                hits = [r for rank in range(scoped_k) for found in per_section for r in found[rank : rank + 1]]
-            else:
-                hits = sorted((r for found in per_section for r in found), key=lambda r: (r["confidence"], r["score"]), reverse=True)
-            score("scoped_search", {keys[e] for e in await _units(index, loaded, hits, scoped_k)})
+            score("scoped_search", {keys[e] for e in await _units(index, loaded, _merged(per_section, merge, scoped_k), scoped_k)})
+            # Item 4's picking: the summary's match fused with a probe of the hidden part
+            # (one search, abstention off: a signal, not an answer); weak sections fall back.
+            probe = await session_search(index, session=loaded, query=question.text, top_k=PROBE_K, min_confidence=0)
+            refs = [SectionRef(first_seq=s.first_seq, last_seq=s.last_seq, text=s.text) for s in sections]
+            choice = rank_sections(question.text, refs, [r["seq"] for r in probe["results"]], top=TOP_SECTIONS)
+            if choice.weak:
+                score("probed_scoped", {keys[e] for e in await _units(index, loaded, answer["results"])})
+                continue
+            probed = [
+                (await session_search(index, session=loaded, query=question.text, top_k=scoped_k, section=s.range))["results"]
+                for s in choice.sections
+            ]
+            score("probed_scoped", {keys[e] for e in await _units(index, loaded, _merged(probed, merge, scoped_k), scoped_k)})
     return rows
 
 
@@ -166,6 +184,16 @@ def summarize(rows: dict[str, list[float]], setting: Setting) -> dict[str, Any]:
     out["tokens_ratio_per_question_mean"] = bootstrap(ratio)
     out["met_tokens"] = out["tokens_ratio_of_means"] <= 2.0
     out["met_reach"] = out["scoped_search_reach"][0] >= out["search_reach"][0]
+    # Item 4's picking (summary match fused with the probe, weak sections fall back).
+    out["probed_vs_search_reach_diff"] = bootstrap(
+        [a - b for a, b in zip(rows["probed_scoped_reach"], rows["search_reach"], strict=True)]
+    )
+    out["probed_tokens_ratio_of_means"] = out["probed_scoped_tokens"][0] / out["search_tokens"][0]
+    out["probed_tokens_ratio_per_question_mean"] = bootstrap(
+        [s / max(1.0, b) for s, b in zip(rows["probed_scoped_tokens"], rows["search_tokens"], strict=True)]
+    )
+    out["probed_met_tokens"] = out["probed_tokens_ratio_of_means"] <= 2.0
+    out["probed_met_reach"] = out["probed_scoped_reach"][0] >= out["search_reach"][0]
     return out
 
 
@@ -181,7 +209,8 @@ def report(results: list[dict[str, Any]]) -> str:
     ]
     for r in results:
         for policy, label in (("search", "search: hybrid, top 5 as units"), ("whole_ranges", "sections: top 3 whole ranges"),
-                              ("scoped_search", "sections: scoped search in the top 3, best hits as units")):
+                              ("scoped_search", "sections: scoped search in the top 3, best hits as units"),
+                              ("probed_scoped", "sections picked by summary + probe (weak: search), scoped search, best hits as units")):
             lines.append(f"| {r['setting']} | {label} | {_ci(r[f'{policy}_reach'])} | {_ci(r[f'{policy}_tokens'], '.0f')} |")
     lines.append("")
     for r in results:
@@ -194,6 +223,12 @@ def report(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"- reach: scoped minus search {_ci(r['scoped_vs_search_reach_diff'])}; bar at least search's: "
             f"{'MET' if r['met_reach'] else 'MISSED'}"
+        )
+        lines.append(
+            f"- picked by summary + probe: tokens {r['probed_tokens_ratio_of_means']:.2f}x search's (per-question ratio "
+            f"{_ci(r['probed_tokens_ratio_per_question_mean'], '.2f')}), bar at most 2x: "
+            f"{'MET' if r['probed_met_tokens'] else 'MISSED'}; reach minus search {_ci(r['probed_vs_search_reach_diff'])}, "
+            f"bar at least search's: {'MET' if r['probed_met_reach'] else 'MISSED'}"
         )
         lines.append(f"- reach: scoped minus whole ranges {_ci(r['scoped_vs_ranges_reach_diff'])} (not a bar: the ranges load "
                      f"{r['whole_ranges_tokens'][0] / max(1.0, r['scoped_search_tokens'][0]):.1f}x the scoped tokens)")

@@ -12,6 +12,7 @@ import pytest
 from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.recall import InMemoryRecallIndex, RangeError, session_search
+from sessions_app.core.recall.sections import SectionRef, rank_sections
 from sessions_app.recall_tools import recall_tools
 from tests.sessions.test_provenance import tool_context
 from tests.sessions.test_recall_django import Backend, backend  # noqa: F401  (the parametrised fixture)
@@ -103,3 +104,45 @@ async def test_the_tool_searches_a_section_and_answers_a_bad_one_with_an_error_d
     assert "ends at seq 7" in (await tool.call(context, {"query": "invoice", "first_seq": 1, "last_seq": 99}))["error"]
     assert "section" in tool.description and "[events F-L]" in tool.description
     assert {"section", "first_seq", "last_seq"} <= set(tool.spec().parameters["properties"])
+
+
+# -- which sections to follow (issue 24, item 4: `rank_sections`) -------------------------------
+
+LISBON = SectionRef(first_seq=1, last_seq=3, text="The user planned a trip and talked about a hotel.")
+PORTO = SectionRef(first_seq=4, last_seq=7, text="Opening hours of a desk.")
+
+
+def test_the_probe_picks_the_section_that_holds_the_best_hit_when_the_summary_says_little() -> None:
+    # Neither text names an invoice: the probe's best hit (seq 6) decides.
+    choice = rank_sections("rental invoice number", [LISBON, PORTO], [6, 2, 7], top=1)
+    assert choice.sections == (PORTO,) and not choice.weak
+    assert choice.sections[0].range == "4-7"
+
+
+def test_the_summary_and_the_probe_both_count() -> None:
+    # The summary points at Lisbon's hotel, the probe at Porto: with room for two, both are followed,
+    # the section both signals favour first.
+    hotel = SectionRef(first_seq=1, last_seq=3, text="The hotel invoice for the trip.")
+    choice = rank_sections("hotel invoice", [hotel, PORTO], [2, 6], top=2)
+    assert choice.sections == (hotel, PORTO) and not choice.weak
+
+
+def test_sections_without_a_probe_hit_are_weak_evidence() -> None:
+    # The summary matches but the probe found nothing in either range: the caller searches everything.
+    choice = rank_sections("hotel trip", [LISBON, PORTO], [12, 15], top=2)
+    assert choice.weak and set(choice.sections) == {LISBON, PORTO}
+    assert rank_sections("hotel", [], [1]).weak
+    assert rank_sections("hotel", [LISBON], [1], top=0).sections == ()
+    empty = SectionRef(first_seq=5, last_seq=4, text="hotel")
+    assert rank_sections("hotel", [empty, LISBON], [2], top=2).sections == (LISBON,)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_following_the_picked_section_finds_the_evidence(backend: Backend) -> None:  # noqa: F811
+    session = await backend.session("alice", ledger(), hide_through=7)
+    query = "rental invoice number for the car"
+    probe = await session_search(backend.index, session=session, query=query, min_confidence=0)
+    choice = rank_sections(query, [LISBON, PORTO], seqs(probe), top=1)
+    assert choice.sections == (PORTO,) and not choice.weak
+    scoped = await session_search(backend.index, session=session, query=query, section=choice.sections[0].range)
+    assert seqs(scoped)[0] == 6 and set(seqs(scoped)) <= {4, 5, 6, 7}
