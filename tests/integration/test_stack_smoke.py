@@ -61,14 +61,16 @@ def _database_url(name: str) -> str:
     return f"{base.rsplit('/', 1)[0]}/{name}"
 
 
-def _recreate(database_url: str) -> None:
+def _recreate(database_url: str, *, create: bool = True) -> None:
+    """Drop the database of `database_url` (a run before may have left it) and create it anew."""
     import psycopg
     from psycopg import sql
 
     name = database_url.rsplit("/", 1)[1]
     with psycopg.connect(database_url.rsplit("/", 1)[0] + "/postgres", autocommit=True, connect_timeout=5) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        if create:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 @contextmanager
@@ -130,6 +132,13 @@ def test_the_stack_serves_runs_streams_cancels_and_jobs_through_its_balancer(tmp
         skip("needs PostgreSQL and Redis: set DATABASE_URL=postgres://... and REDIS_URL=redis://... (the services pass)")
     database_url = _database_url(os.environ["DATABASE_URL"].rsplit("/", 1)[1].split("?")[0] + "_stack_smoke")
     _recreate(database_url)
+    try:
+        _smoke(tmp_path, database_url)
+    finally:
+        _recreate(database_url, create=False)
+
+
+def _smoke(tmp_path: Path, database_url: str) -> None:
     slow = ServerStep.answer("word " * 400, chunk_size=5, chunk_delay_s=0.05)  # about 20 s unless cancelled
     with ScriptedOpenAIServer(REST_ANSWER, ServerStep.answer(WS_ANSWER, chunk_size=6), slow) as model, \
             private_redis() as redis_server:
