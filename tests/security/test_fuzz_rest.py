@@ -90,21 +90,29 @@ def _string_properties(operation: Any) -> list[str]:
 @pytest.fixture
 def ids(alice: Any) -> dict[str, str]:
     """A real value for each path parameter, so that a request reaches its body."""
+    from asgiref.sync import async_to_sync
     from django.conf import settings
 
     from runs import models as run_orm
     from sessions_app import services as session_services
-    from sessions_app.core.events import utcnow
+    from sessions_app.backends import DjangoSessionService, get_session_sync
+    from sessions_app.core.events import Event, Message, utcnow
     from sessions_app.core.memory import MemoryDraft, UserKey
+    from sessions_app.core.session import SessionKey
     from sessions_app.memory_backends import memory_manager
 
     session = session_services.session_create(user=alice, agent="support")
+    service = DjangoSessionService()
     memory = memory_manager().add(UserKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk)),
                                   MemoryDraft(text="the staging cluster is in Frankfurt"))
     run = run_orm.Run.objects.create(id="run-fuzz", app=settings.AGENTSITE_APP, user=alice, session_id=session.id,
                                      agent="support", request_id="req-fuzz", status="completed", created_at=utcnow())
+    key = SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=session.id)
+    message = async_to_sync(service.append_event)(
+        get_session_sync(key), Event(author="user", request_id="req-fuzz", message=Message(role="user", content="hi"))
+    )
     return {"session_id": session.id, "memory_id": memory.entry.id, "run_id": run.id, "filename": "notes.txt",
-            "name": "diagnostic-report"}
+            "name": "diagnostic-report", "event_id": message.id}
 
 
 def test_every_operation_refuses_deep_json_nul_and_lone_surrogates_with_a_4xx_naming_the_field(
