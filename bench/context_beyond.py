@@ -67,8 +67,12 @@ C5 (non-blocking compaction) and C1 (provenance-anchored summaries) live in
 `bench/context_nonblocking.py` and `bench/context_provenance.py`, whose docstrings say
 what they measure; they run here too. C1s (issue 24, item 4: section-scoped
 `session_search` against search and whole section ranges, with bootstrap intervals and
-MET/MISSED) lives in `bench/context_scoped.py`; `--only c1s` runs it alone. About twenty
-minutes in all.
+MET/MISSED) lives in `bench/context_scoped.py`; `--only c1s` runs it alone. The other issue-24
+recall figures run here too: C7r, the ranking's margins per split with intervals
+(`bench/recall_ranking.py`, weights fitted on the A halves by `bench/recall_fit.py`), and
+C7a, abstention fitted on some conversations and reported on the others
+(`bench/recall_abstention.py`); `--only c1s c7r c7a` prints every issue-24 recall figure
+with its interval, split and MET/MISSED in about ten minutes. About thirty minutes in all.
 """
 
 from __future__ import annotations
@@ -1018,7 +1022,7 @@ def report_c7(locomo: dict[str, Any], lme: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("c3", "c2", "c6", "c4", "c7", "c5", "c1", "c1s")
+SECTIONS = ("c3", "c2", "c6", "c4", "c7", "c5", "c1", "c1s", "c7r", "c7a")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1065,6 +1069,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         setting = context_scoped.SETTINGS[0]
         results["c1s"] = [context_scoped.summarize(asyncio.run(context_scoped.run(setting)), setting)]
+    if "c7r" in args.only:
+        # Issue 24, item 3: the ranking's margins per split (weights fitted on the A halves).
+        from bench import recall_ranking
+
+        results["c7r"] = {
+            dataset: {name: recall_ranking.measure(cases) for name, cases in parts.items()}
+            for dataset, parts in recall_ranking.splits().items()
+        }
+    if "c7a" in args.only:
+        # Issue 24, item 2: abstention, fitted on some conversations and meetings, reported on the rest.
+        from bench.recall_abstention import run as abstention
+
+        results["c7a"] = abstention()
     elapsed = time.perf_counter() - started
     header = (
         f"# Context governance beyond the anchors (issue 12)\n\n{datetime.now(UTC):%Y-%m-%d}, "
@@ -1085,6 +1102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.context_scoped import report as report_c1s
 
         parts.append("## C1, section-scoped recall (issue 24, item 4)\n\n" + report_c1s(results["c1s"]))
+    if "c7r" in results:
+        from bench.recall_ranking import report as report_c7r
+
+        parts.append("## C7, ranking against its parts, per split (issue 24, item 3)\n\n" + report_c7r(results["c7r"]))
+    if "c7a" in results:
+        parts.append("## C7, abstention (issue 24, item 2)\n\n" + results["c7a"])
     text = "\n\n".join(parts) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -21,12 +21,18 @@ another user's events, at 10k and 100k events for the user. `session_search` lat
 all_sessions (the user's whole history) and current_hidden (one session); the target is
 p50 under 50 ms at 100k. The EXPLAIN of the search statement shows the index at work.
 
+Ranking per split (issue 24, item 3): bench/recall_ranking.py's table, session_search against
+rank-bm25 and BM25 with our tokenizer on each half of LoCoMo and QMSum, with bootstrap
+intervals and MET/MISSED per bar; the weights are fitted on the A halves (bench/recall_fit.py).
+
 Abstention (issue 24): bench/recall_abstention.py, fitted on three LoCoMo conversations and
 reported on the other four, MET/MISSED per bar; the recall figures above are with abstention
 on, as the tool answers.
 
 Prints the tables and writes them to bench/results/recall.md. About four and a half minutes,
-most of it writing and searching 100k events on PostgreSQL; `--skip-postgres` takes 30 s.
+most of it writing and searching 100k events on PostgreSQL; `--skip-postgres` takes 30 s,
+plus about 2 minutes for the ranking table and 3 for abstention (`--skip-ranking`,
+`--skip-abstention` leave them out).
 """
 
 from __future__ import annotations
@@ -551,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-abstention", action="store_true", help="leave out bench/recall_abstention.py (3 min)")
+    parser.add_argument("--skip-ranking", action="store_true", help="leave out bench/recall_ranking.py's per-split table (2 min)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
 
@@ -675,6 +682,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     else:
         report.append(pg_note or "PostgreSQL skipped (--skip-postgres).")
+    if not args.skip_ranking:
+        # Issue 24, item 3: the margins per split, the weights fitted on the A parts (bench/recall_fit.py).
+        from bench import recall_ranking
+
+        log("ranking per split: session_search against rank-bm25 and BM25 with our tokenizer")
+        by_split = {
+            dataset: {name: recall_ranking.measure(cases) for name, cases in parts.items()}
+            for dataset, parts in recall_ranking.splits().items()
+        }
+        report += ["", "## Ranking against its parts, per split (issue 24, item 3)", "", recall_ranking.report(by_split)]
     if not args.skip_abstention:
         # Issue 24, item 2: fitted on some LoCoMo conversations, reported on the others.
         from bench.recall_abstention import run as abstention
