@@ -139,10 +139,91 @@ def retried_timeout() -> dict[str, Any]:
     return {"invoke": model.invoke("Renew the certificate?").content}
 
 
+# --- Google ADK (over A2A) ---------------------------------------------------------------
+# ADK's only OpenAI-compatible model class is LiteLlm, which needs the litellm package (not
+# installed here); the ADK agents below use a scripted test model instead, so what they say
+# is fixed by the test and what comes from Agentsite is Agentsite's.
+
+
+def _adk_test_llm(name: str, steps: list[dict[str, Any]]) -> Any:
+    """A test model for ADK agents (a `BaseLlm`): answers its `steps` in order, one per call
+    (`{"text": ...}` or `{"call": name, "args": {...}}`), then repeats the last one."""
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    class ScriptedTestLlm(BaseLlm):
+        """A test double of a model, for the ADK side of the interop cases only."""
+
+        calls: int = 0
+
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            step = steps[min(self.calls, len(steps) - 1)]
+            self.calls += 1
+            part = (types.Part(function_call=types.FunctionCall(name=step["call"], args=step.get("args", {})))
+                    if "call" in step else types.Part(text=step["text"]))
+            yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+    return ScriptedTestLlm(model=name)
+
+
+def adk_remote_sub_agent() -> dict[str, Any]:
+    """ADK's `RemoteA2aAgent` pointing at Agentsite's A2A endpoint, as a sub-agent: the root
+    agent's (test) model transfers to it; Agentsite's agent answers over A2A, streamed."""
+    import httpx
+    from a2a.client import ClientConfig, ClientFactory
+    from google.adk.agents import LlmAgent
+    from google.adk.agents.remote_a2a_agent import RemoteA2aAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    async def run() -> dict[str, Any]:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
+            remote = RemoteA2aAgent(
+                name="agentsite", description="Answers questions about incidents.",
+                agent_card=f"{URL}/a2a/{MODEL}/.well-known/agent-card.json",
+                a2a_client_factory=ClientFactory(ClientConfig(httpx_client=http, streaming=True)))
+            root = LlmAgent(name="triage", instruction="Hand incident questions to agentsite.",
+                            model=_adk_test_llm("triage-test", [{"call": "transfer_to_agent",
+                                                                  "args": {"agent_name": "agentsite"}}]),
+                            sub_agents=[remote])
+            sessions = InMemorySessionService()
+            runner = Runner(app_name="interop", agent=root, session_service=sessions)
+            session = await sessions.create_session(app_name="interop", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="What is INC-1042?")])
+            async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+                pass
+            stored = await sessions.get_session(app_name="interop", user_id="u", session_id=session.id)
+        assert stored is not None
+        parts = [{"author": event.author, "text": part.text or "", "thought": bool(part.thought),
+                  "call": part.function_call.name if part.function_call else None,
+                  "response": part.function_response.name if part.function_response else None}
+                 for event in stored.events for part in ((event.content.parts if event.content else None) or [])]
+        return {"parts": parts}
+
+    return asyncio.run(run())
+
+
+def adk_serve() -> dict[str, Any]:
+    """Serve an ADK agent with `to_a2a` on uvicorn (port: argv[2]) until killed; its (test)
+    model answers with argv[3]. Prints nothing of its own: the test reads its card."""
+    import uvicorn
+    from google.adk.a2a.utils.agent_to_a2a import to_a2a
+    from google.adk.agents import LlmAgent
+
+    port, answer = int(sys.argv[2]), sys.argv[3]
+    agent = LlmAgent(name="adk_certs", description="Knows the certificates of the fleet.",
+                     instruction="Answer certificate questions.",
+                     model=_adk_test_llm("certs-test", [{"text": answer}]))
+    uvicorn.run(to_a2a(agent, host="127.0.0.1", port=port), host="127.0.0.1", port=port, log_level="warning")
+    return {}
+
+
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
     "langchain_chat": langchain_chat, "langgraph_react": langgraph_react, "agents_sdk": agents_sdk,
     "agents_sdk_handoff": agents_sdk_handoff, "retried_failure": retried_failure,
-    "retried_timeout": retried_timeout,
+    "retried_timeout": retried_timeout, "adk_remote_sub_agent": adk_remote_sub_agent, "adk_serve": adk_serve,
 }
 
 if __name__ == "__main__":

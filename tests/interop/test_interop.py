@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
@@ -29,7 +30,7 @@ from runs import models as run_orm
 from runs.core.responses import ECHO_EXTENSION
 from sessions_app import models as session_orm
 from sessions_app.mapping import event_from_row
-from tests.support.daphne import LiveServer, live_daphne
+from tests.support.daphne import LiveServer, free_port, live_daphne
 from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 
 # The first test's set-up may build the venv: more than the suite's 300 s per test.
@@ -215,3 +216,79 @@ def test_a_slow_run_retried_by_the_client_with_its_key_is_one_run_and_one_user_t
     assert got == {"invoke": "Yes: it expires tomorrow."}
     assert [r.status for r in _runs(alice)] == ["completed"]
     assert _user_turns(alice) == ["Renew the certificate?"]
+
+
+def test_an_adk_remote_a2a_agent_as_a_sub_agent_stores_agentsites_answer_once(
+    interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
+) -> None:
+    # Agentsite's support agent looks a ticket up (a progress status over A2A), then answers, streamed.
+    script.script(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk1"),
+                  ServerStep.answer("INC-1042 is a certificate expiry on payments.internal.", chunk_size=5))
+    got = run_case(interop_python, server, alice, "adk_remote_sub_agent")
+    parts = got["parts"]
+    # The root agent's (test) model transferred to the remote agent...
+    assert [(p["call"], p["response"]) for p in parts if p["author"] == "triage"] == [
+        ("transfer_to_agent", None), (None, "transfer_to_agent")]
+    # ...whose session holds Agentsite's answer once: no progress text, no thoughts, no copies.
+    remote = [p for p in parts if p["author"] == "agentsite"]
+    assert [p["text"] for p in remote if p["text"]] == ["INC-1042 is a certificate expiry on payments.internal."]
+    assert not any(p["thought"] for p in parts)
+    assert [r.status for r in _runs(alice)] == ["completed"]
+    # One user turn: the question, with the transfer ADK quotes after it as context.
+    [turn] = _user_turns(alice)
+    assert turn.startswith("What is INC-1042?\n") and "transfer_to_agent" in turn
+    assert json.dumps(script.requests[0]["messages"]).count("What is INC-1042?") == 1
+
+
+ADK_ANSWER = "ADK here: the payments.internal certificate expired on 2026-11-30."
+
+
+@pytest.fixture
+def adk_agent(interop_python: Path, tmp_path: Path) -> Iterator[str]:
+    """An ADK agent served with `to_a2a` (uvicorn, in the interop venv); its URL."""
+    port = free_port()
+    log = tmp_path / "adk.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([str(interop_python), str(HERE / "clients.py"), "adk_serve", str(port), ADK_ANSWER],
+                                   stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/.well-known/agent-card.json", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, f"ADK did not start:\n{log.read_text()[-3000:]}"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_agentsite_runs_an_adk_to_a2a_agent_registered_in_the_admin_without_code(
+    adk_agent: str, admin_client: Any, alice_api: Any, settings: Any
+) -> None:
+    settings.AGENTSITE_MEMORY_AUTO = False  # no post-run extraction asks the model
+    response = admin_client.post("/admin/runs/remoteagent/add/", {
+        "name": "adk-certs", "url": adk_agent, "description": "", "header_name": "", "as_agent": "on",
+        "tool_of": "", "enabled": "on", "token": ""})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    row = run_orm.RemoteAgent.objects.get(name="adk-certs")
+    assert row.card["name"] == "adk_certs" and row.description == "Knows the certificates of the fleet."
+
+    listed = {agent["name"]: agent for agent in alice_api.get("/api/agents/").json()["results"]}
+    assert listed["adk-certs"]["kind"] == "a2a"
+    run = alice_api.post("/api/runs/", {"message": "When did the payments certificate expire?", "agent": "adk-certs",
+                                        "wait": True}, format="json")
+    assert run.status_code == 201, run.content
+    assert run.json()["status"] == "completed", run.json()
+    events = alice_api.get(f"/api/sessions/{run.json()['session_id']}/events/").json()["results"]
+    [answer] = [e for e in events if e["role"] == "assistant"]
+    assert (answer["author"], answer["text"]) == ("adk-certs", ADK_ANSWER)
+    chat = alice_api.post("/v1/chat/completions", {"model": "adk-certs", "messages": [
+        {"role": "user", "content": "And the date again?"}]}, format="json")
+    assert chat.status_code == 200, chat.content
+    assert chat.json()["choices"][0]["message"]["content"] == ADK_ANSWER
