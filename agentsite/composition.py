@@ -78,22 +78,39 @@ def build_model(name: str | None = None) -> Model:
     )
 
 
-_GOVERNANCE_KNOBS = (
-    "summaries", "summarizer", "summary_trigger_ratio", "summary_trigger_min_tokens", "summary_event_threshold",
-    "summary_max_words", "summary_budget_tokens", "summary_cache_safe_fork", "summary_injection",
-    "sync_summary_intra_run", "compaction", "compaction_ratio", "compaction_min_tokens", "keep_recent_requests",
-    "tool_result_max_tokens", "oversized_tool_result_max_tokens", "compaction_force_clean_tools",
-    "compaction_keep_tools", "context_manifest_check", "pinned_intent", "pinned_budget_ratio", "summary_chunked",
-    "compaction_clear_at_least", "compaction_soft", "compaction_soft_ratio", "compaction_soft_min_tokens",
-)
-
-
 def governance_knobs() -> dict[str, Any]:
-    """The context-governance settings (`AGENTSITE_<KNOB>`), with the demo agents' small
-    thresholds in their place while AGENTSITE_DEMO_GOVERNANCE is on."""
+    """The context-governance settings (`AGENTSITE_<KNOB>`, each read by its name), with the
+    demo agents' small thresholds in their place while AGENTSITE_DEMO_GOVERNANCE is on."""
     from agentsite.demo.agents import DEMO_GOVERNANCE
 
-    knobs = {name: getattr(settings, f"AGENTSITE_{name.upper()}") for name in _GOVERNANCE_KNOBS}
+    knobs: dict[str, Any] = {
+        "summaries": settings.AGENTSITE_SUMMARIES,
+        "summarizer": settings.AGENTSITE_SUMMARIZER,
+        "summary_trigger_ratio": settings.AGENTSITE_SUMMARY_TRIGGER_RATIO,
+        "summary_trigger_min_tokens": settings.AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS,
+        "summary_event_threshold": settings.AGENTSITE_SUMMARY_EVENT_THRESHOLD,
+        "summary_max_words": settings.AGENTSITE_SUMMARY_MAX_WORDS,
+        "summary_budget_tokens": settings.AGENTSITE_SUMMARY_BUDGET_TOKENS,
+        "summary_cache_safe_fork": settings.AGENTSITE_SUMMARY_CACHE_SAFE_FORK,
+        "summary_injection": settings.AGENTSITE_SUMMARY_INJECTION,
+        "sync_summary_intra_run": settings.AGENTSITE_SYNC_SUMMARY_INTRA_RUN,
+        "compaction": settings.AGENTSITE_COMPACTION,
+        "compaction_ratio": settings.AGENTSITE_COMPACTION_RATIO,
+        "compaction_min_tokens": settings.AGENTSITE_COMPACTION_MIN_TOKENS,
+        "keep_recent_requests": settings.AGENTSITE_KEEP_RECENT_REQUESTS,
+        "tool_result_max_tokens": settings.AGENTSITE_TOOL_RESULT_MAX_TOKENS,
+        "oversized_tool_result_max_tokens": settings.AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS,
+        "compaction_force_clean_tools": settings.AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS,
+        "compaction_keep_tools": settings.AGENTSITE_COMPACTION_KEEP_TOOLS,
+        "context_manifest_check": settings.AGENTSITE_CONTEXT_MANIFEST_CHECK,
+        "pinned_intent": settings.AGENTSITE_PINNED_INTENT,
+        "pinned_budget_ratio": settings.AGENTSITE_PINNED_BUDGET_RATIO,
+        "summary_chunked": settings.AGENTSITE_SUMMARY_CHUNKED,
+        "compaction_clear_at_least": settings.AGENTSITE_COMPACTION_CLEAR_AT_LEAST,
+        "compaction_soft": settings.AGENTSITE_COMPACTION_SOFT,
+        "compaction_soft_ratio": settings.AGENTSITE_COMPACTION_SOFT_RATIO,
+        "compaction_soft_min_tokens": settings.AGENTSITE_COMPACTION_SOFT_MIN_TOKENS,
+    }
     if settings.AGENTSITE_DEMO_GOVERNANCE:
         knobs.update(DEMO_GOVERNANCE)
     return knobs

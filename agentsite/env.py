@@ -6,6 +6,7 @@ quotes the bad value, so a typo stops the server instead of changing its behavio
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,6 +63,43 @@ class Env:
         if value is None:
             return default
         return [item.strip() for item in value.split(",") if item.strip()]
+
+    def ratio(self, name: str, default: float) -> float:
+        """A share of something, in (0, 1]."""
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+        if not 0 < number <= 1:
+            raise ImproperlyConfigured(f"{name} must be in (0, 1], got {value!r}")
+        return number
+
+    def seconds(self, name: str, default: float) -> float:
+        """A duration in seconds, a finite number >= 0 (fractions allowed)."""
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} must be a number of seconds, got {value!r}") from None
+        if not math.isfinite(number) or number < 0:
+            raise ImproperlyConfigured(f"{name} must be a finite number >= 0, got {value!r}")
+        return number
+
+    def rate(self, name: str, default: str) -> str | None:
+        """A DRF throttle rate, `<count>/<sec|min|hour|day>`; `off` (None) disables the throttle."""
+        value = self.string(name, default)
+        if value.lower() == "off":
+            return None
+        count, _, period = value.partition("/")
+        periods = {"s", "sec", "second", "m", "min", "minute", "h", "hour", "d", "day"}
+        if not count.isdigit() or int(count) < 1 or period not in periods:
+            raise ImproperlyConfigured(f"{name} must look like 600/min (or be 'off'), got {value!r}")
+        return value
 
     def url(self, name: str, *, schemes: tuple[str, ...]) -> str | None:
         value = self.raw(name)

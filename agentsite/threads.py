@@ -10,10 +10,11 @@ threads the run needs for its own database work).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from agentsite.config import read
 
 T = TypeVar("T")
 
@@ -40,8 +41,8 @@ def _with_checked_connections(fn: Callable[..., T], /, *args: Any, **kwargs: Any
 
 
 DB_EXECUTOR = DatabaseThreadPool(
-    max_workers=int(os.environ.get("AGENTSITE_DB_THREADS", "8")), thread_name_prefix="agentsite-db"
+    max_workers=read("AGENTSITE_DB_THREADS"), thread_name_prefix="agentsite-db"
 )
 VIEW_EXECUTOR = DatabaseThreadPool(
-    max_workers=int(os.environ.get("AGENTSITE_VIEW_THREADS", "16")), thread_name_prefix="agentsite-view"
+    max_workers=read("AGENTSITE_VIEW_THREADS"), thread_name_prefix="agentsite-view"
 )

@@ -16,7 +16,6 @@ import asyncio
 import functools
 import json
 import math
-import os
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
+from agentsite.config import read
 from runs.core.tools.base import ToolContext
 from runs.core.tools.function import FunctionTool
 
@@ -362,18 +362,13 @@ def inspect_certificate(host: str) -> dict[str, Any]:
 
 # The fleet scan (issue 21): the demo's long tool, with progress and a cancel worth seeing.
 SCAN_SECONDS_ENV = "AGENTSITE_DEMO_SCAN_DELAY_S"
-DEFAULT_SCAN_SECONDS = 10.0
 SCAN_CHECKS = ("handshake", "validity dates", "chain to the trusted root", "host names")
 
 
 def scan_seconds() -> float:
-    """The whole scan's duration: `AGENTSITE_DEMO_SCAN_DELAY_S` (tests set it small), else 10 s."""
-    raw = os.environ.get(SCAN_SECONDS_ENV, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_SCAN_SECONDS
-    except ValueError:
-        value = DEFAULT_SCAN_SECONDS
-    return value if math.isfinite(value) and value >= 0 else DEFAULT_SCAN_SECONDS
+    """The whole scan's duration: `AGENTSITE_DEMO_SCAN_DELAY_S` (tests set it small), else 10 s.
+    Read per call, not from the settings, so that a test can change it; the settings check it at start."""
+    return float(read(SCAN_SECONDS_ENV))
 
 
 async def scan_fleet(context: ToolContext, scope: Literal["fleet"]) -> dict[str, Any]:

@@ -34,6 +34,10 @@ def start_django(**env: str) -> subprocess.CompletedProcess[str]:
         ("OPENAI_BASE_URL", "ftp://models.local"),
         ("DJANGO_DEBUG", "maybe"),
         ("AGENTSITE_MAX_MESSAGE_CHARS", "0"),
+        ("AGENTSITE_PINNED_BUDGET_RATIO", "2"),
+        # Read per call by the demo tool, checked at start all the same.
+        ("AGENTSITE_DEMO_SCAN_DELAY_S", "soon"),
+        ("AGENTSITE_DB_THREADS", "0"),
     ],
 )
 def test_a_bad_environment_value_stops_start_up_naming_the_variable(name: str, value: str) -> None:
