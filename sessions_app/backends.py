@@ -17,6 +17,7 @@ from django.db import IntegrityError, InterfaceError, OperationalError, connecti
 from django.db.models import Case, Expression, F, IntegerField, JSONField, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import Exact, IsNull
+from django.db.models.sql.subqueries import UpdateQuery
 
 from agentsite.threads import DB_EXECUTOR
 from runs.core.tokens import count_text
@@ -440,6 +441,17 @@ def _put_summary(key: SessionKey, summary: Summary) -> None:
     )
 
 
+def _update_returning(rows: QuerySet[orm.Summary], values: Mapping[str, Any]) -> orm.Summary | None:
+    """UPDATE `rows` with `values` in one statement and return the (first) row it changed,
+    as stored after it; None when it changed none."""
+    query = rows.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(connection=connection).as_sql()
+    columns = ", ".join(f'"{f.column}"' for f in orm.Summary._meta.concrete_fields)
+    changed = list(orm.Summary.objects.raw(f"{sql} RETURNING {columns}", params))
+    return changed[0] if changed else None
+
+
 def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
     if summary.boundary is None:
         raise ValueError("advance_summary needs a summary with a boundary")
@@ -447,9 +459,14 @@ def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
     # Summary rows belong to the session row (the key's owner): matching through it makes
     # an update of someone else's session touch nothing, without a check of its own.
     mine = orm.Summary.objects.filter(session__in=_owned(key), filter_key=summary.filter_key)
+    # The idempotency guard is in the WHERE clause: a write whose boundary is not past the
+    # stored one changes nothing, whoever else wrote in between. The common case, an
+    # existing row advanced, is that one statement (issue 18: it was BEGIN, UPDATE and a
+    # SELECT of the row); the row it changed comes back with RETURNING.
+    advanced = _update_returning(mine.filter(last_seq__lt=summary.boundary.last_seq), {**fields, "version": F("version") + 1})
+    if advanced is not None:
+        return mapping.summary_from_row(advanced)
     with transaction.atomic():
-        # The idempotency guard is in the WHERE clause: a write whose boundary is not past
-        # the stored one changes nothing, whoever else wrote in between.
         updated = mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1)
         if not updated:
             if not _owned(key).exists():

@@ -1,13 +1,16 @@
 """Issue 18: the run's end record commits with its last step (one transaction, one write
-less per run), and on PostgreSQL a step write is one statement. Runs on the Django
+less per run), on PostgreSQL a step write is one statement, and advancing a stored
+summary is one statement. Runs on the Django
 backends, so on PostgreSQL in CI; the record must be the same as when it is saved alone."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
@@ -22,7 +25,7 @@ from sessions_app.backends import DjangoSessionService
 from sessions_app.core.cache import CachedSessionService
 from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
-from sessions_app.core.session import Session, SessionKey, SessionNotFoundError
+from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary, SummaryBoundary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,8 +91,6 @@ def agent() -> LLMAgent:
 
 
 async def stored_record(run_id: str) -> RunRecord:
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(lambda: record_from_row(run_rows.Run.objects.get(pk=run_id)))()
 
 
@@ -172,3 +173,28 @@ async def test_on_postgresql_a_step_write_with_a_joined_record_is_one_statement(
         await service.append_events(other, events[:1], joined=[store.joined_save(record.replace(answer="no"))])
     stored = await store.get("r1")
     assert stored is not None and stored.answer == "step 2"
+
+
+async def test_advancing_a_stored_summary_is_one_statement_and_returns_the_stored_row(
+    alice: Any, statements: list[str]
+) -> None:
+    service = DjangoSessionService()
+    session = await service.create_session(app=APP, user_id=str(alice.pk))
+    saved = await service.append_events(session, [Event(author="user", message=Message(role="user", content=f"m{i}"))
+                                                  for i in range(4)])
+
+    def boundary(event: Event) -> SummaryBoundary:
+        return SummaryBoundary(cutoff_at=event.created_at + timedelta(microseconds=1), last_event_id=event.id,
+                               last_seq=event.seq or 0)
+
+    first = await service.advance_summary(session.key, Summary(filter_key=APP, text="to 2", boundary=boundary(saved[1])))
+    assert first is not None and first.version == 1
+    statements.clear()
+    second = await service.advance_summary(session.key, Summary(filter_key=APP, text="to 4", boundary=boundary(saved[3])))
+    assert len(statements) == 1
+    assert second is not None and (second.text, second.version, second.last_seq) == ("to 4", 2, 4)
+    assert second == await service.get_summary(session.key, filter_key=APP)
+    # Not past the stored boundary: nothing changes.
+    assert await service.advance_summary(session.key, Summary(filter_key=APP, text="old", boundary=boundary(saved[2]))) is None
+    stored = await service.get_summary(session.key, filter_key=APP)
+    assert stored is not None and stored.text == "to 4"
