@@ -423,6 +423,134 @@ async def open_session(user: Any, session_id: str | None) -> str | None:
     return session_id
 
 
+def request_body(request: HttpRequest) -> Any:
+    """The request's JSON body; `OpenAIError` 413 when too large, 400 naming the problem."""
+    try:
+        return parse_json(request.body or b"")
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raise OpenAIError(413, f"request body is larger than the limit of {limit} bytes", code="body_too_large") from None
+    except InputError as exc:
+        if exc.code == "malformed_json":
+            raise OpenAIError(400, f"the body is {exc.problem}") from None
+        raise OpenAIError(400, exc.message("brackets"), param=exc.field("brackets"), code=exc.code) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFields:
+    """How a surface names the request fields `start_run` refuses (chat completions and
+    the Responses API spell them differently)."""
+
+    tool_name: Callable[[int], str]
+    """The field of the i-th client tool's name."""
+    tool_result: Callable[[str], str | None]
+    """The field of the tool result a runner's refusal (its message) names."""
+    tool_error: Callable[[ClientToolError], OpenAIError] | None = None
+    """The error for a refused client tool or tool_choice; None: as the check words it."""
+    session: str | None = None
+    """The parameter to name when the runner finds no such session."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartedRun:
+    """A run a `/v1` request started: its record, its events as they happen, and the
+    response headers naming its session and run (and how the session was found)."""
+
+    record: RunRecord
+    events: AsyncIterator[Event]
+    headers: dict[str, str]
+
+
+async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | None,
+                    find_session: Callable[[], Awaitable[str | None]], match_history: bool,
+                    replay: Callable[[RunRecord], Awaitable[HttpResponse]], options: RunOptions,
+                    fields: RunFields, turn_extensions: dict[str, Any] | None = None) -> StartedRun | HttpResponse:
+    """The flow chat completions and responses share: the agent and the client's tools
+    checked (refused before anything is stored), the session found (`find_session`; else,
+    with `match_history`, the one of the user's sessions holding the resent chat), a request
+    whose `Idempotency-Key` already made a run answered by `replay`, else the run started.
+    Raises `OpenAIError` for what it refuses."""
+    try:
+        server_tools, kind = await manager.acall(lambda runner: check_agent(runner, chat.agent))
+    except AgentNotFoundError:
+        raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
+                          param="model", code="model_not_found") from None
+    if chat.client_tools and kind != "llm":
+        raise OpenAIError(400, f"the model {chat.agent!r} is a {kind} agent, which cannot call client tools; "
+                          "use an LLM agent", param="tools", code="unsupported_client_tools")
+    try:
+        check_clashes(chat.client_tools, server_tools, fields.tool_name, agent=chat.agent)
+        check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
+    except ClientToolError as exc:
+        if fields.tool_error is not None:
+            raise fields.tool_error(exc) from None
+        raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from None
+    session_id = await find_session()
+    match, seed = None, chat.seed
+    if match_history and session_id is None and chat.seed:
+        # A stateless client (the Agents SDK's default) resending its chat: continue the
+        # session that holds it.
+        match = await db_call(fingerprints.session_of_history)(
+            user=user, fingerprint=history_fingerprint(chat.agent, chat.seed))
+        if match is not None:
+            session_id, seed = match.session_id, ()
+    if key is not None:
+        earlier = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
+        if earlier is not None:
+            return await replay(earlier)
+    listener, events = manager.bridge()
+
+    async def start(runner: Runner) -> RunRecord:
+        handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
+                                    agent=chat.agent, seed=seed, listeners=[listener],
+                                    tool_results=chat.tool_results, request_id=key, options=options,
+                                    turn_extensions=turn_extensions)
+        return handle.record
+
+    try:
+        # Shielded: a client that gives up (its timeout) while the run starts must not
+        # cancel the start; the run goes on, and its retry (same Idempotency-Key) joins it.
+        record = await asyncio.shield(manager.acall(start))
+    except TooManyRunsError as exc:
+        raise OpenAIError(429, str(exc), type="rate_limit_error", code="too_many_runs") from None
+    except DuplicateRequestError:
+        if key is None:  # a request id the runner made itself is never a duplicate
+            raise
+        # The same key arrived twice at once: the other request started the run; join it.
+        return await replay(await run_of_key(user, key))
+    except SessionNotFoundError as exc:
+        raise OpenAIError(400, str(exc), param=fields.session) from None
+    except UsageError as exc:  # e.g. a tool result for no call the session waits on: nothing stored
+        raise OpenAIError(400, str(exc), param=fields.tool_result(str(exc)),
+                          code="unknown_tool_call" if chat.tool_results else None) from None
+    headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
+    if match is not None:
+        headers[MATCH_HEADER] = "history-ambiguous" if match.ambiguous else "history"
+    return StartedRun(record=record, events=events, headers=headers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remember:
+    """Records the chat the client now holds, for its next request to find this session
+    (runs.core.context.fingerprint); only when `fresh`, the ledger being that chat (the
+    session is new or was found by it): a session the request named may hold turns the
+    client does not resend."""
+
+    user: Any
+    chat: ChatRequest
+    session_id: str
+    fresh: bool
+
+    async def __call__(self, text: str, calls: Sequence[ToolCall]) -> None:
+        if not self.fresh:
+            return
+        chat = self.chat
+        sent = (*chat.seed, *((chat.message,) if chat.message is not None else chat.tool_results))
+        fingerprint = history_fingerprint(chat.agent, conversation_after(sent, text, calls))
+        await db_call(fingerprints.remember_history)(user=self.user, session_id=self.session_id,
+                                                     fingerprint=fingerprint)
+
+
 @csrf_exempt
 @require_POST
 async def chat_completions(request: HttpRequest) -> HttpResponse:
@@ -431,99 +559,33 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         if not user.is_authenticated:
             raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <token>'", type="authentication_error",
                               code="invalid_api_key")
-        try:
-            body = parse_json(request.body or b"")
-        except RequestDataTooBig:
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            raise OpenAIError(413, f"request body is larger than the limit of {limit} bytes", code="body_too_large") from None
-        except InputError as exc:
-            if exc.code == "malformed_json":
-                raise OpenAIError(400, f"the body is {exc.problem}") from None
-            raise OpenAIError(400, exc.message("brackets"), param=exc.field("brackets"), code=exc.code) from None
-        chat = parse_chat_request(body)
+        chat = parse_chat_request(request_body(request))
         session_header = requested_session(request)
         key = idempotency_key(request)
         manager = run_manager()
-        try:
-            server_tools, kind = await manager.acall(lambda runner: check_agent(runner, chat.agent))
-        except AgentNotFoundError:
-            raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
-                              param="model", code="model_not_found") from None
-        if chat.client_tools and kind != "llm":
-            raise OpenAIError(400, f"the model {chat.agent!r} is a {kind} agent, which cannot call client tools; "
-                              "use an LLM agent", param="tools", code="unsupported_client_tools")
-        try:
-            check_clashes(chat.client_tools, server_tools, lambda i: f"tools[{i}].function.name", agent=chat.agent)
-            check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
-        except ClientToolError as exc:  # refused before anything is stored
-            raise OpenAIError(400, str(exc), param=exc.param, code=exc.code) from None
-        session_id = await open_session(user, session_header)
-        match, seed = None, chat.seed
-        if session_header is None and chat.seed:
-            # A stateless client resending its chat: continue the session that holds it.
-            match = await db_call(fingerprints.session_of_history)(
-                user=user, fingerprint=history_fingerprint(chat.agent, chat.seed))
-            if match is not None:
-                session_id, seed = match.session_id, ()
-        if key is not None:
-            earlier = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
-            if earlier is not None:
-                return await _replay(manager, earlier, chat, session_header)
-        listener, events = manager.bridge()
 
-        async def start(runner: Runner) -> RunRecord:
-            handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
-                                        agent=chat.agent, seed=seed, listeners=[listener],
-                                        tool_results=chat.tool_results, request_id=key,
-                                        options=RunOptions(output=chat.output, client_tools=chat.client_tools,
-                                                           tool_choice=chat.tool_choice))
-            return handle.record
+        async def replay(record: RunRecord) -> HttpResponse:
+            return await _replay(manager, record, chat, session_header)
 
-        try:
-            # Shielded: a client that gives up (its timeout) while the run starts must not
-            # cancel the start; the run goes on, and its retry (same Idempotency-Key) joins it.
-            record = await asyncio.shield(manager.acall(start))
-        except TooManyRunsError as exc:
-            raise OpenAIError(429, str(exc), type="rate_limit_error", code="too_many_runs") from None
-        except DuplicateRequestError:
-            if key is None:  # a request id the runner made itself is never a duplicate
-                raise
-            # The same key arrived twice at once: the other request started the run; join it.
-            return await _replay(manager, await run_of_key(user, key), chat, session_header)
-        except SessionNotFoundError as exc:
-            raise OpenAIError(400, str(exc)) from None
-        except UsageError as exc:  # e.g. a tool result for no call the session waits on: nothing stored
-            raise OpenAIError(400, str(exc), param=_result_param(chat, str(exc)),
-                              code="unknown_tool_call" if chat.tool_results else None) from None
+        started = await start_run(
+            manager, user, chat, key=key, find_session=lambda: open_session(user, session_header),
+            match_history=session_header is None, replay=replay,
+            options=RunOptions(output=chat.output, client_tools=chat.client_tools, tool_choice=chat.tool_choice),
+            fields=RunFields(tool_name=lambda i: f"tools[{i}].function.name",
+                             tool_result=lambda problem: _result_param(chat, problem)))
     except AuthenticationError as exc:
         return OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key").response()
     except OpenAIError as exc:
         return exc.response()
-
-    headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
-    if match is not None:
-        headers[MATCH_HEADER] = "history-ambiguous" if match.ambiguous else "history"
-
-    async def remember(content: str, calls: Sequence[ToolCall]) -> None:
-        """The chat the client now holds, for its next request to find this session; only
-        when the ledger is that chat (the session is new or was found by it): a session
-        named by `X-Session-Id` may hold turns the client does not resend."""
-        if session_header is None:
-            sent = (*chat.seed, *((chat.message,) if chat.message is not None else chat.tool_results))
-            fingerprint = history_fingerprint(chat.agent, conversation_after(sent, content, calls))
-            await db_call(fingerprints.remember_history)(user=user, session_id=record.session_id,
-                                                         fingerprint=fingerprint)
-
+    if isinstance(started, HttpResponse):
+        return started
+    remember = Remember(user=user, chat=chat, session_id=started.record.session_id, fresh=session_header is None)
     if chat.stream:
-        return event_stream(_stream(manager, record, chat, events, remember), headers)
-    seen = [event async for event in events]  # the run's completion ends the iterator
-    final = await manager.await_run(record.id, 5.0) or record
-    if final.status not in _ANSWERED:
-        return failure_response(final, headers)
-    content = final.answer if chat.final_only else answer_text(seen)
-    calls = waiting_calls(seen)
-    await remember(content, calls)
-    return _completion(final, chat, content, headers, calls=calls)
+        return event_stream(_stream(manager, started.record, chat, started.events, remember), started.headers)
+    done = await run_answer(manager, started, chat, remember)
+    if isinstance(done, HttpResponse):
+        return done
+    return _completion(done.record, chat, done.text, done.headers, calls=done.calls)
 
 
 def event_stream(chunks: AsyncIterator[str], headers: dict[str, str]) -> StreamingHttpResponse:
@@ -571,9 +633,36 @@ async def run_of_key(user: Any, key: str) -> RunRecord:
                       code="idempotency_key_in_use")
 
 
-async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None) -> HttpResponse:
-    """Answer a request whose `Idempotency-Key` already made a run with that run's result,
-    waiting for it while it is in flight; a different request under the same key is refused."""
+@dataclass(frozen=True, kw_only=True)
+class Answered:
+    """A run that answered: its record, the answer's text (the final answer alone for a
+    `final_only` request, else every assistant message's, `answer_text`), the client tool
+    calls it waits for, and the response headers."""
+
+    record: RunRecord
+    text: str
+    calls: list[ToolCall]
+    headers: dict[str, str]
+
+
+async def run_answer(manager: Any, started: StartedRun, chat: ChatRequest, remember: Remember) -> Answered | HttpResponse:
+    """A started run's answer once it has ended (the failure response when it failed),
+    remembered for the client's next request to find its session."""
+    seen = [event async for event in started.events]  # the run's end ends the iterator
+    final = await manager.await_run(started.record.id, 5.0) or started.record
+    if final.status not in _ANSWERED:
+        return failure_response(final, started.headers)
+    text = final.answer if chat.final_only else answer_text(seen)
+    calls = waiting_calls(seen)
+    await remember(text, calls)
+    return Answered(record=final, text=text, calls=calls, headers=started.headers)
+
+
+async def replayed_run(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None, *,
+                       input_name: str) -> Answered | HttpResponse:
+    """The run whose `Idempotency-Key` this request repeats, waited for while in flight;
+    its failure response when it failed. A different request under the same key (`input_name`
+    says what the request's input is called) is refused, as is one whose run still runs."""
     turn = await db_call(run_selectors.run_turn)(record=record)
     for _ in range(50):  # a concurrent request's run row is written before its turn is
         if turn:
@@ -583,7 +672,7 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
     if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
             or not same_input(turn, chat)):
         raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "
-                          "last message or session differ); use a new key for a new request",
+                          f"{input_name} or session differ); use a new key for a new request",
                           param=IDEMPOTENCY_HEADER, code="idempotency_key_reused")
     final = await run_ended(manager, record)
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id, REPLAYED_HEADER: "true"}
@@ -594,11 +683,18 @@ async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_he
         return failure_response(final, headers)
     if not record.finished:
         turn = await db_call(run_selectors.run_turn)(record=final)  # what the run wrote since
-    content = final.answer if chat.final_only else answer_text(turn)
-    calls = waiting_calls(turn)
+    text = final.answer if chat.final_only else answer_text(turn)
+    return Answered(record=final, text=text, calls=waiting_calls(turn), headers=headers)
+
+
+async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None) -> HttpResponse:
+    """Answer a request whose `Idempotency-Key` already made a run with that run's result."""
+    done = await replayed_run(manager, record, chat, session_header, input_name="last message")
+    if isinstance(done, HttpResponse):
+        return done
     if chat.stream:
-        return event_stream(_stream_done(final, chat, content, calls), headers)
-    return _completion(final, chat, content, headers, calls=calls)
+        return event_stream(_stream_done(done.record, chat, done.text, done.calls), done.headers)
+    return _completion(done.record, chat, done.text, done.headers, calls=done.calls)
 
 
 def same_input(turn: Sequence[Event], chat: ChatRequest) -> bool:

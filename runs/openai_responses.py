@@ -20,23 +20,18 @@ parameter this module does not name, so that a newer client is not refused.
 """
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from agentsite.api.json_input import InputError, parse_json
 from agentsite.runtime import run_manager
 from runs import selectors as run_selectors
-from runs.core.context.fingerprint import conversation_after, history_fingerprint
-from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
 from runs.core.invocation import RunOptions
 from runs.core.records import RunRecord
 from runs.core.responses import (
@@ -57,36 +52,31 @@ from runs.core.responses import (
     tool_wire,
     usage,
 )
-from runs.core.runner import Runner
-from runs.core.tools.client import ClientToolError, check_choice, check_clashes
+from runs.core.tools.client import ClientToolError
 from runs.openai_compat import (
-    MATCH_HEADER,
     PART_SEPARATOR,
-    REPLAYED_HEADER,
-    RUN_HEADER,
     SESSION_HEADER,
     ChatRequest,
     OpenAIError,
+    Remember,
+    RunFields,
     answer_part,
     answer_text,
     api_user,
-    check_agent,
     event_stream,
-    failure_response,
     idempotency_key,
     open_session,
     parse_messages,
+    replayed_run,
+    request_body,
     requested_session,
-    run_ended,
+    run_answer,
     run_failure,
-    run_of_key,
-    same_input,
+    start_run,
     waiting_calls,
 )
-from sessions_app import fingerprints
 from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, Event, ToolCall
-from sessions_app.core.session import SessionNotFoundError
 
 _UNSUPPORTED = {"background": "background responses", "conversation": "conversations (use previous_response_id)",
                 "prompt": "stored prompts"}
@@ -183,124 +173,50 @@ def _input_names(text: str, origins: Sequence[int]) -> str:
     return named
 
 
-def _body(request: HttpRequest) -> Any:
-    try:
-        return parse_json(request.body or b"")
-    except RequestDataTooBig:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raise OpenAIError(413, f"request body is larger than the limit of {limit} bytes", code="body_too_large") from None
-    except InputError as exc:
-        if exc.code == "malformed_json":
-            raise OpenAIError(400, f"the body is {exc.problem}") from None
-        raise OpenAIError(400, exc.message("brackets"), param=exc.field("brackets"), code=exc.code) from None
-
-
 @csrf_exempt
 @require_POST
 async def create_response(request: HttpRequest) -> HttpResponse:
     """`POST /v1/responses`."""
     try:
         user = await api_user(request)
-        asked = parse_responses_request(_body(request))
+        asked = parse_responses_request(request_body(request))
         chat, echo = asked.chat, asked.echo
         session_header = requested_session(request)
         key = idempotency_key(request)
         manager = run_manager()
-        try:
-            server_tools, kind = await manager.acall(lambda runner: check_agent(runner, chat.agent))
-        except AgentNotFoundError:
-            raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
-                              param="model", code="model_not_found") from None
-        if chat.client_tools and kind != "llm":
-            raise OpenAIError(400, f"the model {chat.agent!r} is a {kind} agent, which cannot call client tools; "
-                              "use an LLM agent", param="tools", code="unsupported_client_tools")
-        try:
-            check_clashes(chat.client_tools, server_tools, lambda i: f"tools[{i}].name", agent=chat.agent)
-            check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
-        except ClientToolError as exc:  # refused before anything is stored
-            param = exc.param.replace("tool_choice.function.name", "tool_choice.name")
-            raise OpenAIError(400, str(exc).replace("tool_choice.function.name", "tool_choice.name"), param=param,
-                              code=exc.code) from None
-        session_id = await _session_of(user, echo.previous_response_id, session_header)
-        match, seed = None, chat.seed
-        if session_id is None and chat.seed:
-            # A stateless client (the Agents SDK's default) resending its chat: continue the
-            # session that holds it, as chat completions do.
-            match = await db_call(fingerprints.session_of_history)(
-                user=user, fingerprint=history_fingerprint(chat.agent, chat.seed))
-            if match is not None:
-                session_id, seed = match.session_id, ()
-        if key is not None:
-            earlier = await db_call(run_selectors.run_by_request)(user=user, request_id=key)
-            if earlier is not None:
-                return await _replay(manager, earlier, asked, session_header)
-        # Beside the agent's own instruction (RunOptions.added_instruction): OpenAI does not
-        # carry instructions over to the next response, nor does this run.
-        options = RunOptions(output=chat.output, client_tools=chat.client_tools, tool_choice=chat.tool_choice,
-                             added_instruction=echo.instructions or None)
-        listener, events = manager.bridge()
 
-        async def start(runner: Runner) -> RunRecord:
-            handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
-                                        agent=chat.agent, seed=seed, listeners=[listener],
-                                        tool_results=chat.tool_results, request_id=key, options=options,
-                                        turn_extensions={ECHO_EXTENSION: echo.to_dict()})
-            return handle.record
+        async def replay(record: RunRecord) -> HttpResponse:
+            return await _replay(manager, record, asked, session_header)
 
-        try:
-            # Shielded: a client that gives up (its timeout) while the run starts must not
-            # cancel the start; the run goes on, and its retry (same Idempotency-Key) joins it.
-            record = await asyncio.shield(manager.acall(start))
-        except TooManyRunsError as exc:
-            raise OpenAIError(429, str(exc), type="rate_limit_error", code="too_many_runs") from None
-        except DuplicateRequestError:
-            if key is None:
-                raise
-            return await _replay(manager, await run_of_key(user, key), asked, session_header)
-        except SessionNotFoundError as exc:
-            raise OpenAIError(400, str(exc), param=SESSION_HEADER) from None
-        except UsageError as exc:  # e.g. a result for no call the session waits on: nothing stored
-            raise OpenAIError(400, str(exc), param=_result_param(chat, str(exc)),
-                              code="unknown_tool_call" if chat.tool_results else None) from None
+        started = await start_run(
+            manager, user, chat, key=key, find_session=lambda: _session_of(user, echo.previous_response_id, session_header),
+            match_history=True, replay=replay,
+            # Beside the agent's own instruction (RunOptions.added_instruction): OpenAI does not
+            # carry instructions over to the next response, nor does this run.
+            options=RunOptions(output=chat.output, client_tools=chat.client_tools, tool_choice=chat.tool_choice,
+                               added_instruction=echo.instructions or None),
+            fields=RunFields(tool_name=lambda i: f"tools[{i}].name", tool_error=_tool_error, session=SESSION_HEADER,
+                             tool_result=lambda problem: _result_param(chat, problem)),
+            turn_extensions={ECHO_EXTENSION: echo.to_dict()})
     except OpenAIError as exc:
         return exc.response()
-
-    headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
-    if match is not None:
-        headers[MATCH_HEADER] = "history-ambiguous" if match.ambiguous else "history"
-    remember = _Remember(user=user, chat=chat, session_id=record.session_id,
-                         fresh=session_header is None and echo.previous_response_id is None)
+    if isinstance(started, HttpResponse):
+        return started
+    remember = Remember(user=user, chat=chat, session_id=started.record.session_id,
+                        fresh=session_header is None and echo.previous_response_id is None)
     if chat.stream:
-        return event_stream(_stream(manager, record, asked, events, remember), headers)
-    seen = [event async for event in events]  # the run's end ends the iterator
-    final = await manager.await_run(record.id, 5.0) or record
-    if final.status not in _ANSWERED:
-        return failure_response(final, headers)
-    text = final.answer if echo.json_output else answer_text(seen)
-    calls = waiting_calls(seen)
-    await remember(text, calls)
-    return JsonResponse(_response(final, echo, text, calls), headers=headers)
+        return event_stream(_stream(manager, started.record, asked, started.events, remember), started.headers)
+    done = await run_answer(manager, started, chat, remember)
+    if isinstance(done, HttpResponse):
+        return done
+    return JsonResponse(_response(done.record, echo, done.text, done.calls), headers=done.headers)
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Remember:
-    """Records the chat the client now holds, for its next request to find this session
-    (runs.core.context.fingerprint); only for a session the request did not name: a named
-    one may hold turns the client does not resend."""
-
-    user: Any
-    chat: ChatRequest
-    session_id: str
-    fresh: bool
-
-    async def __call__(self, text: str, calls: Sequence[ToolCall]) -> None:
-        if not self.fresh:
-            return
-        chat = self.chat
-        sent = (*chat.seed, *((chat.message,) if chat.message is not None else chat.tool_results))
-        fingerprint = history_fingerprint(chat.agent, conversation_after(sent, text, calls))
-        await db_call(fingerprints.remember_history)(user=self.user, session_id=self.session_id,
-                                                     fingerprint=fingerprint)
+def _tool_error(exc: ClientToolError) -> OpenAIError:
+    """A refused client tool, its field named as the Responses API spells `tool_choice`."""
+    param = exc.param.replace("tool_choice.function.name", "tool_choice.name")
+    return OpenAIError(400, str(exc).replace("tool_choice.function.name", "tool_choice.name"), param=param,
+                       code=exc.code)
 
 
 async def _session_of(user: Any, previous: str | None, header: str | None) -> str | None:
@@ -339,7 +255,7 @@ def _response(record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[
 
 
 async def _stream(manager: Any, record: RunRecord, asked: ResponsesRequest, events: AsyncIterator[Event],
-                  remember: _Remember) -> AsyncIterator[str]:
+                  remember: Remember) -> AsyncIterator[str]:
     """The run's events as Responses stream events: the text as chat completions streams it
     (each assistant message's text, separated by a blank line; a JSON answer whole at the
     end), then the client calls, then `response.completed` (or `response.failed`)."""
@@ -399,34 +315,14 @@ async def _stream_done(record: RunRecord, echo: ResponseEcho, text: str, calls: 
 
 
 async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, session_header: str | None) -> HttpResponse:
-    """A request whose `Idempotency-Key` already made a run: that run's response, waiting
-    for it while it runs; another request under the same key is refused (as on chat
-    completions, runs.openai_compat._replay)."""
-    chat = asked.chat
-    turn = await db_call(run_selectors.run_turn)(record=record)
-    for _ in range(50):  # a concurrent request's run row is written before its turn is
-        if turn:
-            break
-        await asyncio.sleep(0.1)
-        turn = await db_call(run_selectors.run_turn)(record=record)
-    if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
-            or not same_input(turn, chat)):
-        raise OpenAIError(400, f"Idempotency-Key {record.request_id!r} was used for another request (model, input "
-                          "or session differ); use a new key for a new request", param="Idempotency-Key",
-                          code="idempotency_key_reused")
-    final = await run_ended(manager, record)
-    headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id, REPLAYED_HEADER: "true"}
-    if not final.finished:
-        raise OpenAIError(409, f"the run {record.id} of this Idempotency-Key is still in progress; retry later",
-                          param="Idempotency-Key", code="run_in_progress")
-    if final.status not in _ANSWERED:
-        return failure_response(final, headers)
-    turn = await db_call(run_selectors.run_turn)(record=final)
-    text = final.answer if asked.echo.json_output else answer_text(turn)
-    calls = waiting_calls(turn)
-    if chat.stream:
-        return event_stream(_stream_done(final, asked.echo, text, calls), headers)
-    return JsonResponse(_response(final, asked.echo, text, calls), headers=headers)
+    """A request whose `Idempotency-Key` already made a run: that run's response (as on
+    chat completions, runs.openai_compat.replayed_run)."""
+    done = await replayed_run(manager, record, asked.chat, session_header, input_name="input")
+    if isinstance(done, HttpResponse):
+        return done
+    if asked.chat.stream:
+        return event_stream(_stream_done(done.record, asked.echo, done.text, done.calls), done.headers)
+    return JsonResponse(_response(done.record, asked.echo, done.text, done.calls), headers=done.headers)
 
 
 @require_GET
