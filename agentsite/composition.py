@@ -15,17 +15,14 @@ from typing import Any
 from django.conf import settings
 
 from agentsite.agents import AgentContext, AgentRegistry
+from agentsite.context_policy import ContextPolicy, governance
 from agentsite.runtime import Runtime
 from agentsite.runtime import install as install_runtime
 from runs.backends import DjangoRunStore, active_runs_admission
 from runs.core.callbacks import Callbacks
-from runs.core.context.compaction import CompactionConfig
 from runs.core.context.governance import (
     TIKTOKEN,
-    BackgroundCompactionConfig,
     ContextGovernance,
-    PinnedConfig,
-    PrecallConfig,
     chunked_summarizer,
     extractive_summarizer,
     llm_summarizer,
@@ -78,66 +75,37 @@ def build_model(name: str | None = None) -> Model:
     )
 
 
-def governance_knobs() -> dict[str, Any]:
-    """The context-governance settings (`AGENTSITE_<KNOB>`, each read by its name), with the
-    demo agents' small thresholds in their place while AGENTSITE_DEMO_GOVERNANCE is on."""
-    from agentsite.demo.agents import DEMO_GOVERNANCE
+def context_policy() -> ContextPolicy:
+    """The process's context policy: the settings' (docs/settings.md), with the demo profile
+    (agentsite/demo/profile.py) in their place while AGENTSITE_DEMO_GOVERNANCE is on."""
+    from agentsite.demo.profile import demo_profile
 
-    knobs: dict[str, Any] = {
-        "summaries": settings.AGENTSITE_SUMMARIES,
-        "summarizer": settings.AGENTSITE_SUMMARIZER,
-        "summary_trigger_ratio": settings.AGENTSITE_SUMMARY_TRIGGER_RATIO,
-        "summary_trigger_min_tokens": settings.AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS,
-        "summary_event_threshold": settings.AGENTSITE_SUMMARY_EVENT_THRESHOLD,
-        "summary_max_words": settings.AGENTSITE_SUMMARY_MAX_WORDS,
-        "summary_budget_tokens": settings.AGENTSITE_SUMMARY_BUDGET_TOKENS,
-        "summary_cache_safe_fork": settings.AGENTSITE_SUMMARY_CACHE_SAFE_FORK,
-        "summary_injection": settings.AGENTSITE_SUMMARY_INJECTION,
-        "sync_summary_intra_run": settings.AGENTSITE_SYNC_SUMMARY_INTRA_RUN,
-        "compaction": settings.AGENTSITE_COMPACTION,
-        "compaction_ratio": settings.AGENTSITE_COMPACTION_RATIO,
-        "compaction_min_tokens": settings.AGENTSITE_COMPACTION_MIN_TOKENS,
-        "keep_recent_requests": settings.AGENTSITE_KEEP_RECENT_REQUESTS,
-        "tool_result_max_tokens": settings.AGENTSITE_TOOL_RESULT_MAX_TOKENS,
-        "oversized_tool_result_max_tokens": settings.AGENTSITE_OVERSIZED_TOOL_RESULT_MAX_TOKENS,
-        "compaction_force_clean_tools": settings.AGENTSITE_COMPACTION_FORCE_CLEAN_TOOLS,
-        "compaction_keep_tools": settings.AGENTSITE_COMPACTION_KEEP_TOOLS,
-        "context_manifest_check": settings.AGENTSITE_CONTEXT_MANIFEST_CHECK,
-        "pinned_intent": settings.AGENTSITE_PINNED_INTENT,
-        "pinned_budget_ratio": settings.AGENTSITE_PINNED_BUDGET_RATIO,
-        "summary_chunked": settings.AGENTSITE_SUMMARY_CHUNKED,
-        "compaction_clear_at_least": settings.AGENTSITE_COMPACTION_CLEAR_AT_LEAST,
-        "compaction_soft": settings.AGENTSITE_COMPACTION_SOFT,
-        "compaction_soft_ratio": settings.AGENTSITE_COMPACTION_SOFT_RATIO,
-        "compaction_soft_min_tokens": settings.AGENTSITE_COMPACTION_SOFT_MIN_TOKENS,
-    }
-    if settings.AGENTSITE_DEMO_GOVERNANCE:
-        knobs.update(DEMO_GOVERNANCE)
-    return knobs
+    policy = ContextPolicy.from_settings()
+    return demo_profile(policy) if settings.AGENTSITE_DEMO_GOVERNANCE else policy
 
 
-def build_summarizer(knobs: dict[str, Any], summary_model: Model | None = None) -> Summarizer:
+def build_summarizer(policy: ContextPolicy, summary_model: Model | None = None) -> Summarizer:
     """AGENTSITE_SUMMARIZER: `auto` (extractive on the offline model, else the summary
     model), or `module:factory` returning a Summarizer. The summary model's summarizer is
     the chunked one (issue 12, C6: no request over its window, so the jobs and the 0.7
     pre-call path cannot overflow) unless AGENTSITE_SUMMARY_CHUNKED is off."""
-    if knobs["summarizer"] != "auto":
-        module, _, name = knobs["summarizer"].partition(":")
+    if policy.summarizer != "auto":
+        module, _, name = policy.summarizer.partition(":")
         return getattr(importlib.import_module(module), name)()
     from runs.core.llm.offline import OfflineModel
 
     model = summary_model or build_model(settings.AGENTSITE_SUMMARY_MODEL)
     if isinstance(model, OfflineModel):
-        return extractive_summarizer(budget_tokens=knobs["summary_budget_tokens"])
+        return extractive_summarizer(budget_tokens=policy.summary_budget_tokens)
     from agentsite.demo.agents import demo_runner_callbacks
 
-    factory = chunked_summarizer if knobs["summary_chunked"] else llm_summarizer
+    factory = chunked_summarizer if policy.summary_chunked else llm_summarizer
     runner_callbacks = demo_runner_callbacks()
     return factory(
         model,
         context_window=settings.AGENTSITE_CONTEXT_WINDOW,
-        max_summary_words=knobs["summary_max_words"],
-        cache_safe_forking=knobs["summary_cache_safe_fork"],
+        max_summary_words=policy.summary_max_words,
+        cache_safe_forking=policy.summary_cache_safe_fork,
         # SPEC 3.4 model callbacks (issue 26): the Runner's model callbacks apply to the
         # summarizer's calls too (the redactor masks what a summary request sends).
         callbacks=Callbacks(before_model=runner_callbacks.before_model, after_model=runner_callbacks.after_model),
@@ -155,52 +123,30 @@ def summary_engine(summary_model: Model | None = None, *, window: int | None = N
     """How this process summarizes: summarizer, trigger (DESIGN 6) and lock."""
     from sessions_app.locks import DatabaseSummaryLock
 
-    knobs = governance_knobs()
-    if not knobs["summaries"]:
+    policy = context_policy()
+    if not policy.summaries:
         return SummaryEngine(summarizer=None)
     window = window or settings.AGENTSITE_CONTEXT_WINDOW or build_model().info().context_window
     trigger: Any = ContextThreshold(
-        ratio=knobs["summary_trigger_ratio"], min_tokens=knobs["summary_trigger_min_tokens"], window=window
+        ratio=policy.summary_trigger_ratio, min_tokens=policy.summary_trigger_min_tokens, window=window
     )
-    if knobs["summary_event_threshold"]:
-        trigger = checks_any(trigger, EventThreshold(events=knobs["summary_event_threshold"]))
+    if policy.summary_event_threshold:
+        trigger = checks_any(trigger, EventThreshold(events=policy.summary_event_threshold))
     if settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S:
         trigger = checks_any(trigger, TimeThreshold(seconds=settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S))
     lock = _redis_lock(settings.REDIS_URL) if settings.AGENTSITE_SUMMARY_LOCK == "redis" else DatabaseSummaryLock(
         ttl_s=settings.AGENTSITE_SUMMARY_LOCK_TTL_S
     )
     return SummaryEngine(
-        summarizer=build_summarizer(knobs, summary_model), checker=trigger, lock=lock, tokenizer=TIKTOKEN,
+        summarizer=build_summarizer(policy, summary_model), checker=trigger, lock=lock, tokenizer=TIKTOKEN,
         context_window=window, allowlist=tuple(settings.AGENTSITE_SUMMARY_FILTER_KEYS) or None,
     )
 
 
 def build_governance(engine: SummaryEngine) -> ContextGovernance:
-    knobs = governance_knobs()
-    return ContextGovernance(
-        summaries=engine if engine.summarizer is not None else None,
-        summary_injection=knobs["summary_injection"],
-        compaction=CompactionConfig(
-            enabled=knobs["compaction"],
-            keep_recent_requests=knobs["keep_recent_requests"],
-            tool_result_max_tokens=knobs["tool_result_max_tokens"],
-            oversized_tool_result_max_tokens=knobs["oversized_tool_result_max_tokens"],
-            force_clean_tools=frozenset(knobs["compaction_force_clean_tools"]),
-            keep_tools=frozenset(knobs["compaction_keep_tools"]),
-            clear_at_least=knobs["compaction_clear_at_least"],
-        ),
-        precall=PrecallConfig(
-            enabled=knobs["compaction"], ratio=knobs["compaction_ratio"], min_tokens=knobs["compaction_min_tokens"]
-        ),
-        background=BackgroundCompactionConfig(
-            ratio=knobs["compaction_soft_ratio"], min_tokens=knobs["compaction_soft_min_tokens"]
-        ) if knobs["compaction"] and knobs["compaction_soft"] else None,
-        sync_summary_intra_run=knobs["sync_summary_intra_run"],
-        context_window=settings.AGENTSITE_CONTEXT_WINDOW,
-        tokenizer=TIKTOKEN,
-        manifest_check=knobs["context_manifest_check"],
-        pinned=PinnedConfig(budget_ratio=knobs["pinned_budget_ratio"]) if knobs["pinned_intent"] else None,
-    )
+    """The process's context policy as the governance the registered agents are offered
+    (AgentContext.governance); an agent may build its own from a ContextPolicy."""
+    return governance(context_policy(), engine=engine, context_window=settings.AGENTSITE_CONTEXT_WINDOW)
 
 
 def build_summary_scheduler(engine: SummaryEngine, sessions: SessionService | None = None) -> SummaryScheduler | None:

@@ -7,9 +7,10 @@ here cannot be read, and `python -m agentsite.config` prints the table that
 `docs/settings.md` holds (a test keeps the two equal).
 
 Environment variables are for deployment: URLs, secrets, limits, pools and process-wide
-defaults. How many steps an agent takes is the agent's (`LLMAgent(max_steps=...)`); the
+defaults. How many steps an agent takes is the agent's (`LLMAgent(max_steps=...)`); its
+context policy is a `ContextPolicy` (agentsite/context_policy.py) built in code. The
 `Context policy` section is the process-wide default policy (summary jobs run per session,
-not per agent), which the demo replaces with its named profile.
+not per agent), which the demo replaces with its named profile (agentsite/demo/profile.py).
 """
 
 from __future__ import annotations
@@ -221,7 +222,7 @@ VARIABLES: tuple[Variable, ...] = (
     _v("AGENTSITE_UPLOAD_MAX_COUNT", "integer", 10, _MEMORY, "attachments per message (413 past it)"),
     # -- context policy
     _v("AGENTSITE_DEMO_GOVERNANCE", "boolean", True, _CONTEXT,
-       "the demo profile (`DEMO_GOVERNANCE`, agentsite/demo/agents.py): small thresholds so that a short session shows summaries "
+       "the demo's named profile (`demo_profile`, agentsite/demo/profile.py): small thresholds so that a short session shows summaries "
        "and compaction; they replace the eight variables of this section that it names. Off: the section "
        "applies as set"),
     _v("AGENTSITE_SUMMARIES", "boolean", True, _CONTEXT, "rolling session summaries"),
@@ -411,10 +412,12 @@ read once, at start-up, and checked: a bad value stops the server with a message
 variable and what it expects.
 
 Environment variables are for deployment: URLs, secrets, limits, pools and process-wide
-defaults. How many steps an agent takes is the agent's own (`LLMAgent(max_steps=...)`).
-The context-policy section is the process-wide default (summary jobs run per session, not
-per agent); the demo replaces eight of its values with its named profile while
-`AGENTSITE_DEMO_GOVERNANCE` is on.
+defaults. How many steps an agent takes is the agent's own (`LLMAgent(max_steps=...)`), and
+so is its context policy: a `ContextPolicy` (`agentsite/context_policy.py`) built in code,
+turned into the agent's governance by `governance(policy, ...)`. The context-policy section
+is the process-wide default policy (summary jobs run per session, not per agent:
+`ContextPolicy.from_settings()`); the demo replaces eight of its values with its named
+profile (`agentsite/demo/profile.py`) while `AGENTSITE_DEMO_GOVERNANCE` is on.
 
 """
 

@@ -305,8 +305,8 @@ AGENTSITE_ARTIFACT_MAX_BYTES = read("AGENTSITE_ARTIFACT_MAX_BYTES")
 AGENTSITE_UPLOAD_MAX_BYTES = read("AGENTSITE_UPLOAD_MAX_BYTES")
 AGENTSITE_UPLOAD_MAX_COUNT = read("AGENTSITE_UPLOAD_MAX_COUNT")
 
-# -- context governance (DESIGN 6; docs/settings.md) ------------------------------------------------
-# The demo agents run with smaller thresholds (agentsite/demo/agents.py DEMO_GOVERNANCE) so
+# -- context governance (DESIGN 6): the process-wide ContextPolicy (agentsite/context_policy.py) ------
+# The demo agents run with smaller thresholds (agentsite/demo/profile.py, the demo profile) so
 # that a short session shows summaries and compaction; off: the knobs below apply as set.
 AGENTSITE_DEMO_GOVERNANCE = read("AGENTSITE_DEMO_GOVERNANCE")
 AGENTSITE_SUMMARIES = read("AGENTSITE_SUMMARIES")

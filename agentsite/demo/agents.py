@@ -51,22 +51,6 @@ GENERAL_INSTRUCTION = "You are a helpful, concise assistant. Say so plainly when
 GENERAL_DESCRIPTION = "A plain assistant without tools."
 
 
-# Context governance of the demo (AGENTSITE_DEMO_GOVERNANCE, on by default): thresholds small
-# enough that a few turns of the support scenario show a summary, placeholders for old tool
-# results and, now and then, a pre-call compaction. They replace the AGENTSITE_* knobs of the
-# same names; with the offline model (window 8,192) the summary trigger is ~1,200 tokens.
-DEMO_GOVERNANCE = {
-    "summary_trigger_ratio": 0.15,
-    "summary_trigger_min_tokens": 1000,
-    "summary_budget_tokens": 300,
-    "compaction_ratio": 0.35,
-    "compaction_min_tokens": 1500,
-    "compaction_soft_ratio": 0.25,
-    "compaction_soft_min_tokens": 1000,
-    "tool_result_max_tokens": 120,
-}
-
-
 def demo_runner_callbacks() -> Callbacks:
     """Run-wide extensions of the demo (issue 20): the redactor before every model call of
     every agent, each masking recorded on the step's assistant event."""

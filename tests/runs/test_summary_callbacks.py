@@ -65,10 +65,10 @@ async def test_spec_3_4_an_after_model_callback_may_replace_the_summary() -> Non
 
 
 def test_spec_3_4_the_demo_summarizer_gets_the_runners_model_callbacks(settings: Any) -> None:
-    from agentsite.composition import build_summarizer, governance_knobs
+    from agentsite.composition import build_summarizer, context_policy
 
     settings.AGENTSITE_SUMMARIZER = "auto"
-    summarizer = build_summarizer(governance_knobs(), ScriptedModel.of())
+    summarizer = build_summarizer(context_policy(), ScriptedModel.of())
     model = summarizer.model
     assert isinstance(model, ModelSummaryModel) and model.callbacks is not None
     assert [type(c) for c in model.callbacks.before_model] == [Redactor]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentsite.composition import build_summarizer, governance_knobs
+from agentsite.composition import build_summarizer, context_policy
 from runs.core.context.governance import TIKTOKEN, ModelSummaryModel
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse
 from runs.core.llm.offline import OfflineModel
@@ -64,25 +64,25 @@ async def long_session(service: InMemorySessionService, turns: int) -> tuple[obj
 
 
 def test_model_summaries_are_chunked_by_default() -> None:
-    summarizer = build_summarizer(governance_knobs(), WindowedModel())
+    summarizer = build_summarizer(context_policy(), WindowedModel())
     assert isinstance(summarizer, ChunkedSummarizer)
 
 
 def test_chunked_knob_off_gives_the_single_request_summarizer(settings: pytest.FixtureRequest) -> None:
     settings.AGENTSITE_SUMMARY_CHUNKED = False  # type: ignore[attr-defined]  # pytest-django settings fixture
-    assert isinstance(build_summarizer(governance_knobs(), WindowedModel()), LLMSummarizer)
+    assert isinstance(build_summarizer(context_policy(), WindowedModel()), LLMSummarizer)
 
 
 def test_offline_model_keeps_the_extractive_summarizer() -> None:
     # Extraction is local: no request, no window to overflow.
-    assert isinstance(build_summarizer(governance_knobs(), OfflineModel()), ExtractiveSummarizer)
+    assert isinstance(build_summarizer(context_policy(), OfflineModel()), ExtractiveSummarizer)
 
 
 async def test_demo_summary_of_a_session_far_over_the_window_covers_everything_without_overflow() -> None:
     service = InMemorySessionService()
     session, events = await long_session(service, 60)  # ~8k tokens behind a 1k window
     model = WindowedModel()
-    engine = SummaryEngine(summarizer=build_summarizer(governance_knobs(), model), tokenizer=TIKTOKEN, context_window=WINDOW)
+    engine = SummaryEngine(summarizer=build_summarizer(context_policy(), model), tokenizer=TIKTOKEN, context_window=WINDOW)
     outcome = await engine.summarize(service, session.key, filter_key="", force=True)
     assert outcome.advanced
     assert outcome.primary.summary is not None
@@ -96,7 +96,7 @@ async def test_single_request_summarizer_stops_at_a_prefix_on_the_same_session(s
     settings.AGENTSITE_SUMMARY_CHUNKED = False  # type: ignore[attr-defined]  # pytest-django settings fixture
     service = InMemorySessionService()
     session, events = await long_session(service, 60)
-    engine = SummaryEngine(summarizer=build_summarizer(governance_knobs(), WindowedModel()), tokenizer=TIKTOKEN, context_window=WINDOW)
+    engine = SummaryEngine(summarizer=build_summarizer(context_policy(), WindowedModel()), tokenizer=TIKTOKEN, context_window=WINDOW)
     outcome = await engine.summarize(service, session.key, filter_key="", force=True)
     assert outcome.primary.summary is not None
     assert outcome.primary.summary.last_seq < events[-1].seq
