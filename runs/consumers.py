@@ -442,6 +442,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         self.last_live_at = time.monotonic()
         items: list[list[Any]] = message.get("items") or []
+        if gap := message.get("gap"):
+            # The sink dropped events of these runs before this message: their deltas would
+            # leave a hole in a message; from a run's next saved event on, it comes whole.
+            self.joined_mid_run.update(str(run_id) for run_id in gap)
         if self._behind():
             self._skip(items)
             return

@@ -80,11 +80,14 @@ class ChannelLayerSink:
     deltas of one message in a batch travel merged into one delta: a client renders the
     same text, with fewer frames. A quiet stream still goes out event by event, at once.
 
-    When a publish fails or takes over `timeout_s` (Redis down), the sink stops trying for
-    `pause_s` and drops what comes meanwhile: a dead layer must not slow the run by a
-    connection attempt per event. At most `max_queued` events wait per session (a layer
-    slower than the run drops the excess, logged). Sockets re-read the ledger when their
-    live stream goes quiet, so a drop costs deltas only.
+    When a send fails (Redis down), the sink stops trying for `pause_s` and drops what comes
+    meanwhile: a dead layer must not cost a connection attempt per event. A send that takes
+    over `timeout_s` is given up, and the next is tried. At most `max_queued` events wait per
+    session (a layer slower than the run drops the excess, logged). After a drop, the
+    session's next message names the runs concerned (`gap`), and its sockets relay no more
+    of their deltas until their next saved event: the message comes whole rather than with a
+    hole. Sockets re-read the ledger when their live stream goes quiet, so a drop costs
+    deltas only.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class ChannelLayerSink:
         self._paused_until = 0.0
         self._queued: dict[str, list[tuple[RunRecord, Event]]] = {}
         self._senders: dict[str, asyncio.Task[None]] = {}
+        self._gaps: dict[str, set[str]] = {}  # group -> runs whose events were dropped since its last message
 
     @property
     def layer(self) -> BaseChannelLayer | None:
@@ -106,11 +110,15 @@ class ChannelLayerSink:
 
     async def publish(self, record: RunRecord, event: Event) -> None:
         layer = self.layer
-        if layer is None or time.monotonic() < self._paused_until:
-            return
         group = session_group(record.session_id)
+        if layer is None:
+            return
+        if time.monotonic() < self._paused_until:
+            self._gaps.setdefault(group, set()).add(record.id)
+            return
         queue = self._queued.setdefault(group, [])
         if len(queue) >= self.max_queued:
+            self._gaps.setdefault(group, set()).add(record.id)
             logger.warning("session %s: %d live events wait for the channel layer; event %s dropped",
                            record.session_id, len(queue), event.id)
             return
@@ -123,18 +131,35 @@ class ChannelLayerSink:
             # the first event of a burst leaves at once and the rest gather behind it.
             await asyncio.sleep(0)
 
+    async def flush(self) -> None:
+        """Wait until the events queued so far have been sent (or given up)."""
+        loop = asyncio.get_running_loop()
+        while senders := [task for task in self._senders.values() if task.get_loop() is loop and not task.done()]:
+            await asyncio.gather(*senders, return_exceptions=True)
+
     async def _send_queued(self, group: str, layer: BaseChannelLayer) -> None:
         me = asyncio.current_task()
         try:
             while queue := self._queued.get(group):
                 batch, self._queued[group] = queue[: self.max_batch], queue[self.max_batch :]
                 for message in batch_messages(batch):
+                    if gap := self._gaps.pop(group, None):
+                        # Events of these runs were dropped since the last message: sockets
+                        # must not stitch their deltas that follow onto the ones before.
+                        message["gap"] = sorted(gap)
                     try:
-                        # Bounded: a client retrying a dead server with backoff would hold the run.
                         async with asyncio.timeout(self.timeout_s):
                             await layer.group_send(group, message)
+                    except TimeoutError:
+                        # Slow, not necessarily gone (a saturated loop makes any await late):
+                        # the next batch tries again; this one may or may not have arrived.
+                        self._gaps.setdefault(group, set()).update(run_id for run_id, _ in message["items"])
+                        logger.warning("channel layer: a send to %s took over %.0f s; its events may be lost live",
+                                       group, self.timeout_s)
                     except Exception as exc:
                         self._paused_until = time.monotonic() + self.pause_s
+                        for lost_group, lost in [(group, [(r, e) for r, e in batch]), *self._queued.items()]:
+                            self._gaps.setdefault(lost_group, set()).update(r.id for r, _ in lost)
                         self._queued.clear()
                         logger.warning(
                             "channel layer unavailable (%s: %s): live events paused for %.0f s; "
