@@ -1,10 +1,10 @@
 """Work the websockets of one process share when they relay the same events (issue 23).
 
-Every socket of a session in a process receives the same channel-layer message object (the
-Redis layer deserializes a group message once per process and hands that object to each of
-its channels). `SharedFrames` keeps, for recent events, the `Event` parsed from an item of
-such a message and the JSON text of the AG-UI frames made from it, so the second and later
-sockets parse nothing and serialize nothing. The translation itself stays per socket: it
+Every socket of a session in a process receives the same channel-layer message (the Redis
+lists layer hands each of its channels the very object it deserialized once; the pub/sub
+layer deserializes it per channel, into equal dicts). `SharedFrames` keeps, for recent
+events, the `Event` parsed from an item of such a message and the JSON text of the AG-UI
+frames made from it, so the second and later sockets parse nothing and serialize nothing. The translation itself stays per socket: it
 holds what that client has been shown (runs started, messages streamed or whole, results
 sent), which differs between a socket that joined mid-run and one that saw it all; a frame
 is reused only when it equals the cached one, so a socket whose translation differs renders
@@ -31,15 +31,15 @@ class SharedFrames:
 
     def __init__(self, size: int = DEFAULT_SIZE) -> None:
         self.size = size
-        # id(item dict) -> (the dict, kept so its id is not reused while cached; the event)
-        self._events: OrderedDict[int, tuple[dict[str, Any], Event]] = OrderedDict()
+        # event id -> (the item dict it was parsed from, the event)
+        self._events: OrderedDict[str, tuple[dict[str, Any], Event]] = OrderedDict()
         self._frames: OrderedDict[str, list[tuple[BaseEvent, str]]] = OrderedDict()
 
     def event(self, data: dict[str, Any]) -> Event:
         """The `Event` of an item of a live message, parsed once per process."""
-        key = id(data)
+        key = str(data.get("id"))
         hit = self._events.get(key)
-        if hit is not None and hit[0] is data:
+        if hit is not None and (hit[0] is data or hit[0] == data):
             return hit[1]
         event = Event.from_dict(data)
         self._events[key] = (data, event)
