@@ -141,6 +141,8 @@ class RunHandle:
     # the trace of the segments before a pause this run resumed from.
     _client_calls: list[str] = field(default_factory=list, repr=False)
     _earlier_trace: Mapping[str, Any] | None = field(default=None, repr=False)
+    # Issue 18: whether the run's final record was written with its last step.
+    _record_joined: bool = field(default=False, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -850,12 +852,8 @@ class Runner:
         todo = _to_persist(events, persisted)
         if not todo:
             return list(events)
-        session = handle.invocation.session
         try:
-            if joined is not None:
-                saved = await self.session_service.append_events(session, todo, joined=[joined])  # type: ignore[call-arg]  # _joined_save checked joins_writes
-            else:
-                saved = await self.session_service.append_events(session, todo)
+            saved = await self._append(handle, todo, joined)
         except asyncio.CancelledError:
             raise
         except SessionNotFoundError:
@@ -878,6 +876,24 @@ class Runner:
                 if await self._enqueue_summary(handle, event):
                     asked.add(event.filter_key)
         return [stored.get(id(e), e) for e in events]
+
+    async def _append(self, handle: RunHandle, todo: list[Event], joined: Any) -> list[Event]:
+        """Append `todo`, with the record write `joined` in its transaction when given. When
+        that write fails (a value the run table refuses, a store that cannot join after all)
+        the events are written alone: a record's failure never costs the ledger its steps."""
+        session = handle.invocation.session
+        if joined is not None:
+            try:
+                saved = await self.session_service.append_events(session, todo, joined=[joined])  # type: ignore[call-arg]  # _joined_save checked joins_writes
+            except (asyncio.CancelledError, SessionNotFoundError):
+                raise
+            except Exception:
+                logger.warning("run %s: its record could not go with its last step; written apart", handle.run_id,
+                               exc_info=True)
+            else:
+                handle._record_joined = True
+                return saved
+        return await self.session_service.append_events(session, todo)
 
     def _final_record(
         self, handle: RunHandle, last: Sequence[Event], persisted: set[str], status: RunStatusName,
@@ -1105,7 +1121,7 @@ class Runner:
             self._account(handle, event)
             with contextlib.suppress(Exception):
                 await self._emit(handle, event)
-        saved_with_events = joined is not None and completion.seq is not None
+        saved_with_events = handle._record_joined and completion.seq is not None
         if saved_with_events:
             handle.record = final
         else:

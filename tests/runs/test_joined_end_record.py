@@ -129,6 +129,31 @@ async def test_a_failed_last_write_still_saves_the_record_on_its_own_without_the
     assert row.event_count == 3
 
 
+class RefusedJoinedSave(CountingRunStore):
+    """A record write the database refuses inside the append (a broken statement)."""
+
+    def joined_save(self, record: RunRecord) -> Any:
+        def broken(guard: str | None) -> tuple[str, list[Any]]:
+            return 'UPDATE "no_such_table" SET "x" = 1', []
+
+        return broken
+
+
+async def test_a_refused_joined_record_costs_the_ledger_nothing(alice: Any) -> None:
+    store = RefusedJoinedSave()
+    service = DjangoSessionService()
+    runner = Runner(app=APP, agents=[agent()], session_service=service, run_store=store)
+    handle = await runner.start(user_id=str(alice.pk), message="look up a")
+    final = await handle.wait()
+    await runner.close()
+
+    assert store.saves == 1  # written apart, after the events went alone
+    row = await stored_record(final.id)
+    assert row == final and row.status == "completed" and row.event_count == 5
+    ledger = await service.list_events(SessionKey(app=APP, user_id=str(alice.pk), session_id=handle.session_id), limit=50)
+    assert [e.role for e in ledger][-2:] == ["assistant", "system"] and ledger[-1].is_runner_completion
+
+
 async def test_stores_that_cannot_join_save_the_record_on_its_own() -> None:
     store = CountingMemoryRunStore()
     runner = Runner(app=APP, agents=[agent()], session_service=InMemorySessionService(), run_store=store)
