@@ -84,15 +84,19 @@ def score(pools: list[Pool]) -> float:
     return total / max(1, len(pools))
 
 
-def held_out() -> int:
-    """The fitted point and the code's on the B parts (read only after the fit), same scoring."""
+def held_out(chosen: Sequence[str] = ()) -> int:
+    """The fitted point, the code's, and a `chosen` one (RRF_K NEIGHBOUR_WEIGHT
+    TRIGRAM_WEIGHT: the best fit point that keeps the behaviour tests passing) on the B
+    parts (read only after the fit), scored the same way."""
     fitted = json.loads((RESULTS / "recall_fit.json").read_text())
+    if chosen:
+        fitted["chosen"] = dict(zip(GRID, (int(chosen[0]), float(chosen[1]), float(chosen[2])), strict=True))
     held = {dataset: list(parts.values())[1] for dataset, parts in splits().items()}
     pools = {dataset: asyncio.run(capture(cases)) for dataset, cases in held.items()}
     current = {name: getattr(search_module, name) for name in GRID}
     out = {}
     try:
-        for label in ("current", "best"):
+        for label in ("current", "best", *(["chosen"] if chosen else [])):
             for name in GRID:
                 setattr(search_module, name, fitted[label][name])
             out[label] = {dataset: score(p) for dataset, p in pools.items()}
@@ -107,7 +111,7 @@ def held_out() -> int:
 
 def main() -> int:
     if "--held-out" in sys.argv[1:]:
-        return held_out()
+        return held_out(sys.argv[sys.argv.index("--held-out") + 1 :])
     fit = {dataset: parts[next(iter(parts))] for dataset, parts in splits().items()}  # the A parts only
     pools = {dataset: asyncio.run(capture(cases)) for dataset, cases in fit.items()}
     current = {name: getattr(search_module, name) for name in GRID}

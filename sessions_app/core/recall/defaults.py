@@ -49,12 +49,17 @@ MAX_CONTENT_LIMIT = 64 * 1024
 # same session in the pool (a question's words are often in the turn before the answer),
 # plus TRIGRAM_WEIGHT times the share of the query's character trigrams in the text (names
 # and numbers spelt slightly apart), times SPEAKER_BOOST when the event's author is named
-# in the query. The weights were set by hand on the LoCoMo dev conversations that
-# bench/context_beyond.py measures (see docs/context.md): not tuned on unseen data.
+# in the query. Set by hand on LoCoMo dev first (issue 12); then (issue 24) RRF_K,
+# NEIGHBOUR_WEIGHT and TRIGRAM_WEIGHT were refitted on one split only, LoCoMo dev A + QMSum
+# test A, by a grid in bench/recall_fit.py, and reported on the B halves
+# (bench/recall_ranking.py). The grid's best point (RRF_K 10, NEIGHBOUR_WEIGHT 0.5) ranks a
+# turn holding the whole query under two adjacent partial matches (tests/sessions/
+# test_recall.py's snippet test), so the best point that keeps the behaviour tests is kept:
+# only TRIGRAM_WEIGHT moved, 0.05 -> 0.1 (docs/context.md has both points' figures).
 HYBRID_POOL = 30
 RRF_K = 5
 NEIGHBOUR_WEIGHT = 0.3
-TRIGRAM_WEIGHT = 0.05
+TRIGRAM_WEIGHT = 0.1
 SPEAKER_BOOST = 1.5
 Ranking = Literal["hybrid", "lexical"]
 
