@@ -169,7 +169,8 @@ def _adk_test_llm(name: str, steps: list[dict[str, Any]]) -> Any:
 
 def adk_remote_sub_agent() -> dict[str, Any]:
     """ADK's `RemoteA2aAgent` pointing at Agentsite's A2A endpoint, as a sub-agent: the root
-    agent's (test) model transfers to it; Agentsite's agent answers over A2A, streamed."""
+    agent's (test) model transfers to it; Agentsite's agent answers over A2A. Once streamed
+    and once not, each in its own ADK session: what each session stored."""
     import httpx
     from a2a.client import ClientConfig, ClientFactory
     from google.adk.agents import LlmAgent
@@ -178,31 +179,36 @@ def adk_remote_sub_agent() -> dict[str, Any]:
     from google.adk.sessions import InMemorySessionService
     from google.genai import types
 
-    async def run() -> dict[str, Any]:
-        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
-            remote = RemoteA2aAgent(
-                name="agentsite", description="Answers questions about incidents.",
-                agent_card=f"{URL}/a2a/{MODEL}/.well-known/agent-card.json",
-                a2a_client_factory=ClientFactory(ClientConfig(httpx_client=http, streaming=True)))
-            root = LlmAgent(name="triage", instruction="Hand incident questions to agentsite.",
-                            model=_adk_test_llm("triage-test", [{"call": "transfer_to_agent",
-                                                                  "args": {"agent_name": "agentsite"}}]),
-                            sub_agents=[remote])
-            sessions = InMemorySessionService()
-            runner = Runner(app_name="interop", agent=root, session_service=sessions)
-            session = await sessions.create_session(app_name="interop", user_id="u")
-            message = types.Content(role="user", parts=[types.Part(text="What is INC-1042?")])
-            async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
-                pass
-            stored = await sessions.get_session(app_name="interop", user_id="u", session_id=session.id)
+    async def run(http: httpx.AsyncClient, streaming: bool) -> list[dict[str, Any]]:
+        remote = RemoteA2aAgent(
+            name="agentsite", description="Answers questions about incidents.",
+            agent_card=f"{URL}/a2a/{MODEL}/.well-known/agent-card.json",
+            a2a_client_factory=ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)))
+        root = LlmAgent(name="triage", instruction="Hand incident questions to agentsite.",
+                        model=_adk_test_llm("triage-test", [{"call": "transfer_to_agent",
+                                                              "args": {"agent_name": "agentsite"}}]),
+                        sub_agents=[remote])
+        sessions = InMemorySessionService()
+        runner = Runner(app_name="interop", agent=root, session_service=sessions)
+        session = await sessions.create_session(app_name="interop", user_id="u")
+        message = types.Content(role="user", parts=[types.Part(text="What is INC-1042?")])
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+            pass
+        stored = await sessions.get_session(app_name="interop", user_id="u", session_id=session.id)
         assert stored is not None
-        parts = [{"author": event.author, "text": part.text or "", "thought": bool(part.thought),
-                  "call": part.function_call.name if part.function_call else None,
-                  "response": part.function_response.name if part.function_response else None}
-                 for event in stored.events for part in ((event.content.parts if event.content else None) or [])]
-        return {"parts": parts}
+        # An error ADK recorded (a failed A2A call) shows as a part of its own, for the test's message.
+        return [{"author": event.author, "text": part.text or "", "thought": bool(part.thought),
+                 "call": part.function_call.name if part.function_call else None,
+                 "response": part.function_response.name if part.function_response else None}
+                for event in stored.events for part in ((event.content.parts if event.content else None) or [])] + [
+            {"author": event.author, "error": f"{event.error_code}: {event.error_message}"}
+            for event in stored.events if event.error_code or event.error_message]
 
-    return asyncio.run(run())
+    async def both() -> dict[str, Any]:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
+            return {"streamed": await run(http, True), "not_streamed": await run(http, False)}
+
+    return asyncio.run(both())
 
 
 def adk_serve() -> dict[str, Any]:

@@ -221,22 +221,26 @@ def test_a_slow_run_retried_by_the_client_with_its_key_is_one_run_and_one_user_t
 def test_an_adk_remote_a2a_agent_as_a_sub_agent_stores_agentsites_answer_once(
     interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
 ) -> None:
-    # Agentsite's support agent looks a ticket up (a progress status over A2A), then answers, streamed.
+    # Agentsite's support agent looks a ticket up (a progress status over A2A), then answers;
+    # called streamed, then not.
+    answers = ["INC-1042 is a certificate expiry on payments.internal.", "INC-1042: the certificate expired."]
     script.script(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk1"),
-                  ServerStep.answer("INC-1042 is a certificate expiry on payments.internal.", chunk_size=5))
+                  ServerStep.answer(answers[0], chunk_size=5),
+                  ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk2"), answers[1])
     got = run_case(interop_python, server, alice, "adk_remote_sub_agent")
-    parts = got["parts"]
-    # The root agent's (test) model transferred to the remote agent...
-    assert [(p["call"], p["response"]) for p in parts if p["author"] == "triage"] == [
-        ("transfer_to_agent", None), (None, "transfer_to_agent")]
-    # ...whose session holds Agentsite's answer once: no progress text, no thoughts, no copies.
-    remote = [p for p in parts if p["author"] == "agentsite"]
-    assert [p["text"] for p in remote if p["text"]] == ["INC-1042 is a certificate expiry on payments.internal."]
-    assert not any(p["thought"] for p in parts)
-    assert [r.status for r in _runs(alice)] == ["completed"]
-    # One user turn: the question, with the transfer ADK quotes after it as context.
-    [turn] = _user_turns(alice)
-    assert turn.startswith("What is INC-1042?\n") and "transfer_to_agent" in turn
+    for mode, answer in zip(("streamed", "not_streamed"), answers, strict=True):
+        parts = got[mode]
+        assert not [p for p in parts if "error" in p], (mode, got)
+        # The root agent's (test) model transferred to the remote agent...
+        assert [(p["call"], p["response"]) for p in parts if p["author"] == "triage"] == [
+            ("transfer_to_agent", None), (None, "transfer_to_agent")], mode
+        # ...whose session holds Agentsite's answer once: no progress text, no thoughts, no copies.
+        assert [p["text"] for p in parts if p["author"] == "agentsite" and p["text"]] == [answer], (mode, got)
+        assert not any(p["thought"] for p in parts), mode
+    # One run per call, one user turn each: the question, with the transfer ADK quotes after it.
+    assert [r.status for r in _runs(alice)] == ["completed", "completed"]
+    turns = _user_turns(alice)
+    assert len(turns) == 2 and all(t.startswith("What is INC-1042?\n") and "transfer_to_agent" in t for t in turns)
     assert json.dumps(script.requests[0]["messages"]).count("What is INC-1042?") == 1
 
 
