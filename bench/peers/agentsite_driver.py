@@ -60,8 +60,11 @@ class DjangoCounter:
         execute, executemany = CursorWrapper.execute, CursorWrapper.executemany
 
         def written(cursor: Any, sql: str) -> int:
+            # A step write on PostgreSQL is one statement with data-modifying CTEs (WITH ...
+            # INSERT): its rowcount is the ledger rows it inserted (not the CTEs' rows).
             verb = sql.lstrip()[:7].upper()
-            return max(cursor.cursor.rowcount, 0) if verb.startswith(("INSERT", "UPDATE", "DELETE")) else 0
+            writes = verb.startswith(("INSERT", "UPDATE", "DELETE")) or (verb.startswith("WITH") and " INSERT INTO " in sql)
+            return max(cursor.cursor.rowcount, 0) if writes else 0
 
         def counted_execute(cursor: Any, sql: str, params: Any = None) -> Any:
             out = execute(cursor, sql, params)
