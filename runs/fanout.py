@@ -102,6 +102,8 @@ class ChannelLayerSink:
         self._paused_until = 0.0
         self._queued: dict[str, list[tuple[RunRecord, Event]]] = {}
         self._senders: dict[str, asyncio.Task[None]] = {}
+        self._slow_sends = 0
+        self._slow_logged_at = -float("inf")
         self._gaps: dict[str, set[str]] = {}  # group -> runs whose events were dropped since its last message
 
     @property
@@ -154,8 +156,12 @@ class ChannelLayerSink:
                         # Slow, not necessarily gone (a saturated loop makes any await late):
                         # the next batch tries again; this one may or may not have arrived.
                         self._gaps.setdefault(group, set()).update(run_id for run_id, _ in message["items"])
-                        logger.warning("channel layer: a send to %s took over %.0f s; its events may be lost live",
-                                       group, self.timeout_s)
+                        self._slow_sends += 1
+                        if time.monotonic() - self._slow_logged_at >= self.pause_s:  # one line per pause_s, not per send
+                            self._slow_logged_at = time.monotonic()
+                            logger.warning("channel layer: %d sends took over %.0f s (the last to %s); their events "
+                                           "may be lost live", self._slow_sends, self.timeout_s, group)
+                            self._slow_sends = 0
                     except Exception as exc:
                         self._paused_until = time.monotonic() + self.pause_s
                         for lost_group, lost in [(group, [(r, e) for r, e in batch]), *self._queued.items()]:
