@@ -1,19 +1,82 @@
-"""`Authorization: Bearer <token>` for every API, the OpenAI-compatible one included; the
-browser's session cookie, CSRF-checked, for the same APIs."""
+"""Who is calling: the one authentication module of every protocol surface.
+
+Every API takes `Authorization: Bearer <token>` (an API token, `rest_framework.authtoken`),
+the OpenAI-compatible and A2A ones included; the browser's session cookie, CSRF-checked,
+is taken by the REST API and by the views that enforce CSRF themselves. The token lookup
+and the checks on its user live here (`token_user`, `bearer_key`); each framework gets a
+thin adapter that calls them: the DRF authentication classes below, `authenticate` for
+the async Django views (`/v1`), `runs.ws_auth` (Channels middleware) and `runs.a2a.auth`
+(the A2A SDK's call context).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.http import QueryDict
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest, QueryDict
+from django.utils.translation import gettext as _
 from drf_spectacular.authentication import SessionScheme
-from rest_framework import authentication
+from rest_framework import authentication, exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.request import Request
 
+from agentsite.threads import DB_EXECUTOR
+
+if TYPE_CHECKING:
+    from rest_framework.authtoken.models import Token
+
+BEARER = "Bearer"
+BEARER_FORM = "the Authorization header must be 'Bearer <token>'"
+
+
+class AuthenticationError(Exception):
+    """Bad credentials (as opposed to none): the message says what was wrong."""
+
+
+def api_token(key: str) -> Token:
+    """The API token `key` names, its user active; `AuthenticationError` otherwise (DRF's
+    words, translated as DRF's are)."""
+    # Imported here: this module is loaded by the ASGI entry point, the models with the apps.
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.select_related("user").filter(key=key).first()
+    if token is None:
+        raise AuthenticationError(_("Invalid token."))
+    if not token.user.is_active:
+        raise AuthenticationError(_("User inactive or deleted."))
+    return token
+
+
+def token_user(key: str) -> Any | None:
+    """The active user an API token names, or None (an unknown token, an inactive user)."""
+    try:
+        return api_token(key).user
+    except AuthenticationError:
+        return None
+
+
+def bearer_key(header: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header; `AuthenticationError` for any
+    other form (another scheme, no token, a token with spaces)."""
+    keyword, _sep, key = header.strip().partition(" ")
+    if keyword.lower() != BEARER.lower() or not key.strip() or " " in key.strip():
+        raise AuthenticationError(BEARER_FORM)
+    return key.strip()
+
 
 class BearerTokenAuthentication(TokenAuthentication):
-    keyword = "Bearer"
+    """DRF's token authentication with the `Bearer` keyword, looking tokens up with `api_token`."""
+
+    keyword = BEARER
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Token]:
+        try:
+            token = api_token(key)
+        except AuthenticationError as exc:
+            raise exceptions.AuthenticationFailed(str(exc)) from None
+        return token.user, token
 
 
 class SessionAuthentication(authentication.SessionAuthentication):
@@ -42,3 +105,24 @@ class SessionAuthenticationScheme(SessionScheme):
     """The OpenAPI schema's cookie scheme, for our subclass as for DRF's class."""
 
     target_class = "runs.auth.SessionAuthentication"
+
+
+def _authenticate(request: HttpRequest) -> Any:
+    if not request.META.get("HTTP_AUTHORIZATION", ""):
+        return AnonymousUser()
+    try:
+        found = BearerTokenAuthentication().authenticate(request)  # type: ignore[arg-type]  # DRF reads META only
+    except exceptions.AuthenticationFailed as exc:
+        raise AuthenticationError(str(exc.detail)) from None
+    if found is None:
+        raise AuthenticationError(BEARER_FORM)
+    return found[0]
+
+
+async def authenticate(request: HttpRequest) -> Any:
+    """The bearer-token user of an async Django view's request (`/v1`; AnonymousUser when it
+    sent no credentials); raises `AuthenticationError` for credentials present but wrong.
+
+    No session cookie: these views are CSRF-exempt, and a bearer token cannot be forged by
+    another site, a cookie can."""
+    return await sync_to_async(_authenticate, thread_sensitive=False, executor=DB_EXECUTOR)(request)

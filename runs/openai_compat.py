@@ -37,11 +37,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from agentsite.api.auth import AuthenticationError, authenticate
 from agentsite.api.json_input import InputError, check_text, parse_json
 from agentsite.runtime import run_manager
 from runs import selectors as run_selectors
 from runs.attachment_input import openai_parts
+from runs.auth import AuthenticationError, authenticate
 from runs.core.attachments import AttachmentError
 from runs.core.context.fingerprint import conversation_after, history_fingerprint
 from runs.core.context.seeding import own_tool_names

@@ -12,6 +12,9 @@ the host one of `ALLOWED_HOSTS`; see `_own_origins` for the scheme) or listed in
 applies to unsafe requests. A handshake without `Origin` is not a browser's: it must bring
 a token (API clients, CLIs and servers send none), since the cookie is what a browser
 would attach by itself.
+
+The token checks are runs.auth's (the one authentication module); this is their Channels
+adapter.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http.request import is_same_domain, split_domain_port, validate_host
 
+from runs.auth import BEARER, token_user
 from sessions_app.backends import db_call
 
-BEARER = "bearer"
 TOKEN_KEY = "api_token"
 """The scope key under which the handshake's token travels to the consumer (it re-checks it)."""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -37,25 +40,16 @@ def token_from_scope(scope: dict[str, Any]) -> str | None:
     for name, value in scope.get("headers") or ():
         if name.lower() == b"authorization":
             scheme, _, credentials = value.decode("latin-1").partition(" ")
-            if scheme.lower() == BEARER and credentials.strip():
+            if scheme.lower() == BEARER.lower() and credentials.strip():
                 return credentials.strip()
     query = parse_qs((scope.get("query_string") or b"").decode("latin-1"))
     tokens = query.get("token")
     return tokens[-1] if tokens and tokens[-1] else None
 
 
-def _token_user(key: str) -> Any:
-    from rest_framework.authtoken.models import Token
-
-    token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or not token.user.is_active:
-        return None
-    return token.user
-
-
 @db_call
 def user_for_token(key: str) -> Any:
-    return _token_user(key) or AnonymousUser()
+    return token_user(key) or AnonymousUser()
 
 
 @db_call
@@ -63,7 +57,7 @@ def still_authorised(user_id: Any, token: str | None) -> bool:
     """Whether the socket's credential still holds: its token exists and names the user, or
     (cookie) the user is still active."""
     if token is not None:
-        user = _token_user(token)
+        user = token_user(token)
         return user is not None and user.pk == user_id
     from django.contrib.auth import get_user_model
 

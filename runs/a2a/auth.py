@@ -1,4 +1,5 @@
-"""Who is calling an A2A endpoint: the bearer token of every Agentsite API, on Starlette.
+"""Who is calling an A2A endpoint: the bearer token of every Agentsite API, on Starlette
+(the token checks are runs.auth's; this module adapts them to the A2A SDK).
 
 The dispatcher authenticates each call (the agent card excepted) before the SDK sees it and
 puts the Django user in the ASGI scope; `AgentsiteCallContextBuilder` hands it to the SDK
@@ -13,11 +14,9 @@ from typing import Any
 from a2a.auth.user import UnauthenticatedUser, User
 from a2a.server.context import ServerCallContext
 from a2a.server.routes.common import DefaultServerCallContextBuilder
-from rest_framework import exceptions
 from starlette.requests import Request
 
-from agentsite.api.auth import AuthenticationError
-from runs.auth import BearerTokenAuthentication
+from runs.auth import api_token, bearer_key
 from sessions_app.backends import db_call
 
 SCOPE_USER = "user"
@@ -40,14 +39,7 @@ class A2AUser(User):
 
 
 def _user_for(header: str) -> Any:
-    keyword, _, key = header.strip().partition(" ")
-    if keyword.lower() != "bearer" or not key.strip() or " " in key.strip():
-        raise AuthenticationError("the Authorization header must be 'Bearer <token>'")
-    try:
-        user, _token = BearerTokenAuthentication().authenticate_credentials(key.strip())
-    except exceptions.AuthenticationFailed as exc:
-        raise AuthenticationError(str(exc.detail)) from None
-    return user
+    return api_token(bearer_key(header)).user
 
 
 _user_for_header = db_call(_user_for)

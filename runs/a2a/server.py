@@ -120,7 +120,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agentsite.api.auth import AuthenticationError
 from agentsite.api.json_input import InputError, parse_json
 from agentsite.runtime import run_manager
 from runs.a2a.agent import PROGRESS_KEY
@@ -129,6 +128,7 @@ from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, Conformanc
 from runs.a2a.task_store import PAUSE_KEY, DjangoTaskStore, close_answered_pauses
 from runs.a2a.validation import check_request, protocol_major
 from runs.attachment_input import a2a_file_part, attachment_limits
+from runs.auth import AuthenticationError
 from runs.core.agents.base import Agent
 from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
 from runs.core.agents.graph.events import OBJECT_INTERRUPT
