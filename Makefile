@@ -100,10 +100,10 @@ $(PEERS_STAMP): bench/requirements-peers.txt
 bench-peers: $(STAMP) $(PEERS_STAMP)
 	$(BIN)/python bench/peers/run.py $(BENCH_PEERS_ARGS)
 
-# The interop suite (issue 25): LangChain, LangGraph and the OpenAI Agents SDK, from their own
-# pinned venv (tests/interop/.venv, rebuilt when tests/interop/requirements.txt changes), drive
-# a live server. `make test` runs it too: tests/interop/test_interop.py builds the same venv
-# when it is missing and skips, saying why, when it cannot (no PyPI).
+# The interop suite (issue 25): LangChain, LangGraph, the OpenAI Agents SDK and Google ADK,
+# from their own pinned venv (tests/interop/.venv, rebuilt when tests/interop/requirements.txt
+# changes), drive a live server. `make test` runs it too: tests/interop/test_interop.py builds
+# the same venv when it is missing and skips, saying why, when it cannot (no PyPI).
 INTEROP_VENV := tests/interop/.venv
 INTEROP_STAMP := $(INTEROP_VENV)/.installed-$(shell sha256sum tests/interop/requirements.txt | cut -c1-16)
 

@@ -2,8 +2,12 @@
 
 LangChain `ChatOpenAI` (invoke, stream, `with_structured_output`), a LangGraph ReAct loop
 with a local tool, the OpenAI Agents SDK on its default Responses path (a local function
-tool, `output_type`), and a failure that the client's own retries must not turn into more
-runs. The frameworks live in their own pinned virtualenv (tests/interop/requirements.txt,
+tool, `output_type`), a failure that the client's own retries must not turn into more
+runs, and Google ADK over A2A both ways: `RemoteA2aAgent` calling Agentsite as a sub-agent,
+and an ADK `to_a2a` agent (uvicorn, started by the test) that Agentsite runs once it was
+added in the admin. The ADK agents' own model is a scripted test `BaseLlm` in clients.py:
+ADK talks to an OpenAI-compatible server only through LiteLLM, which is not installed. The
+frameworks live in their own pinned virtualenv (tests/interop/requirements.txt,
 built here or by `make test-interop`); each case runs tests/interop/clients.py there against
 a Daphne server over the test database, whose model is a scripted OpenAI-compatible server,
 so the test checks what the framework got, what the model was sent and what was stored.
@@ -269,7 +273,11 @@ def adk_agent(interop_python: Path, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def test_agentsite_runs_an_adk_to_a2a_agent_registered_in_the_admin_without_code(
