@@ -17,9 +17,15 @@ evidence groups with a turn among the loaded ones, as recall@5 counts) and loade
   their ranges, what `session_load(section=...)` returns over all its pages;
 - sections, scoped search (item 4): the same 3 sections, `session_search(section="F-L")`
   in each, the best 10 hits of the three (by confidence, then score; `--hits`, `--merge`)
-  loaded as units: twice search's hits, the budget the token bar allows.
+  loaded as units: twice search's hits, the budget the token bar allows;
+- sections picked by summary + probe (item 4's picking): `rank_sections` fuses the
+  section texts' match with where one probe search (hybrid, its 10 best hits over the
+  hidden part, abstention off) put its hits; the top 3 are searched and merged as above,
+  and when no probe hit lies in them (weak evidence) search's top 5 are loaded instead.
+  Nothing in the picking is fitted (the hybrid ranking's RRF constant); it was written
+  before any run and looked at on the first conversation only before the full run.
 
-Bars (issue 24, item 4): scoped search loads at most 2x search's tokens per question, and
+Bars (issue 24, item 4), for each scoped policy: it loads at most 2x search's tokens per question, and
 its reach is at least today's (search's recall@5, the reach recall has today without a
 pointer). Its reach against the whole ranges is printed too (what the pointer alone
 reaches, at many times the tokens). Intervals: bootstrap over questions (2,000 resamples,
