@@ -259,12 +259,9 @@ def test_the_rates_are_settings_and_a_bad_one_stops_the_start(monkeypatch: pytes
     from django.conf import settings
     from django.core.exceptions import ImproperlyConfigured
 
-    from agentsite import settings as module
-    from agentsite.env import Env
+    from agentsite.config import read
 
     assert settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["user"] == UserRateThrottle.THROTTLE_RATES["user"]
-    monkeypatch.setattr(module, "env", Env({"AGENTSITE_API_RATE_USER": "lots"}))
     with pytest.raises(ImproperlyConfigured, match=r"AGENTSITE_API_RATE_USER.*'lots'"):
-        module._rate("AGENTSITE_API_RATE_USER", "6000/min")
-    monkeypatch.setattr(module, "env", Env({"AGENTSITE_API_RATE_USER": "off"}))
-    assert module._rate("AGENTSITE_API_RATE_USER", "6000/min") is None
+        read("AGENTSITE_API_RATE_USER", environ={"AGENTSITE_API_RATE_USER": "lots"})
+    assert read("AGENTSITE_API_RATE_USER", environ={"AGENTSITE_API_RATE_USER": "off"}) is None
