@@ -58,7 +58,7 @@ async def capture(cases: list[Case]) -> list[Pool]:
         seen.append(list(pool))
         return original(query, pool)
 
-    search_module.hybrid_rank = record  # type: ignore[assignment]  # a bench probe, restored below
+    search_module.hybrid_rank = record  # a bench probe, restored below
     try:
         for case in cases:
             loaded, keys = await hidden_session(service, case.turns)
@@ -68,7 +68,7 @@ async def capture(cases: list[Case]) -> list[Pool]:
                 await session_search(index, session=loaded, query=question.text, scope="current_hidden", top_k=K)
                 pools.append((question.text, seen[0] if seen else [], authors, question.evidence, keys))
     finally:
-        search_module.hybrid_rank = original  # type: ignore[assignment]
+        search_module.hybrid_rank = original
     return pools
 
 
