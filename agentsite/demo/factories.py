@@ -15,7 +15,8 @@ from runs.core.agents.llm import LLMAgent
 
 
 def support_agent(context: AgentContext) -> LLMAgent:
-    """The support agent: demo tools, the service tools, skills, the configured context policy."""
+    """The support agent: demo tools, the service tools, skills, and the process's context
+    policy (the demo profile, agentsite/demo/profile.py, while AGENTSITE_DEMO_GOVERNANCE is on)."""
     return build_support_agent(
         context.model, context.governance, extra_tools=context.service_tools,
         extra_instruction=context.service_instruction, memory_preload=context.memory_preload, skills=context.skills,
