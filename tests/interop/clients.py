@@ -140,37 +140,24 @@ def retried_timeout() -> dict[str, Any]:
 
 
 # --- Google ADK (over A2A) ---------------------------------------------------------------
-# ADK's only OpenAI-compatible model class is LiteLlm, which needs the litellm package (not
-# installed here); the ADK agents below use a scripted test model instead, so what they say
-# is fixed by the test and what comes from Agentsite is Agentsite's.
+# ADK's agents here use a model served by the test (the scripted OpenAI-compatible server)
+# through ADK's own chat-completions client: LiteLlm, ADK's usual way to an OpenAI-compatible
+# server, needs the litellm package, which is not installed.
 
 
-def _adk_test_llm(name: str, steps: list[dict[str, Any]]) -> Any:
-    """A test model for ADK agents (a `BaseLlm`): answers its `steps` in order, one per call
-    (`{"text": ...}` or `{"call": name, "args": {...}}`), then repeats the last one."""
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_response import LlmResponse
-    from google.genai import types
+def _adk_openai_model() -> Any:
+    """ADK's own client of an OpenAI-compatible `/chat/completions` (`ApigeeLlm` with an
+    `apigee/openai/` model: plain httpx, no LiteLLM), pointed at ADK_MODEL_URL."""
+    from google.adk.models.apigee_llm import ApigeeLlm
 
-    class ScriptedTestLlm(BaseLlm):
-        """A test double of a model, for the ADK side of the interop cases only."""
-
-        calls: int = 0
-
-        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
-            step = steps[min(self.calls, len(steps) - 1)]
-            self.calls += 1
-            part = (types.Part(function_call=types.FunctionCall(name=step["call"], args=step.get("args", {})))
-                    if "call" in step else types.Part(text=step["text"]))
-            yield LlmResponse(content=types.Content(role="model", parts=[part]))
-
-    return ScriptedTestLlm(model=name)
+    return ApigeeLlm(model="apigee/openai/gpt-4o-mini", proxy_url=os.environ["ADK_MODEL_URL"],
+                     custom_headers={"Authorization": "Bearer sk-test"})
 
 
 def adk_remote_sub_agent() -> dict[str, Any]:
     """ADK's `RemoteA2aAgent` pointing at Agentsite's A2A endpoint, as a sub-agent: the root
-    agent's (test) model transfers to it; Agentsite's agent answers over A2A. Once streamed
-    and once not, each in its own ADK session: what each session stored."""
+    agent's model (at ADK_MODEL_URL) transfers to it; Agentsite's agent answers over A2A.
+    Once streamed and once not, each in its own ADK session: what each session stored."""
     import httpx
     from a2a.client import ClientConfig, ClientFactory
     from google.adk.agents import LlmAgent
@@ -185,8 +172,7 @@ def adk_remote_sub_agent() -> dict[str, Any]:
             agent_card=f"{URL}/a2a/{MODEL}/.well-known/agent-card.json",
             a2a_client_factory=ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)))
         root = LlmAgent(name="triage", instruction="Hand incident questions to agentsite.",
-                        model=_adk_test_llm("triage-test", [{"call": "transfer_to_agent",
-                                                              "args": {"agent_name": "agentsite"}}]),
+                        model=_adk_openai_model(),
                         sub_agents=[remote])
         sessions = InMemorySessionService()
         runner = Runner(app_name="interop", agent=root, session_service=sessions)
@@ -212,16 +198,15 @@ def adk_remote_sub_agent() -> dict[str, Any]:
 
 
 def adk_serve() -> dict[str, Any]:
-    """Serve an ADK agent with `to_a2a` on uvicorn (port: argv[2]) until killed; its (test)
-    model answers with argv[3]. Prints nothing of its own: the test reads its card."""
+    """Serve an ADK agent with `to_a2a` on uvicorn (port: argv[2]) until killed; its model is
+    the one at ADK_MODEL_URL. Prints nothing of its own: the test reads its card."""
     import uvicorn
     from google.adk.a2a.utils.agent_to_a2a import to_a2a
     from google.adk.agents import LlmAgent
 
-    port, answer = int(sys.argv[2]), sys.argv[3]
+    port = int(sys.argv[2])
     agent = LlmAgent(name="adk_certs", description="Knows the certificates of the fleet.",
-                     instruction="Answer certificate questions.",
-                     model=_adk_test_llm("certs-test", [{"text": answer}]))
+                     instruction="Answer certificate questions.", model=_adk_openai_model())
     uvicorn.run(to_a2a(agent, host="127.0.0.1", port=port), host="127.0.0.1", port=port, log_level="warning")
     return {}
 

@@ -5,8 +5,8 @@ with a local tool, the OpenAI Agents SDK on its default Responses path (a local 
 tool, `output_type`), a failure that the client's own retries must not turn into more
 runs, and Google ADK over A2A both ways: `RemoteA2aAgent` calling Agentsite as a sub-agent,
 and an ADK `to_a2a` agent (uvicorn, started by the test) that Agentsite runs once it was
-added in the admin. The ADK agents' own model is a scripted test `BaseLlm` in clients.py:
-ADK talks to an OpenAI-compatible server only through LiteLLM, which is not installed. The
+added in the admin. The ADK agents' model is the scripted server too, through ADK's own
+chat-completions client (`ApigeeLlm`, `apigee/openai/...`: LiteLlm would need litellm). The
 frameworks live in their own pinned virtualenv (tests/interop/requirements.txt,
 built here or by `make test-interop`); each case runs tests/interop/clients.py there against
 a Daphne server over the test database, whose model is a scripted OpenAI-compatible server,
@@ -110,10 +110,10 @@ def script(model: ScriptedOpenAIServer) -> Iterator[ScriptedOpenAIServer]:
         model.unexpected.clear()
 
 
-def run_case(python: Path, server: LiveServer, user: Any, case: str) -> dict[str, Any]:
+def run_case(python: Path, server: LiveServer, user: Any, case: str, **extra_env: str) -> dict[str, Any]:
     """Run one framework case in the interop venv; its JSON result."""
     token = Token.objects.get_or_create(user=user)[0].key
-    env = {**os.environ, "AGENTSITE_URL": server.url, "AGENTSITE_TOKEN": token}
+    env = {**os.environ, "AGENTSITE_URL": server.url, "AGENTSITE_TOKEN": token, **extra_env}
     for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         env.pop(name, None)  # the client knows the server, nothing else
     done = subprocess.run([str(python), str(HERE / "clients.py"), case], capture_output=True, text=True,
@@ -228,14 +228,15 @@ def test_an_adk_remote_a2a_agent_as_a_sub_agent_stores_agentsites_answer_once(
     # Agentsite's support agent looks a ticket up (a progress status over A2A), then answers;
     # called streamed, then not.
     answers = ["INC-1042 is a certificate expiry on payments.internal.", "INC-1042: the certificate expired."]
-    script.script(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk1"),
+    transfer = ServerStep.call("transfer_to_agent", {"agent_name": "agentsite"})
+    script.script(transfer, ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk1"),
                   ServerStep.answer(answers[0], chunk_size=5),
-                  ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk2"), answers[1])
-    got = run_case(interop_python, server, alice, "adk_remote_sub_agent")
+                  transfer, ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk2"), answers[1])
+    got = run_case(interop_python, server, alice, "adk_remote_sub_agent", ADK_MODEL_URL=script.base_url)
     for mode, answer in zip(("streamed", "not_streamed"), answers, strict=True):
         parts = got[mode]
         assert not [p for p in parts if "error" in p], (mode, got)
-        # The root agent's (test) model transferred to the remote agent...
+        # The root agent's model transferred to the remote agent...
         assert [(p["call"], p["response"]) for p in parts if p["author"] == "triage"] == [
             ("transfer_to_agent", None), (None, "transfer_to_agent")], mode
         # ...whose session holds Agentsite's answer once: no progress text, no thoughts, no copies.
@@ -245,20 +246,24 @@ def test_an_adk_remote_a2a_agent_as_a_sub_agent_stores_agentsites_answer_once(
     assert [r.status for r in _runs(alice)] == ["completed", "completed"]
     turns = _user_turns(alice)
     assert len(turns) == 2 and all(t.startswith("What is INC-1042?\n") and "transfer_to_agent" in t for t in turns)
-    assert json.dumps(script.requests[0]["messages"]).count("What is INC-1042?") == 1
+    # ADK's root agent asked the model with its transfer tool; Agentsite's model got the question once.
+    assert "transfer_to_agent" in {t["function"]["name"] for t in script.requests[0]["tools"]}
+    assert json.dumps(script.requests[1]["messages"]).count("What is INC-1042?") == 1
 
 
 ADK_ANSWER = "ADK here: the payments.internal certificate expired on 2026-11-30."
 
 
 @pytest.fixture
-def adk_agent(interop_python: Path, tmp_path: Path) -> Iterator[str]:
-    """An ADK agent served with `to_a2a` (uvicorn, in the interop venv); its URL."""
+def adk_agent(interop_python: Path, tmp_path: Path, model: ScriptedOpenAIServer) -> Iterator[str]:
+    """An ADK agent served with `to_a2a` (uvicorn, in the interop venv), its model the scripted
+    server; its URL."""
     port = free_port()
     log = tmp_path / "adk.log"
     with log.open("wb") as out:
-        process = subprocess.Popen([str(interop_python), str(HERE / "clients.py"), "adk_serve", str(port), ADK_ANSWER],
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([str(interop_python), str(HERE / "clients.py"), "adk_serve", str(port)],
+                                   env={**os.environ, "ADK_MODEL_URL": model.base_url}, stdout=out,
+                                   stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -281,9 +286,10 @@ def adk_agent(interop_python: Path, tmp_path: Path) -> Iterator[str]:
 
 
 def test_agentsite_runs_an_adk_to_a2a_agent_registered_in_the_admin_without_code(
-    adk_agent: str, admin_client: Any, alice_api: Any, settings: Any
+    adk_agent: str, script: ScriptedOpenAIServer, admin_client: Any, alice_api: Any, settings: Any
 ) -> None:
     settings.AGENTSITE_MEMORY_AUTO = False  # no post-run extraction asks the model
+    script.script(ADK_ANSWER, ADK_ANSWER)  # what the ADK agent's model answers, on each surface
     response = admin_client.post("/admin/runs/remoteagent/add/", {
         "name": "adk-certs", "url": adk_agent, "description": "", "header_name": "", "as_agent": "on",
         "tool_of": "", "enabled": "on", "token": ""})
@@ -304,3 +310,7 @@ def test_agentsite_runs_an_adk_to_a2a_agent_registered_in_the_admin_without_code
         {"role": "user", "content": "And the date again?"}]}, format="json")
     assert chat.status_code == 200, chat.content
     assert chat.json()["choices"][0]["message"]["content"] == ADK_ANSWER
+    # The ADK agent's model got each question, with the agent's instruction.
+    sent = [json.dumps(request["messages"]) for request in script.requests]
+    assert "When did the payments certificate expire?" in sent[0] and "And the date again?" in sent[1]
+    assert all("Answer certificate questions." in text for text in sent)
