@@ -23,8 +23,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agentsite.runtime import run_manager  # noqa: E402
-from runs.a2a.server import a2a_application, serves  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
+from runs.surfaces.a2a.server import a2a_application, serves  # noqa: E402
 from runs.ws_auth import TokenAuthMiddleware  # noqa: E402
 
 router = ProtocolTypeRouter({
@@ -42,7 +42,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     _ = manager.runner
     if scope["type"] == "http" and serves(scope["path"]):
         # A2A (its agents, their directory and the root agent card) is served by the a2a-sdk's
-        # Starlette routes (runs/a2a/server.py), not by Django.
+        # Starlette routes (runs/surfaces/a2a/server.py), not by Django.
         await a2a_application(scope, receive, send)
         return
     await router(scope, receive, send)

@@ -246,7 +246,7 @@ for _entry in AGENTSITE_AGENTS:
 AGENTSITE_DEFAULT_AGENT = read("AGENTSITE_DEFAULT_AGENT")
 # The agent whose A2A card is served at the host root, /.well-known/agent-card.json ("": the default agent).
 AGENTSITE_A2A_ROOT_AGENT = read("AGENTSITE_A2A_ROOT_AGENT")
-# The A2A conformance test agent at /a2a/conformance (runs/a2a/conformance.py): for the A2A
+# The A2A conformance test agent at /a2a/conformance (runs/surfaces/a2a/conformance.py): for the A2A
 # compatibility kit only, never in production. Its held tasks stay working this long.
 AGENTSITE_A2A_CONFORMANCE_AGENT = read("AGENTSITE_A2A_CONFORMANCE_AGENT")
 AGENTSITE_A2A_CONFORMANCE_HOLD_S = read("AGENTSITE_A2A_CONFORMANCE_HOLD_S")

@@ -35,9 +35,9 @@ from django.db.models import Count, Max
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from runs import models as orm
-from runs.a2a.agent import A2AAgent, A2ATool
 from runs.core.agents.base import Agent
 from runs.core.runner import Runner
+from runs.surfaces.a2a.agent import A2AAgent, A2ATool
 from sessions_app.backends import db_call
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.translation import gettext, gettext_noop
 
 from agentsite.runtime import run_manager
-from runs.apis import agent_model_fields
+from runs.surfaces.apis import agent_model_fields
 from sessions_app import selectors as session_selectors
 
 SIDEBAR_SESSIONS = 100

@@ -1,6 +1,6 @@
 """The OpenAI Responses API's wire format (issue 25, item 2), as plain Python.
 
-`POST /v1/responses` (runs.openai_responses) is served by the same run as
+`POST /v1/responses` (runs.surfaces.openai_responses) is served by the same run as
 `POST /v1/chat/completions`: this module translates a Responses request into the chat
 grammar the /v1 surface already checks and runs, and the run back into Responses objects
 and stream events.
@@ -16,7 +16,7 @@ and stream events.
 - `response_object` and `ResponseStream`: the response and its streamed events.
 
 A response is a run: its id is `resp_<run id>`; the answer is one assistant message whose
-text is the run's answer as /v1 chat completions gives it (`runs.openai_compat.answer_text`:
+text is the run's answer as /v1 chat completions gives it (`runs.surfaces.openai_compat.answer_text`:
 every assistant text of the run, the final answer last), followed by a `function_call`
 item for each call of a client tool the run waits on.
 """

@@ -38,10 +38,10 @@ from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNot
 from google.protobuf.json_format import MessageToDict
 from rest_framework.authtoken.models import Token
 
-from runs.a2a.agent import OBJECT_A2A_STATUS, A2AAgent, A2ATool
 from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner
+from runs.surfaces.a2a.agent import OBJECT_A2A_STATUS, A2AAgent, A2ATool
 from sessions_app.core.events import OBJECT_CHUNK, Event
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey

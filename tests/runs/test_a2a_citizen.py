@@ -37,11 +37,11 @@ from google.protobuf.json_format import MessageToDict
 from rest_framework.authtoken.models import Token
 
 from agentsite.asgi import application
-from runs.a2a.agent import A2AAgent
 from runs.core.agents.graph import GraphAgent, InMemoryCheckpointStore, StateGraph, StateSchema
 from runs.core.agents.llm import LLMAgent
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.runner import Runner
+from runs.surfaces.a2a.agent import A2AAgent
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
 from tests.security.support import a2a, client, rpc

@@ -215,7 +215,7 @@ async def test_an_unreachable_run_is_a_json_rpc_error(
 
     model = ScriptedModel.of(slow_tool_step(), ANSWER)
     use_model(model)
-    monkeypatch.setattr("runs.a2a.server.request_enqueue", unreachable)
+    monkeypatch.setattr("runs.surfaces.a2a.server.request_enqueue", unreachable)
     async with connected(alice_token, "support", streaming=True) as streaming, client(alice_token) as http:
         first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()

@@ -20,8 +20,8 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
 )
 
-from runs.a2a.auth import A2AUser
-from runs.a2a.task_store import DjangoTaskStore
+from runs.surfaces.a2a.auth import A2AUser
+from runs.surfaces.a2a.task_store import DjangoTaskStore
 
 # The Django store works from worker threads, so its tests need committed data.
 pytestmark = pytest.mark.django_db(transaction=True)

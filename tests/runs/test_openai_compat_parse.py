@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runs.openai_compat import OpenAIError, parse_chat_request
+from runs.surfaces.openai_compat import OpenAIError, parse_chat_request
 
 
 def body(**overrides: Any) -> dict[str, Any]:

@@ -209,7 +209,7 @@ def test_a_message_with_a_word_over_the_tsvector_limit_runs_and_is_recallable(
 async def test_a2a_errors_never_show_database_errors_or_sql(
     monkeypatch: pytest.MonkeyPatch, alice_token: str, use_model: Callable[[Model], None]
 ) -> None:
-    from runs.a2a import task_store
+    from runs.surfaces.a2a import task_store
 
     use_model(ScriptedModel.of("never"))
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from runs import models as orm
-from runs.a2a.auth import request_user
+from runs.surfaces.a2a.auth import request_user
 from sessions_app.backends import db_call
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

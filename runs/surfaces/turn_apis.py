@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from agentsite.api.fields import StrictCharField
 from agentsite.errors import ApplicationError
 from runs import turns
-from runs.apis import RunOutput, run_data, within_message_limit
+from runs.surfaces.apis import RunOutput, run_data, within_message_limit
 from sessions_app.apis import get_owned_session
 
 _STATUS = {

@@ -122,11 +122,6 @@ from starlette.responses import JSONResponse, Response
 
 from agentsite.api.json_input import InputError, parse_json
 from agentsite.runtime import run_manager
-from runs.a2a.agent import PROGRESS_KEY
-from runs.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
-from runs.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor
-from runs.a2a.task_store import PAUSE_KEY, DjangoTaskStore, close_answered_pauses
-from runs.a2a.validation import check_request, protocol_major
 from runs.attachment_input import a2a_file_part, attachment_limits
 from runs.auth import AuthenticationError
 from runs.core.agents.base import Agent
@@ -141,6 +136,11 @@ from runs.core.routing import ROUTE_STATE_KEY
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue
+from runs.surfaces.a2a.agent import PROGRESS_KEY
+from runs.surfaces.a2a.auth import SCOPE_USER, AgentsiteCallContextBuilder, authenticate, request_user
+from runs.surfaces.a2a.conformance import CONFORMANCE_AGENT, ConformanceAgent, ConformanceExecutor
+from runs.surfaces.a2a.task_store import PAUSE_KEY, DjangoTaskStore, close_answered_pauses
+from runs.surfaces.a2a.validation import check_request, protocol_major
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import (

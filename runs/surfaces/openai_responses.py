@@ -3,7 +3,7 @@ item 2), as the official `openai` client and the OpenAI Agents SDK (its default 
 call them.
 
 A response is a run of the agent `model` names, as on `/v1/chat/completions`
-(runs.openai_compat, whose checks, headers and errors this surface shares): `input` is the
+(runs.surfaces.openai_compat, whose checks, headers and errors this surface shares): `input` is the
 chat (runs.core.responses translates it), its last user message the run's input, or its
 trailing `function_call_output` items the client's results for the calls a previous
 response returned. `previous_response_id` continues that response's session (so does
@@ -53,7 +53,7 @@ from runs.core.responses import (
     usage,
 )
 from runs.core.tools.client import ClientToolError
-from runs.openai_compat import (
+from runs.surfaces.openai_compat import (
     PART_SEPARATOR,
     SESSION_HEADER,
     ChatRequest,
@@ -316,7 +316,7 @@ async def _stream_done(record: RunRecord, echo: ResponseEcho, text: str, calls: 
 
 async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, session_header: str | None) -> HttpResponse:
     """A request whose `Idempotency-Key` already made a run: that run's response (as on
-    chat completions, runs.openai_compat.replayed_run)."""
+    chat completions, runs.surfaces.openai_compat.replayed_run)."""
     done = await replayed_run(manager, record, asked.chat, session_header, input_name="input")
     if isinstance(done, HttpResponse):
         return done
