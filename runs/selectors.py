@@ -35,3 +35,17 @@ def run_by_request(*, user: Any, request_id: str) -> RunRecord | None:
 def run_turn(*, record: RunRecord) -> list[Event]:
     """The ledger events of a run's turn (its input and what the run wrote), oldest first."""
     return session_selectors.request_events(session_id=record.session_id, request_id=record.request_id)
+
+
+def session_has_run_in(*, session_id: str, statuses: tuple[str, ...]) -> bool:
+    """Whether a run of the session has one of `statuses` (not scoped by user: the caller
+    checked the session is the user's)."""
+    return orm.Run.objects.filter(session_id=session_id, status__in=statuses).exists()
+
+
+def request_agent(*, session_id: str, request_id: str) -> str | None:
+    """The agent of the session's run made under `request_id`, if that run is known."""
+    agent: str | None = (
+        orm.Run.objects.filter(session_id=session_id, request_id=request_id).values_list("agent", flat=True).first()
+    )
+    return agent

@@ -41,12 +41,12 @@ from typing import Any, Final, Literal
 from django.utils.translation import gettext as _
 
 from agentsite.runtime import run_manager
-from runs import models as run_orm
+from runs import selectors as run_selectors
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
-from sessions_app import models as orm
+from sessions_app import selectors as session_selectors
 from sessions_app.core.events import Event, Message
-from sessions_app.mapping import event_from_row
+from sessions_app.selectors import SessionRow
 
 REGENERATES: Final = "regenerates"
 EDIT_OF: Final = "edit_of"
@@ -96,35 +96,32 @@ class RedoneTurn:
     event_id: str | None
 
 
-def last_user_message(*, session: orm.Session) -> Event | None:
+def last_user_message(*, session: SessionRow) -> Event | None:
     """The session's newest message from its user with text or files, if any."""
-    rows = orm.Event.objects.filter(session=session, role="user", author="user").order_by("-seq")
-    for row in rows.iterator(chunk_size=20):
-        event = event_from_row(row)
+    for event in session_selectors.user_messages_newest_first(session=session):
         if event.message is not None and (event.message.content.strip() or event.message.parts):
             return event
     return None
 
 
-def user_message(*, session: orm.Session, event_id: str) -> Event:
+def user_message(*, session: SessionRow, event_id: str) -> Event:
     """The session's user message `event_id` (`TurnNotFoundError`, `NotEditableError`)."""
-    row = orm.Event.objects.filter(session=session, event_id=event_id).first()
-    if row is None:
+    event = session_selectors.session_event(session=session, event_id=event_id)
+    if event is None:
         raise TurnNotFoundError(
             "not_found", _("event %(event)s not found in this session") % {"event": repr(event_id)}, field="event_id",
         )
-    event = event_from_row(row)
     if event.author != "user" or event.message is None or event.message.role != "user":
         raise NotEditableError(
             "not_editable",
             _("event %(event)s is not a message you sent (%(author)s/%(role)s)")
-            % {"event": repr(event_id), "author": event.author, "role": row.role},
+            % {"event": repr(event_id), "author": event.author, "role": event.role},
             field="event_id",
         )
     return event
 
 
-def session_regenerate(*, user: Any, session: orm.Session) -> RedoneTurn:
+def session_regenerate(*, user: Any, session: SessionRow) -> RedoneTurn:
     """Answer the session's last user message again, in a new run."""
     target = last_user_message(session=session)
     if target is None or target.message is None:
@@ -135,7 +132,7 @@ def session_regenerate(*, user: Any, session: orm.Session) -> RedoneTurn:
     return _redo(user=user, session=session, message=message, kind=REGENERATES, of_event=target)
 
 
-def session_message_edit(*, user: Any, session: orm.Session, event_id: str, text: str) -> RedoneTurn:
+def session_message_edit(*, user: Any, session: SessionRow, event_id: str, text: str) -> RedoneTurn:
     """Send the edited text of the session's user message `event_id` as a new turn (the
     message's files go with it)."""
     target = user_message(session=session, event_id=event_id)
@@ -144,13 +141,13 @@ def session_message_edit(*, user: Any, session: orm.Session, event_id: str, text
     return _redo(user=user, session=session, message=message, kind=EDIT_OF, of_event=target)
 
 
-def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, of_event: Event) -> RedoneTurn:
+def _redo(*, user: Any, session: SessionRow, message: Message, kind: RedoKind, of_event: Event) -> RedoneTurn:
     with _claimed_lock:
         if session.id in _claimed:
             raise _busy(session.id)
         _claimed.add(session.id)
     try:
-        if run_orm.Run.objects.filter(session_id=session.id, status__in=_LIVE).exists():
+        if run_selectors.session_has_run_in(session_id=session.id, statuses=_LIVE):
             raise _busy(session.id)
 
         agent = _agent_of(session=session, event=of_event)
@@ -170,20 +167,15 @@ def _redo(*, user: Any, session: orm.Session, message: Message, kind: RedoKind, 
         with _claimed_lock:
             _claimed.discard(session.id)
     # The user message is in the ledger once start returns: its id, for the client to follow.
-    written = (
-        orm.Event.objects.filter(session=session, request_id=record.request_id, role="user", author="user")
-        .order_by("seq").values_list("event_id", flat=True).first()
-    )
+    written = session_selectors.request_user_event_id(session_id=session.id, request_id=record.request_id)
     return RedoneTurn(record=record, kind=kind, of_event_id=of_event.id, event_id=written)
 
 
-def _agent_of(*, session: orm.Session, event: Event) -> str | None:
+def _agent_of(*, session: SessionRow, event: Event) -> str | None:
     """The agent of the run whose turn `event` opened, if that run is known."""
     if not event.request_id:
         return None
-    runs = run_orm.Run.objects.filter(session_id=session.id, request_id=event.request_id)
-    agent: str | None = runs.values_list("agent", flat=True).first()
-    return agent
+    return run_selectors.request_agent(session_id=session.id, request_id=event.request_id)
 
 
 def _busy(session_id: str) -> TurnConflictError:

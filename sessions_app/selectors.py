@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -59,3 +60,31 @@ def request_events(*, session_id: str, request_id: str) -> list[Event]:
     """The ledger events one request wrote to a session (a run's turn), oldest first."""
     rows = orm.Event.objects.filter(session_id=session_id, request_id=request_id).order_by("seq")
     return [event_from_row(row) for row in rows]
+
+
+SessionRow = orm.Session
+"""A session row as the selectors hand it out: for a caller that passes it back (`runs`
+types it without importing the models)."""
+
+
+def user_messages_newest_first(*, session: orm.Session) -> Iterator[Event]:
+    """The events the session's user wrote (`role` and `author` "user"), newest first, read
+    a few at a time: a caller looking for the latest one of some kind stops early."""
+    rows = orm.Event.objects.filter(session=session, role="user", author="user").order_by("-seq")
+    for row in rows.iterator(chunk_size=20):
+        yield event_from_row(row)
+
+
+def session_event(*, session: orm.Session, event_id: str) -> Event | None:
+    """The session's ledger event `event_id`, or None (also when it is another session's)."""
+    row = orm.Event.objects.filter(session=session, event_id=event_id).first()
+    return event_from_row(row) if row is not None else None
+
+
+def request_user_event_id(*, session_id: str, request_id: str) -> str | None:
+    """The id of the user message one request wrote to a session, if it wrote one."""
+    found: str | None = (
+        orm.Event.objects.filter(session_id=session_id, request_id=request_id, role="user", author="user")
+        .order_by("seq").values_list("event_id", flat=True).first()
+    )
+    return found
