@@ -9,6 +9,7 @@ from agentsite.errors import json_404, json_500
 from agentsite.middleware import malformed_request_middleware
 from runs.consumers import SessionConsumer
 from runs.core.agents.graph.builder import StateGraph
+from runs.protocols.backpressure import SendWindow
 from runs.surfaces.a2a.auth import AgentsiteCallContextBuilder
 from sessions_app.artifact_apis import _AnyAccept
 
@@ -20,5 +21,6 @@ USED_BY_FRAMEWORKS = (
     SessionConsumer.run_event, SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
     _AnyAccept.select_parser, _AnyAccept.select_renderer,  # DRF content negotiation
     StateGraph.add_agent_node,  # public graph API, docs/graphs.md
+    SendWindow.pauseProducing, SendWindow.resumeProducing, SendWindow.stopProducing,  # Twisted's IPushProducer
     support_agent, general_agent, troubleshoot_agent,  # settings.AGENTSITE_AGENTS, as module:factory
 )
