@@ -65,7 +65,8 @@ events, skipping persisted ones whose seq it already sent and fetching from the 
 seq it missed (a user message is persisted but not broadcast). Deltas carry no seq and
 pass through; the translator drops a delta of a message already sent whole. While a run
 it has shown is open and the live stream has been quiet for `LEDGER_POLL_S`, the socket
-re-reads the ledger: a live message the layer dropped (a full inbox, a Redis blip) costs
+re-reads the ledger (less and less often while that finds nothing, down to every
+`LEDGER_POLL_MAX_S`): a live message the layer dropped (a full inbox, a Redis blip) costs
 deltas, never an event. When the layer cannot be joined at all, the socket says so with
 an error frame (`live_unavailable`) and follows the ledger every `LEDGER_POLL_S`. A socket
 closing never stops a run.
@@ -128,6 +129,7 @@ CLOSE_NOT_FOUND = 4404
 REPLAY_PAGE = 500
 MIN_REPLAY_PAGE = 20
 LEDGER_POLL_S = 2.0
+LEDGER_POLL_MAX_S = 16.0
 _RUN_END = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
 _LIVE = ("queued", "running")
 
@@ -411,16 +413,27 @@ class SessionConsumer(AsyncWebsocketConsumer):
             }))
 
     async def _watch_ledger(self) -> None:
-        """Re-read the ledger while a run is open and nothing has come live for a while."""
+        """Re-read the ledger while a run is open and nothing has come live for a while.
+
+        A re-read that finds nothing new doubles the quiet time before the next, up to
+        `LEDGER_POLL_MAX_S` (a busy server makes every run slow: polling each socket every
+        2 s then only adds to its load); anything live, or found, resets it."""
+        wait_s, polled_at = LEDGER_POLL_S, 0.0
         while True:
             await asyncio.sleep(LEDGER_POLL_S)
-            quiet = time.monotonic() - self.last_live_at >= LEDGER_POLL_S
-            if self.live_down or (self.open_runs and quiet):
-                try:
-                    async with self.relay_lock:
-                        await self._catch_up()
-                except Exception:  # the next round tries again; the socket stays up
-                    logger.warning("ledger catch-up of session %s failed", self.session_id, exc_info=True)
+            if self.last_live_at > polled_at:
+                wait_s = LEDGER_POLL_S  # live again since the last re-read: the normal pace
+            quiet_s = time.monotonic() - max(self.last_live_at, polled_at)
+            if not (self.live_down or (self.open_runs and quiet_s >= wait_s)):
+                continue
+            before = self.last_seq
+            try:
+                async with self.relay_lock:
+                    await self._catch_up()
+            except Exception:  # the next round tries again; the socket stays up
+                logger.warning("ledger catch-up of session %s failed", self.session_id, exc_info=True)
+            polled_at = time.monotonic()
+            wait_s = LEDGER_POLL_S if self.last_seq > before else min(LEDGER_POLL_MAX_S, 2 * wait_s)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels closes stale database connections before every handler; a live event
