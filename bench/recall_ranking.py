@@ -92,7 +92,8 @@ def report(result: dict[str, dict[str, dict[str, Any]]]) -> str:
         for split, r in by_split.items():
             margin = r["minus_rank_bm25"][0]
             if dataset == "QMSum":
-                bars = (f"≥ BM25 own: {'MET' if r['minus_bm25_own'][0] >= 0 else 'MISSED'}; "
+                tie = " (a tie: the interval crosses 0)" if r["minus_bm25_own"][1] < 0 <= r["minus_bm25_own"][0] else ""
+                bars = (f"≥ BM25 own: {'MET' if r['minus_bm25_own'][0] >= 0 else 'MISSED'}{tie}; "
                         f"+10 over rank-bm25: {'MET' if margin >= 0.10 else 'MISSED'}")
             else:
                 bars = f"margin > 10 points: {'MET' if margin > 0.10 else 'MISSED'}"
