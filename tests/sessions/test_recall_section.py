@@ -12,7 +12,8 @@ import pytest
 from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.recall import InMemoryRecallIndex, RangeError, session_search
-from sessions_app.core.recall.sections import SectionRef, rank_sections
+from sessions_app.core.recall.sections import SectionRef, rank_sections, search_sections
+from sessions_app.core.session import Summary
 from sessions_app.recall_tools import recall_tools
 from tests.sessions.test_provenance import tool_context
 from tests.sessions.test_recall_django import Backend, backend  # noqa: F401  (the parametrised fixture)
@@ -146,3 +147,21 @@ async def test_following_the_picked_section_finds_the_evidence(backend: Backend)
     assert choice.sections == (PORTO,) and not choice.weak
     scoped = await session_search(backend.index, session=session, query=query, section=choice.sections[0].range)
     assert seqs(scoped)[0] == 6 and set(seqs(scoped)) <= {4, 5, 6, 7}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_search_sections_follows_the_picked_sections_and_falls_back_when_they_hold_nothing(
+    backend: Backend,  # noqa: F811
+) -> None:
+    session = await backend.session("alice", ledger(), hide_through=7)
+    boundary = next(iter((await backend.index.summaries(session.key)).values())).boundary
+    text = f"[events 1-3]\n{LISBON.text}\n\n[events 4-7]\n{PORTO.text}"
+    await backend.service.put_summary(session.key, Summary(text=text, boundary=boundary))
+    loaded = await backend.service.get_session(session.key)
+    assert loaded is not None
+    answer = await search_sections(backend.index, session=loaded, query="rental invoice number for the car")
+    assert answer["sections"][0] == "4-7" and answer["results"][0]["seq"] == 6
+    assert answer["count"] == len(answer["results"]) > 0
+    # Nothing in any section: a plain search answers, and it says no match.
+    nothing = await search_sections(backend.index, session=loaded, query="zebra migration patterns")
+    assert nothing["sections"] == [] and nothing["results"] == []

@@ -19,7 +19,8 @@ Three layers, all plain Python:
   in [0, 1] and independent of the session's size, so one threshold (`NO_MATCH_BELOW`, fitted
   by bench/recall_abstention.py on part of LoCoMo and QMSum, reported on the rest) holds for all.
 - Which summary sections to follow for a question (issue 24, item 4): `rank_sections` fuses
-  the section text's match with where one search's hits fall (`sections.py`).
+  the section text's match with where one search's hits fall, and `search_sections`
+  follows them (`sections.py`).
 - `RecallIndex`, what a backend provides (search the user's events, load a window around
   an anchor, resolve a tool call id, read summaries, scan one session), with
   `InMemoryRecallIndex` over an `InMemorySessionService`'s public API.
@@ -127,7 +128,13 @@ from sessions_app.core.recall.search import (
     trigrams,
     why_hidden,
 )
-from sessions_app.core.recall.sections import DEFAULT_SECTIONS, SectionChoice, SectionRef, rank_sections
+from sessions_app.core.recall.sections import (
+    DEFAULT_SECTIONS,
+    SectionChoice,
+    SectionRef,
+    rank_sections,
+    search_sections,
+)
 from sessions_app.core.recall.slices import (
     HiddenBoundary,
     compact_text,
@@ -138,4 +145,4 @@ from sessions_app.core.recall.slices import (
 )
 from sessions_app.core.text import stem  # the stemmer every recall backend shares
 
-__all__ = ['BM25_B', 'BM25_K1', 'CONTENT_LIMIT', 'CONTEXT_AFTER', 'CONTEXT_BEFORE', 'CONTEXT_CONTENT_LIMIT', 'DEFAULT_SCOPE', 'DEFAULT_SECTIONS', 'DEFAULT_TOP_K', 'EXPANDED_HITS', 'FULL_QUERY_BONUS', 'HISTORY_NOTE', 'HYBRID_POOL', 'KEYWORD_BONUS', 'LOAD_AFTER', 'LOAD_BEFORE', 'LOAD_MAX_SPAN', 'MAX_CONTENT_LIMIT', 'MAX_TOP_K', 'MIN_SCORE', 'NEIGHBOUR_WEIGHT', 'NO_MATCH_BELOW', 'NO_MATCH_NOTE', 'PRELOAD_HEADER', 'PRELOAD_SESSION_RECALL', 'PRELOAD_TEXT_CHARS', 'RANGE_PAGE_EVENTS', 'RECALL_ROLES', 'RRF_K', 'SCAN_CAP', 'SCOPES', 'SNIPPET_CHARS', 'SNIPPET_LINE_CHARS', 'SPEAKER_BOOST', 'STATE_LAST_INCLUDED_TS', 'STOP_WORDS', 'TRIGRAM_WEIGHT', 'UNSEGMENTED_RANGES', 'AnchorNotFoundError', 'CorpusStats', 'Document', 'DocumentCache', 'EventRange', 'EventSearchRequest', 'EventWindow', 'HiddenBoundary', 'HitFilter', 'InMemoryRecallIndex', 'RangeError', 'Ranking', 'RecallError', 'RecallIndex', 'Scope', 'Scored', 'SearchHit', 'SectionChoice', 'SectionRef', 'analyze', 'answer_confidence', 'compact_text', 'excerpt', 'fallback_queries', 'hidden_boundary', 'hybrid_rank', 'is_unsegmented', 'keyword_tokens', 'last_manifest_dispositions', 'load_range', 'loaded_message', 'make_document', 'named_speakers', 'normalize_content_window', 'normalize_scope', 'normalize_space', 'normalize_top_k', 'normalize_window', 'parse_range', 'preload_session_recall', 'query_terms', 'rank_documents', 'rank_many', 'rank_sections', 'recall_text', 'scan_score', 'score_document', 'search_queries', 'search_with_fallback', 'session_load', 'session_search', 'slice_utf8', 'stem', 'surface_forms', 'trigrams', 'why_hidden']
+__all__ = ['BM25_B', 'BM25_K1', 'CONTENT_LIMIT', 'CONTEXT_AFTER', 'CONTEXT_BEFORE', 'CONTEXT_CONTENT_LIMIT', 'DEFAULT_SCOPE', 'DEFAULT_SECTIONS', 'DEFAULT_TOP_K', 'EXPANDED_HITS', 'FULL_QUERY_BONUS', 'HISTORY_NOTE', 'HYBRID_POOL', 'KEYWORD_BONUS', 'LOAD_AFTER', 'LOAD_BEFORE', 'LOAD_MAX_SPAN', 'MAX_CONTENT_LIMIT', 'MAX_TOP_K', 'MIN_SCORE', 'NEIGHBOUR_WEIGHT', 'NO_MATCH_BELOW', 'NO_MATCH_NOTE', 'PRELOAD_HEADER', 'PRELOAD_SESSION_RECALL', 'PRELOAD_TEXT_CHARS', 'RANGE_PAGE_EVENTS', 'RECALL_ROLES', 'RRF_K', 'SCAN_CAP', 'SCOPES', 'SNIPPET_CHARS', 'SNIPPET_LINE_CHARS', 'SPEAKER_BOOST', 'STATE_LAST_INCLUDED_TS', 'STOP_WORDS', 'TRIGRAM_WEIGHT', 'UNSEGMENTED_RANGES', 'AnchorNotFoundError', 'CorpusStats', 'Document', 'DocumentCache', 'EventRange', 'EventSearchRequest', 'EventWindow', 'HiddenBoundary', 'HitFilter', 'InMemoryRecallIndex', 'RangeError', 'Ranking', 'RecallError', 'RecallIndex', 'Scope', 'Scored', 'SearchHit', 'SectionChoice', 'SectionRef', 'analyze', 'answer_confidence', 'compact_text', 'excerpt', 'fallback_queries', 'hidden_boundary', 'hybrid_rank', 'is_unsegmented', 'keyword_tokens', 'last_manifest_dispositions', 'load_range', 'loaded_message', 'make_document', 'named_speakers', 'normalize_content_window', 'normalize_scope', 'normalize_space', 'normalize_top_k', 'normalize_window', 'parse_range', 'preload_session_recall', 'query_terms', 'rank_documents', 'rank_many', 'rank_sections', 'recall_text', 'scan_score', 'score_document', 'search_queries', 'search_sections', 'search_with_fallback', 'session_load', 'session_search', 'slice_utf8', 'stem', 'surface_forms', 'trigrams', 'why_hidden']

@@ -22,9 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sessions_app.core.recall.defaults import RRF_K
+from sessions_app.core.recall.defaults import DEFAULT_TOP_K, HISTORY_NOTE, NO_MATCH_NOTE, RRF_K
+from sessions_app.core.recall.index import RecallIndex
 from sessions_app.core.recall.scoring import answer_confidence
+from sessions_app.core.recall.search import session_search
+from sessions_app.core.session import Session, select_summary
+from sessions_app.core.summary import summary_sections
 
 DEFAULT_SECTIONS = 3
 
@@ -82,3 +87,40 @@ def rank_sections(
         fused[i] = summary + probe
     chosen = sorted(usable, key=lambda i: (-fused[i], -i))[:top]
     return SectionChoice(sections=tuple(sections[i] for i in chosen), weak=not any(i in first_hit for i in chosen))
+
+
+PROBE_K = 10
+"""Hits of the probe search (the most one search returns)."""
+
+
+async def search_sections(
+    index: RecallIndex, *, session: Session, query: str, top_k: int = 2 * DEFAULT_TOP_K, filter_key: str = ""
+) -> dict[str, Any]:
+    """Follow the summary's section pointers for `query`: the sections `rank_sections`
+    picks (summary text and a probe search), searched one by one with
+    `session_search(section=...)` and their hits merged by confidence, then score; the
+    best `top_k` are the answer, which names the `sections` followed. When the summary has
+    no sections or their evidence is weak, the answer is a plain `current_hidden` search
+    with `sections: []`: the pointer must not hide what search finds."""
+    chosen = select_summary(await index.summaries(session.key), filter_key)
+    refs = [SectionRef(first_seq=s.first_seq, last_seq=s.last_seq, text=s.text) for s in summary_sections(chosen)]
+    probe = await session_search(index, session=session, query=query, top_k=PROBE_K, min_confidence=0, filter_key=filter_key)
+    choice = rank_sections(query, refs, [r["seq"] for r in probe["results"] if r.get("seq") is not None])
+    if choice.weak:
+        plain = await session_search(index, session=session, query=query, top_k=top_k, filter_key=filter_key)
+        return {**plain, "sections": []}
+    found = [
+        (await session_search(index, session=session, query=query, top_k=top_k, section=s.range, filter_key=filter_key))
+        for s in choice.sections
+    ]
+    hits = sorted((r for answer in found for r in answer["results"]), key=lambda r: (r["confidence"], r["score"]), reverse=True)
+    results = hits[:top_k]
+    answer: dict[str, Any] = {
+        "query": probe["query"], "scope": "section", "sections": [s.range for s in choice.sections],
+        "results": results, "count": len(results),
+    }
+    if not results:
+        answer.update(no_match=True, note=NO_MATCH_NOTE)
+    else:
+        answer["note"] = HISTORY_NOTE
+    return answer
