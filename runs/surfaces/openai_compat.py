@@ -34,6 +34,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -463,8 +464,8 @@ class StartedRun:
 
 async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | None,
                     find_session: Callable[[], Awaitable[str | None]], match_history: bool,
-                    replay: Callable[[RunRecord], Awaitable[HttpResponse]], options: RunOptions,
-                    fields: RunFields, turn_extensions: dict[str, Any] | None = None) -> StartedRun | HttpResponse:
+                    replay: Callable[[RunRecord], Awaitable[HttpResponseBase]], options: RunOptions,
+                    fields: RunFields, turn_extensions: dict[str, Any] | None = None) -> StartedRun | HttpResponseBase:
     """The flow chat completions and responses share: the agent and the client's tools
     checked (refused before anything is stored), the session found (`find_session`; else,
     with `match_history`, the one of the user's sessions holding the resent chat), a request
@@ -553,7 +554,7 @@ class Remember:
 
 @csrf_exempt
 @require_POST
-async def chat_completions(request: HttpRequest) -> HttpResponse:
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     try:
         user = await authenticate(request)
         if not user.is_authenticated:
@@ -564,7 +565,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         key = idempotency_key(request)
         manager = run_manager()
 
-        async def replay(record: RunRecord) -> HttpResponse:
+        async def replay(record: RunRecord) -> HttpResponseBase:
             return await _replay(manager, record, chat, session_header)
 
         started = await start_run(
@@ -577,7 +578,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key").response()
     except OpenAIError as exc:
         return exc.response()
-    if isinstance(started, HttpResponse):
+    if not isinstance(started, StartedRun):  # a replay, streamed or not
         return started
     remember = Remember(user=user, chat=chat, session_id=started.record.session_id, fresh=session_header is None)
     if chat.stream:
@@ -687,7 +688,7 @@ async def replayed_run(manager: Any, record: RunRecord, chat: ChatRequest, sessi
     return Answered(record=final, text=text, calls=waiting_calls(turn), headers=headers)
 
 
-async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None) -> HttpResponse:
+async def _replay(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None) -> HttpResponseBase:
     """Answer a request whose `Idempotency-Key` already made a run with that run's result."""
     done = await replayed_run(manager, record, chat, session_header, input_name="last message")
     if isinstance(done, HttpResponse):

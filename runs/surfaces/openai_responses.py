@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
@@ -60,6 +61,7 @@ from runs.surfaces.openai_compat import (
     OpenAIError,
     Remember,
     RunFields,
+    StartedRun,
     answer_part,
     answer_text,
     api_user,
@@ -175,7 +177,7 @@ def _input_names(text: str, origins: Sequence[int]) -> str:
 
 @csrf_exempt
 @require_POST
-async def create_response(request: HttpRequest) -> HttpResponse:
+async def create_response(request: HttpRequest) -> HttpResponseBase:
     """`POST /v1/responses`."""
     try:
         user = await api_user(request)
@@ -185,7 +187,7 @@ async def create_response(request: HttpRequest) -> HttpResponse:
         key = idempotency_key(request)
         manager = run_manager()
 
-        async def replay(record: RunRecord) -> HttpResponse:
+        async def replay(record: RunRecord) -> HttpResponseBase:
             return await _replay(manager, record, asked, session_header)
 
         started = await start_run(
@@ -200,7 +202,7 @@ async def create_response(request: HttpRequest) -> HttpResponse:
             turn_extensions={ECHO_EXTENSION: echo.to_dict()})
     except OpenAIError as exc:
         return exc.response()
-    if isinstance(started, HttpResponse):
+    if not isinstance(started, StartedRun):  # a replay, streamed or not
         return started
     remember = Remember(user=user, chat=chat, session_id=started.record.session_id,
                         fresh=session_header is None and echo.previous_response_id is None)
@@ -314,7 +316,7 @@ async def _stream_done(record: RunRecord, echo: ResponseEcho, text: str, calls: 
         yield line
 
 
-async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, session_header: str | None) -> HttpResponse:
+async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, session_header: str | None) -> HttpResponseBase:
     """A request whose `Idempotency-Key` already made a run: that run's response (as on
     chat completions, runs.surfaces.openai_compat.replayed_run)."""
     done = await replayed_run(manager, record, asked.chat, session_header, input_name="input")
