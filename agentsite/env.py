@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -64,31 +64,29 @@ class Env:
             return default
         return [item.strip() for item in value.split(",") if item.strip()]
 
-    def ratio(self, name: str, default: float) -> float:
-        """A share of something, in (0, 1]."""
+    def _number(self, name: str, default: float, *, what: str, accepts: Callable[[float], bool], expected: str) -> float:
+        """A float variable that `accepts` takes; refused naming the variable and `expected`."""
         value = self.raw(name)
         if value is None:
             return default
         try:
             number = float(value)
         except ValueError:
-            raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
-        if not 0 < number <= 1:
-            raise ImproperlyConfigured(f"{name} must be in (0, 1], got {value!r}")
+            raise ImproperlyConfigured(f"{name} must be {what}, got {value!r}") from None
+        if not accepts(number):
+            raise ImproperlyConfigured(f"{name} must be {expected}, got {value!r}")
         return number
+
+    def ratio(self, name: str, default: float) -> float:
+        """A share of something, in (0, 1]."""
+        return self._number(name, default, what="a number", accepts=lambda n: 0 < n <= 1, expected="in (0, 1]")
 
     def seconds(self, name: str, default: float) -> float:
         """A duration in seconds, a finite number >= 0 (fractions allowed)."""
-        value = self.raw(name)
-        if value is None:
-            return default
-        try:
-            number = float(value)
-        except ValueError:
-            raise ImproperlyConfigured(f"{name} must be a number of seconds, got {value!r}") from None
-        if not math.isfinite(number) or number < 0:
-            raise ImproperlyConfigured(f"{name} must be a finite number >= 0, got {value!r}")
-        return number
+        return self._number(
+            name, default, what="a number of seconds", accepts=lambda n: math.isfinite(n) and n >= 0,
+            expected="a finite number >= 0",
+        )
 
     def rate(self, name: str, default: str) -> str | None:
         """A DRF throttle rate, `<count>/<sec|min|hour|day>`; `off` (None) disables the throttle."""
