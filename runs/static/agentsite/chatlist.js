@@ -19,45 +19,10 @@
   const interpolate = window.interpolate || ((format, values) => format.replace(/%\((\w+)\)s/g, (_, key) => values[key]));
   const format = (text, values) => interpolate(text, values, true);
 
-  function sessionsUrl() {
-    const node = document.getElementById("chat-config");
-    const config = node ? JSON.parse(node.textContent) : {};
-    return (config.urls && config.urls.sessions) || "/api/sessions/";
-  }
+  const { sessionRequest, button } = window.agentsiteUi;
 
-  function csrfToken() {
-    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
-    return input ? input.value : "";
-  }
-
-  async function call(method, sessionId, body) {
-    const response = await fetch(`${sessionsUrl()}${encodeURIComponent(sessionId)}/`, {
-      method,
-      credentials: "same-origin",
-      headers: {
-        Accept: "application/json",
-        "X-CSRFToken": csrfToken(),
-        ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
-      },
-      body: body !== undefined ? JSON.stringify(body) : undefined,
-    });
-    let data = null;
-    try { data = await response.json(); } catch (_) { data = null; }
-    if (!response.ok) {
-      const error = (data && data.error) || {};
-      throw new Error(error.message || format(gettext("%(method)s answered %(status)s"), { method, status: response.status }));
-    }
-    return data;
-  }
-
-  function button(className, label, text) {
-    const node = document.createElement("button");
-    node.type = "button";
-    node.className = className;
-    node.setAttribute("aria-label", label);
-    node.title = label;
-    node.textContent = text;
-    return node;
+  function call(method, sessionId, body) {
+    return sessionRequest(method, `${encodeURIComponent(sessionId)}/`, body);
   }
 
   // Drawn icons: emoji glyphs are missing where the system has no emoji font.

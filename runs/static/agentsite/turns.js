@@ -34,41 +34,10 @@
   function chat() { return window.agentsiteChat || { state: {} }; }
   function running() { return Boolean(chat().state.running); }
 
-  function sessionsUrl() {
-    const node = document.getElementById("chat-config");
-    const config = node ? JSON.parse(node.textContent) : {};
-    return (config.urls && config.urls.sessions) || "/api/sessions/";
-  }
+  const { sessionRequest, button } = window.agentsiteUi;
 
-  function csrfToken() {
-    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
-    return input ? input.value : "";
-  }
-
-  async function post(path, body) {
-    const response = await fetch(`${sessionsUrl()}${path}`, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { Accept: "application/json", "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
-      body: JSON.stringify(body || {}),
-    });
-    let data = null;
-    try { data = await response.json(); } catch (_) { data = null; }
-    if (!response.ok) {
-      const error = (data && data.error) || {};
-      throw new Error(error.message || `POST answered ${response.status}`);
-    }
-    return data;
-  }
-
-  function button(className, label, text) {
-    const node = document.createElement("button");
-    node.type = "button";
-    node.className = className;
-    node.setAttribute("aria-label", label);
-    node.title = label;
-    node.textContent = text;
-    return node;
+  function post(path, body) {
+    return sessionRequest("POST", path, body || {});
   }
 
   // A live region of our own: "Regenerating the answer", "Showing version 1 of 2".
