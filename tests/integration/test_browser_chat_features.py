@@ -79,9 +79,17 @@ def test_rename_search_copy_and_delete_chats(
     page.reload()
     expect(open_item.locator(".session-title")).to_have_text("Payments TLS outage")
 
-    # Search filters the listed chats by title.
+    # Search filters the listed chats by title. Right after the reload the field was seen to
+    # lose a query typed into it (2 runs in 13 on PostgreSQL: the value empty, every chat shown;
+    # the cause, likely the browser restoring the reloaded page's form state, is not pinned
+    # down), so the query is typed again until it holds; the filtering is then checked as before.
     search = page.get_by_label("Search chats by title")
-    search.fill("payments tls")
+    for _ in range(5):
+        search.fill("payments tls")
+        page.wait_for_timeout(200)
+        if search.input_value() == "payments tls":
+            break
+    expect(search).to_have_value("payments tls")
     expect(open_item).to_be_visible()
     expect(billing_item).to_be_hidden()
     search.fill("no such chat")
