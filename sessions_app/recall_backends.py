@@ -23,6 +23,7 @@ from sessions_app.core.recall import (
     SearchHit,
     recall_text,
 )
+from sessions_app.core.redo import opens_turn, superseded_spans
 from sessions_app.core.session import SessionKey, Summary
 
 
@@ -66,6 +67,16 @@ def _events_in_range(key: SessionKey, first_seq: int, last_seq: int, limit: int)
     return EventRange(session_id=key.session_id, events=tuple(events), ledger_last_seq=ledger_last or 0)
 
 
+def _superseded_spans(key: SessionKey) -> tuple[tuple[int, int], ...]:
+    rows = (
+        search._session_events(key).filter(author="user", role="user")
+        .order_by("seq")
+        .values_list("payload", "seq", "event_id")
+    )
+    events = [mapping.event_from_values(payload, seq, event_id) for payload, seq, event_id in rows]
+    return superseded_spans([(e, e.message) for e in events if e.message is not None and opens_turn(e, e.message)])
+
+
 class DjangoRecallIndex:
     """Session recall over the event ledger tables; every read is scoped to one user."""
 
@@ -92,6 +103,11 @@ class DjangoRecallIndex:
     async def find_tool_call(self, key: SessionKey, tool_call_id: str, *, before_seq: int | None = None) -> Event | None:
         """The latest event (before `before_seq`) whose message made the call `tool_call_id`."""
         return await db_call(search.find_tool_call)(key, tool_call_id, before_seq)
+
+    async def superseded_spans(self, key: SessionKey) -> tuple[tuple[int, int], ...]:
+        """The seq ranges of the session's regenerated or edited turns (issue 21), read
+        from its user messages only."""
+        return await db_call(_superseded_spans)(key)
 
     async def summaries(self, key: SessionKey) -> Mapping[str, Summary]:
         return await db_call(search.summaries)(key)

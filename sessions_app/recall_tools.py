@@ -82,6 +82,7 @@ async def _session_search(
     section: str | None = None,
     first_seq: int | None = None,
     last_seq: int | None = None,
+    include_superseded: bool = False,
 ) -> dict[str, Any]:
     """Search this user's conversation history.
 
@@ -96,6 +97,7 @@ async def _session_search(
         section: search only a summary section's range as its header prints it, e.g. "41-77".
         first_seq: the first seq of a range to search (with last_seq), instead of section.
         last_seq: the last seq of a range to search.
+        include_superseded: also return turns the user regenerated or edited away (marked superseded).
     """
     ranged = bool((section or "").strip()) or first_seq is not None or last_seq is not None
     try:
@@ -113,6 +115,7 @@ async def _session_search(
             section=section,
             first_seq=first_seq,
             last_seq=last_seq,
+            include_superseded=include_superseded,
         )
     except RecallError as exc:
         if ranged:

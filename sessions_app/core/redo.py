@@ -61,3 +61,37 @@ def superseded_positions(shown: Sequence[tuple[Event, Message]]) -> set[int]:
         if hiding:
             hidden.add(index)
     return hidden
+
+
+def superseded_event_ids(events: Sequence[Event]) -> frozenset[str]:
+    """Ids of the events of `events` (ledger order) in a turn a later one of them
+    regenerates or edits. Events without a message never open or end a turn; they are
+    superseded when they fall inside such a turn. What auto memory (issue 21) must not
+    learn from: the user replaced that history."""
+    hidden = superseded_spans(
+        [(e, e.message) for e in events if e.message is not None and opens_turn(e, e.message) and e.seq is not None]
+    )
+    if not hidden:
+        return frozenset()
+    return frozenset(e.id for e in events if e.seq is not None and in_spans(e.seq, hidden))
+
+
+def superseded_spans(openers: Sequence[tuple[Event, Message]]) -> tuple[tuple[int, int], ...]:
+    """The seq ranges (first, last, both included) of superseded turns, from a session's
+    turn-opening user messages (`opens_turn`) in ledger order, each with its seq: the
+    turn of a redone message runs from it to just before the next message the user sent,
+    which exists, since the redo is itself one. Session recall (issue 21) reads only the
+    openers of a ledger and tests any event's seq against these ranges."""
+    hidden = superseded_positions(openers)
+    spans: list[tuple[int, int]] = []
+    for position in sorted(hidden):
+        first = openers[position][0].seq
+        following = openers[position + 1][0].seq if position + 1 < len(openers) else None
+        if first is not None and following is not None:
+            spans.append((first, following - 1))
+    return tuple(spans)
+
+
+def in_spans(seq: int, spans: Sequence[tuple[int, int]]) -> bool:
+    """Whether `seq` lies in one of `spans` (`superseded_spans`)."""
+    return any(first <= seq <= last for first, last in spans)

@@ -39,6 +39,7 @@ from sessions_app.core.memory_extract.values import (
     logger,
 )
 from sessions_app.core.memory_policy import RECONCILE, UpdatePolicy, apply_update_policy
+from sessions_app.core.redo import superseded_event_ids
 from sessions_app.core.session import SessionKey, SessionService
 
 # -- the job ------------------------------------------------------------------------------------------------
@@ -89,7 +90,10 @@ class AutoMemory:
 
     async def _extract_page(self, key: SessionKey, cursor: ExtractionCursor, events: Sequence[Event]) -> ExtractionOutcome:
         user = UserKey(app=key.app, user_id=key.user_id)
-        messages = [m for m in (conversation_message(e) for e in events) if m is not None]
+        # Issue 21: a turn the user regenerated or edited away is history they replaced,
+        # not something to learn from; the cursor still moves past it.
+        superseded = superseded_event_ids(events)
+        messages = [m for m in (conversation_message(e) for e in events if e.id not in superseded) if m is not None]
         clean, skipped = without_polluted(messages)
         batch = within_budget(clean, self.request_chars)
         # SPEC 6.3: the cursor never passes a message the extractor was not given; skipped

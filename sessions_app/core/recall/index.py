@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.recall.defaults import DEFAULT_TOP_K, MIN_SCORE, SCAN_CAP, AnchorNotFoundError
 from sessions_app.core.recall.scoring import Document, DocumentCache, rank_many
+from sessions_app.core.redo import opens_turn, superseded_spans
 from sessions_app.core.session import SessionKey, Summary
 
 # -- what is recallable -----------------------------------------------------------------------
@@ -253,6 +254,15 @@ class InMemoryRecallIndex:
             if event.message is not None and any(c.id == tool_call_id for c in event.message.tool_calls):
                 return event
         return None
+
+    async def superseded_spans(self, key: SessionKey) -> tuple[tuple[int, int], ...]:
+        """The seq ranges of the session's turns a later user message regenerated or
+        edited (`sessions_app.core.redo.superseded_spans`); empty when not the user's."""
+        if not await self._owned(key):
+            return ()
+        return superseded_spans(
+            [(e, e.message) for e in await self._events(key) if e.message is not None and opens_turn(e, e.message)]
+        )
 
     async def summaries(self, key: SessionKey) -> Mapping[str, Summary]:
         session = await self.service.get_session(key, event_limit=0)

@@ -53,6 +53,7 @@ from sessions_app.core.recall.index import (
 from sessions_app.core.recall.load import parse_range
 from sessions_app.core.recall.scoring import Document, answer_confidence, make_document, rank_many, scan_score
 from sessions_app.core.recall.slices import HiddenBoundary, _window_snippet, excerpt, hidden_boundary, loaded_message
+from sessions_app.core.redo import in_spans
 from sessions_app.core.session import Session, SessionKey
 
 # -- session_search (SPEC 5.2) ----------------------------------------------------------------
@@ -448,6 +449,20 @@ async def _hit_dict(
     return found
 
 
+async def _superseded_spans(
+    index: RecallIndex, session: Session, hits: Sequence[SearchHit]
+) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Session id -> the seq ranges of its redone turns, for the sessions `hits` touch
+    (none when the index cannot tell)."""
+    finder = getattr(index, "superseded_spans", None)
+    if finder is None:
+        return {}
+    return {
+        sid: await finder(SessionKey(app=session.app, user_id=session.user_id, session_id=sid))
+        for sid in sorted({h.session_id for h in hits})
+    }
+
+
 class _Bounds(TypedDict):
     """What every scope's search shares."""
 
@@ -473,6 +488,7 @@ async def session_search(
     section: str | None = None,
     first_seq: int | str | None = None,
     last_seq: int | str | None = None,
+    include_superseded: bool = False,
 ) -> dict[str, Any]:
     """SPEC 5.2: search the user's history and answer what the model reads.
 
@@ -494,6 +510,10 @@ async def session_search(
     whatever `scope` says (the answer's scope is `section` and names the range): following
     a summary section's pointer finds the evidence instead of loading the whole range.
     A bad range raises `RangeError`, another user's session `AnchorNotFoundError`.
+
+    Issue 21: events of a turn the user regenerated or edited away (`sessions_app.core.redo`)
+    are history they replaced and are left out; `include_superseded` keeps them, each
+    marked `superseded: true` with `hidden: superseded`.
     """
     query = normalize_space(query or "")
     scoped = bool((section or "").strip()) or first_seq is not None or last_seq is not None
@@ -523,6 +543,10 @@ async def session_search(
         hits = _merge(current, others)
     if filters:
         hits = [h for h in hits if filters.accepts(h)]
+    replaced = await _superseded_spans(index, session, hits)
+    superseded = {h.key for h in hits if in_spans(h.event.seq or 0, replaced.get(h.session_id, ()))}
+    if not include_superseded:
+        hits = [h for h in hits if h.key not in superseded]
     if ranking == "hybrid":
         hits = hybrid_rank(query, hits)
     participants = {h.event.author for h in hits} | {e.author for e in session.events}
@@ -545,9 +569,11 @@ async def session_search(
         {
             **await _hit_dict(
                 index, hit, position=i, scope=chosen, session=session, query=query, terms=terms,
-                hidden=why_hidden(hit, session=session, boundary=boundary, dispositions=dispositions),
+                hidden="superseded" if hit.key in superseded
+                else why_hidden(hit, session=session, boundary=boundary, dispositions=dispositions),
             ),
             "confidence": round(confidence[hit.key], 4),
+            **({"superseded": True} if hit.key in superseded else {}),
         }
         for i, hit in enumerate(h for h in hits if h.event.id)
     ]
