@@ -186,6 +186,22 @@ class SummaryOutcome:
         return {t.filter_key: t.summary for t in self.targets if t.advanced and t.summary is not None}
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Start:
+    """Where one target's run started, which every outcome after the summary read carries."""
+
+    filter_key: str
+    previous: Summary | None
+    start_seq: int
+    all_matched: bool | None = None
+
+    def outcome(self, reason: Reason, *, summary: Summary | None = None, error: str | None = None) -> TargetOutcome:
+        return TargetOutcome(
+            filter_key=self.filter_key, reason=reason, previous=self.previous, summary=summary, error=error,
+            start_seq=self.start_seq, all_matched=self.all_matched,
+        )
+
+
 async def _events_after(service: SessionService, key: SessionKey, after_seq: int, limit: int) -> list[Event]:
     events: list[Event] = []
     cursor = after_seq
@@ -323,14 +339,14 @@ async def _summarize_locked(
     assert run.summarizer is not None
     previous = await run.service.get_summary(run.key, filter_key=filter_key)
     start = previous.last_seq if previous is not None else 0
-    base = {"filter_key": filter_key, "previous": previous, "start_seq": start}
+    base = _Start(filter_key=filter_key, previous=previous, start_seq=start)
     if run.covers_seq is not None and start >= run.covers_seq:
-        return TargetOutcome(reason="covered", **base)
+        return base.outcome("covered")
     raw = await _events_after(run.service, run.key, start, run.max_events)
     delta = tuple(e for e in raw if filter_matches(e.filter_key, filter_key) and not e.partial)
-    base["all_matched"] = len(delta) == len(raw)
+    base = dataclasses.replace(base, all_matched=len(delta) == len(raw))
     if not any(conversation_lines(e) for e in delta):
-        return TargetOutcome(reason="no_delta", **base)
+        return base.outcome("no_delta")
     if not run.force and run.checker is not None:
         checked = delta if check_key is None else tuple(e for e in delta if filter_matches(e.filter_key, check_key))
         # SPEC 3.4: a summarizer that leaves some events for later (skip-recent) is triggered
@@ -349,7 +365,7 @@ async def _summarize_locked(
             request_gap=gap,
         )
         if not run.checker(check):
-            return TargetOutcome(reason="not_triggered", **base)
+            return base.outcome("not_triggered")
     try:
         result = await run.summarizer.summarize(
             SummaryRequest(filter_key=filter_key, previous=previous, events=without_superseded(delta), parent=parent)
@@ -358,10 +374,10 @@ async def _summarize_locked(
         raise
     except Exception as exc:
         logger.warning("summary of %s/%r failed: %s", run.key.session_id, filter_key, exc)
-        return TargetOutcome(reason="error", error=f"{type(exc).__name__}: {exc}", **base)
+        return base.outcome("error", error=f"{type(exc).__name__}: {exc}")
     text = result.text.strip()
     if not text:
-        return TargetOutcome(reason="empty_text", **base)
+        return base.outcome("empty_text")
     summary = _next_summary(run, filter_key, previous, delta, result)
     try:
         stored = await run.service.advance_summary(run.key, summary)
@@ -369,10 +385,10 @@ async def _summarize_locked(
         raise
     except Exception as exc:
         logger.warning("summary of %s/%r advanced but was not stored: %s", run.key.session_id, filter_key, exc)
-        return TargetOutcome(reason="persist_failed", summary=summary, error=f"{type(exc).__name__}: {exc}", **base)
+        return base.outcome("persist_failed", summary=summary, error=f"{type(exc).__name__}: {exc}")
     if stored is None:
-        return TargetOutcome(reason="stale", **base)
-    return TargetOutcome(reason="updated", summary=stored, **base)
+        return base.outcome("stale")
+    return base.outcome("updated", summary=stored)
 
 
 async def _request_gap(run: _Run, events: Sequence[Event], previous: Summary | None) -> RequestGap | None:
