@@ -7,7 +7,7 @@ skill loaded by a tool call shows in the very next request.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from runs.core.agents.llm import InstructionProcessor, LLMAgent
@@ -51,7 +51,7 @@ class SkillsLLMAgent(LLMAgent):
         )
         self.skills = skills
 
-    async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         # The summaries feed the overview and the tools' skill lists, so read them
         # before the run computes its tool specs.
         await self.skills.prepare()

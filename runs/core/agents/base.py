@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
 from runs.core.invocation import Invocation
@@ -24,7 +24,7 @@ class Agent(Protocol):
         """The model the agent talks to, if any (shown in `/api/agents/`)."""
         ...
 
-    def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         """Yield the run's events in order. Complete events are persisted by the runner
         before the generator resumes, so later steps see earlier ones in the session."""
         ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +85,7 @@ class EventMux:
 
         self._tasks.append(asyncio.create_task(produce(), name=f"mux-{key}"))
 
-    async def drain(self) -> AsyncIterator[Event | Finished]:
+    async def drain(self) -> AsyncGenerator[Event | Finished, None]:
         """Events and `Finished` markers in arrival order, until every producer finished."""
         pending = len(self._tasks)
         ack: asyncio.Future[None] | None = None
@@ -141,7 +141,7 @@ class ChainAgent:
     def sub_agents(self) -> list[Agent]:
         return self.agents
 
-    async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         start = routed_child(invocation, self.agents) or 0
         for agent in self.agents[start:]:
             if invocation.cancel_event.is_set():
@@ -188,7 +188,7 @@ class ParallelAgent:
     def sub_agents(self) -> list[Agent]:
         return self.agents
 
-    async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         mux = EventMux()
         results: dict[str, dict[str, Any]] = {}
         routed = routed_child(invocation, self.agents)
@@ -272,7 +272,7 @@ class CycleAgent:
     def sub_agents(self) -> list[Agent]:
         return self.agents
 
-    async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         start = routed_child(invocation, self.agents) or 0
         for iteration in range(self.max_iterations):
             for agent in self.agents[start if iteration == 0 else 0:]:

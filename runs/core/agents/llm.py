@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -259,7 +259,7 @@ class LLMAgent:
             Event(author=self.name, object=OBJECT_ERROR, done=True, error=EventError(type=type_, message=message, code=code))
         )
 
-    async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         routed = follow_route(invocation, self.sub_agents)
         if routed is not None:  # the user's reply goes to the sub-agent that asked
             async for event in routed:
@@ -272,7 +272,7 @@ class LLMAgent:
             invocation.agent_state.pop(self.name, None)
             self.background_compactions.release(invocation)
 
-    async def _run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def _run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         max_steps = invocation.options.max_steps or self.max_steps
         instruction = invocation.options.instruction or self.instruction
         if added := invocation.options.added_instruction:
@@ -433,11 +433,11 @@ class LLMAgent:
                     tools.cancel()
                     with contextlib.suppress(BaseException):
                         await tools
-            step = [completion, *results] if grouped else list(results)
-            for event in step[:-1]:
+            written = [completion, *results] if grouped else list(results)
+            for event in written[:-1]:
                 yield continued(event)
-            if step:
-                yield step[-1]
+            if written:
+                yield written[-1]
             if stop is not None:
                 yield self._error(invocation, "stop_agent_error", str(stop))
                 return
@@ -457,5 +457,6 @@ class LLMAgent:
 
 async def _nothing() -> AsyncIterator[ModelResponse]:
     """The stream of a model call a callback answered: nothing more to read."""
-    for response in ():  # an async generator that yields nothing
+    responses: tuple[ModelResponse, ...] = ()
+    for response in responses:  # an async generator that yields nothing
         yield response

@@ -15,7 +15,7 @@ holds `{"from", "to", "branch", "message"?}`. The AG-UI translator adds a CUSTOM
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 from runs.core.agents.base import Agent
@@ -90,7 +90,7 @@ def transfer_text(target: str, note: str | None) -> str:
     return f"{text}\n{note}" if note else text
 
 
-async def run_transfer(invocation: Invocation, *, author: str, target: Agent, note: str | None = None) -> AsyncIterator[Event]:
+async def run_transfer(invocation: Invocation, *, author: str, target: Agent, note: str | None = None) -> AsyncGenerator[Event, None]:
     """The `agent.transfer` event, then the target's events on its own branch."""
     child = child_invocation(invocation, target)
     info: dict[str, Any] = {"from": invocation.branch, "to": target.name, "branch": child.branch}
@@ -105,7 +105,7 @@ async def run_transfer(invocation: Invocation, *, author: str, target: Agent, no
             yield event
 
 
-def follow_route(invocation: Invocation, targets: Sequence[Agent]) -> AsyncIterator[Event] | None:
+def follow_route(invocation: Invocation, targets: Sequence[Agent]) -> AsyncGenerator[Event, None] | None:
     """The events of the target a followed await-user-reply route leads to (the user's
     reply to a question a transferred-to agent asked), or None when the route does not
     pass through here (`runs.core.routing`)."""
@@ -114,7 +114,7 @@ def follow_route(invocation: Invocation, targets: Sequence[Agent]) -> AsyncItera
         return None
     target = targets[index]
 
-    async def events() -> AsyncIterator[Event]:
+    async def events() -> AsyncGenerator[Event, None]:
         async with contextlib.aclosing(target.run(child_invocation(invocation, target))) as stream:
             async for event in stream:
                 yield event

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 from runs.core.agents.graph.builder import CompiledGraph, StateGraph
@@ -108,7 +108,7 @@ class GraphAgent:
             values[self.input_key] = invocation.message.content
         return self.graph.schema.initial(values)
 
-    async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         executor = Executor(self.graph, invocation=invocation, store=self.checkpoints)
         try:
             resume = invocation.options.metadata.get(RESUME_OPTION)

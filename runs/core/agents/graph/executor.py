@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,7 +120,7 @@ class Executor:
 
     # -- the loop ------------------------------------------------------------------------
 
-    async def start(self, state: Mapping[str, Any]) -> AsyncIterator[Event]:
+    async def start(self, state: Mapping[str, Any]) -> AsyncGenerator[Event, None]:
         """Run from the entry point on `state` (a full state: see `StateSchema.initial`)."""
         position = _Position(step=0, state=dict(state), tasks=self.graph.entry)
         # The input checkpoint: a run that dies in its first step can still be resumed.
@@ -130,7 +130,7 @@ class Executor:
             async for event in events:
                 yield event
 
-    async def resume(self, checkpoint: Checkpoint, *, value: Any = None, has_value: bool = True) -> AsyncIterator[Event]:
+    async def resume(self, checkpoint: Checkpoint, *, value: Any = None, has_value: bool = True) -> AsyncGenerator[Event, None]:
         """Continue from `checkpoint`; a pending interrupt gets `value` as its answer."""
         resume_values = {k: tuple(v) for k, v in checkpoint.resume_values.items()}
         pending = checkpoint.interrupt
@@ -146,7 +146,7 @@ class Executor:
             async for event in events:
                 yield event
 
-    async def _loop(self, position: _Position) -> AsyncIterator[Event]:
+    async def _loop(self, position: _Position) -> AsyncGenerator[Event, None]:
         graph = self.graph
         while position.tasks:
             if self.invocation.cancel_event.is_set():
@@ -180,7 +180,7 @@ class Executor:
             position.step, status="completed", checkpoint_id=position.parent_id
         ), done=True)
 
-    async def _superstep(self, position: _Position) -> AsyncIterator[Event | GraphInterrupt]:
+    async def _superstep(self, position: _Position) -> AsyncGenerator[Event | GraphInterrupt, None]:
         """Run the step's tasks at once; yield their events, then the first interrupt."""
         graph = self.graph
         mux = EventMux()
@@ -218,7 +218,7 @@ class Executor:
         if first is not None:
             yield first
 
-    async def _pause(self, position: _Position, signal: GraphInterrupt) -> AsyncIterator[Event]:
+    async def _pause(self, position: _Position, signal: GraphInterrupt) -> AsyncGenerator[Event, None]:
         try:
             json.dumps(signal.payload)
         except (TypeError, ValueError) as exc:
