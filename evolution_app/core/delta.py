@@ -227,10 +227,10 @@ def scan_delta(events: Sequence[Event]) -> ReviewDelta:
         elif message.role == "tool":
             failed = is_tool_error(message.content)
             call_id = message.tool_call_id or ""
-            call = steps.get(call_id)
-            if call is not None:
+            asked = steps.get(call_id)
+            if asked is not None:
                 steps[call_id] = ToolStep(
-                    name=call.name, arguments=call.arguments, call_event_id=call.call_event_id, call_seq=call.call_seq,
+                    name=asked.name, arguments=asked.arguments, call_event_id=asked.call_event_id, call_seq=asked.call_seq,
                     result_event_id=event.id, result_seq=seq, result=message.content, failed=failed,
                 )
             if failed and pending_error is None:

@@ -112,8 +112,8 @@ class AgentReplayer:
             repositories.append(self.library)
         try:
             agent = self.agent_factory(delta.agent, model, ChainedSkillRepository(repositories))
-        except LookupError as error:  # the evidence's agent is no longer registered
-            return ReplayOutcome(completed=False, error=str(error))
+        except LookupError as missing:  # the evidence's agent is no longer registered
+            return ReplayOutcome(completed=False, error=str(missing))
         runner = Runner(app="evolution-replay", agents=[agent], session_service=InMemorySessionService())
         tool_calls = tool_errors = 0
         called: dict[str, str] = {}
