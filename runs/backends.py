@@ -12,7 +12,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
-from django.db.models.sql.subqueries import UpdateQuery
+from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
 from runs import models as orm
 from runs.core.agents.graph.checkpoint import Checkpoint, PendingInterrupt
@@ -51,6 +51,21 @@ def _create(record: RunRecord) -> RunRecord:
             raise DuplicateRequestError(record.request_id) from None
         raise
     return record
+
+
+def _create_statement(record: RunRecord, guard: str | None) -> tuple[str, list[Any]]:
+    """`_create`'s INSERT as SQL and parameters, for a ledger append to run in its own
+    transaction (issue 18: the run's row commits with its user message). With the append's
+    `guard`, the row is inserted from a SELECT that holds to it (an INSERT has no WHERE)."""
+    data = asdict(record)
+    data["user_id"] = int(data["user_id"])
+    query = InsertQuery(orm.Run)
+    query.insert_values(orm.Run._meta.concrete_fields, [orm.Run(**data)])
+    [(sql, params)] = query.get_compiler(connection=connection).as_sql()
+    if guard is not None:
+        head, values = sql.rsplit(" VALUES ", 1)
+        sql = f"{head} SELECT {values.strip().removeprefix('(').removesuffix(')')} WHERE {guard}"
+    return sql, list(params)
 
 
 def _save(record: RunRecord) -> None:
@@ -140,6 +155,11 @@ class DjangoRunStore:
 
     async def save(self, record: RunRecord) -> None:
         await db_call(_save)(record)
+
+    def joined_create(self, record: RunRecord) -> Callable[[str | None], tuple[str, list[Any]]]:
+        """`create(record)` as a write that commits with a ledger append of the Django
+        session service (same database); a duplicate request id fails that append whole."""
+        return functools.partial(_create_statement, record)
 
     def joined_save(self, record: RunRecord) -> Callable[[str | None], tuple[str, list[Any]]]:
         """`save(record)` as a write that commits with a ledger append of the Django session

@@ -110,6 +110,20 @@ class JoinableRunStore(Protocol):
         ...
 
 
+@runtime_checkable
+class JoinableRunCreate(Protocol):
+    """A run store whose new record can be inserted inside a ledger append (issue 18: the
+    run's row commits with its user message, one transaction and one commit less per run).
+
+    `joined_create(record)` returns the INSERT as the session service's `append_events`
+    takes it in `joined`. A duplicate request id fails that append whole (nothing of the
+    turn is written); the runner then learns why from `create`."""
+
+    def joined_create(self, record: RunRecord) -> Callable[[str | None], Any]:
+        """`create(record)`, as a write to run inside a ledger append's transaction."""
+        ...
+
+
 class InMemoryRunStore:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}

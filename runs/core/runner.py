@@ -38,6 +38,7 @@ from runs.core.output import OUTPUT_EXTENSION
 from runs.core.records import (
     REQUIRES_ACTION,
     InMemoryRunStore,
+    JoinableRunCreate,
     JoinableRunStore,
     RunRecord,
     RunStatusName,
@@ -330,9 +331,12 @@ class Runner:
                 cancel_event=asyncio.Event(),
                 services={**self.services, STEERING_SERVICE: steering},
             )
-            # 3. register the run (or claim the paused one); a request id may run once per user
+            # 3. register the run (or claim the paused one); a request id may run once per user.
+            # Issue 18: when nothing is written before the user message, the run's row is
+            # inserted with it (one commit less); a duplicate request id then fails that write.
+            join = paused is None and self._joins_create(session, turn, seed)
             record = await (self._resume(invocation, user_id=user_id) if paused is not None
-                            else self._register(invocation, user_id=user_id, agent=chosen.name))
+                            else self._register(invocation, user_id=user_id, agent=chosen.name, defer=join))
             self._steering[record.id] = steering
         except BaseException:
             if created:
@@ -379,11 +383,18 @@ class Runner:
             if (route_note := routed.note(author=chosen.name)) is not None:
                 opening.append(invocation.stamp(route_note))  # the route is consumed or cleared
             # One transaction: a seeded history is in the ledger with its turn or not at all.
-            await self.session_service.append_events(session, opening)
+            if join:
+                create = self.run_store.joined_create(handle.record)  # type: ignore[attr-defined]  # _joins_create checked
+                await self.session_service.append_events(session, opening, joined=[create])  # type: ignore[call-arg]  # joins_writes
+                join = False  # the row is in
+            else:
+                await self.session_service.append_events(session, opening)
             # Issue 21: event_count counts the ledger events this run wrote, its turn included.
             written = len(opening) - (1 if abandoned is not None else 0)  # the ended run's completion is its own
             handle.record = handle.record.replace(event_count=handle.record.event_count + written)
         except BaseException as exc:
+            if join and not await self._row_after_failed_start(handle, created=created):
+                raise
             # The run row exists: end it here, or it stays `running` for good (this process
             # owns it, so no reaper takes it; it holds the thread and a slot of the user's cap).
             await self._end_unstarted(handle, exc)
@@ -591,8 +602,10 @@ class Runner:
         except Exception:
             logger.exception("could not delete session %s after a refused start", session.id)
 
-    async def _register(self, invocation: Invocation, *, user_id: str, agent: str) -> RunRecord:
-        """Create the run's record; `DuplicateRequestError` when the user used its request id."""
+    async def _register(self, invocation: Invocation, *, user_id: str, agent: str, defer: bool = False) -> RunRecord:
+        """Create the run's record; `DuplicateRequestError` when the user used its request id.
+        With `defer`, the record is only built: the user message's append inserts it
+        (`start`, `_row_after_failed_start`)."""
         request = (user_id, invocation.request_id)
         if request in self._active_requests:
             raise DuplicateRequestError(invocation.request_id)
@@ -601,15 +614,56 @@ class Runner:
         # that is neither running nor starting for a zombie.
         self._starting.add(invocation.run_id)
         try:
-            return await self.run_store.create(RunRecord(
+            record = RunRecord(
                 id=invocation.run_id, app=self.app, user_id=user_id, session_id=invocation.session.id,
                 agent=agent, request_id=invocation.request_id, owner=self.owner, status="running",
                 started_at=utcnow(), heartbeat_at=utcnow(),
-            ))
+            )
+            return record if defer else await self.run_store.create(record)
         except BaseException:
             self._active_requests.discard(request)
             self._starting.discard(invocation.run_id)
             raise
+
+    def _joins_create(self, session: Session, turn: Sequence[Message], seed: Sequence[Message]) -> bool:
+        """Whether the run's row can be inserted with its user message (issue 18): both
+        stores can share a transaction, and nothing else is written between the row and
+        the message (no paused run to abandon, no upload to store), so that a duplicate
+        request id, found by that write, has still changed nothing."""
+        if not getattr(self.session_service, "joins_writes", False) or not isinstance(self.run_store, JoinableRunCreate):
+            return False
+        completion = next((e for e in reversed(session.events) if e.is_runner_completion), None)
+        if completion is not None and completion.extensions.get("status") == REQUIRES_ACTION:
+            return False
+        return not any(p.data is not None and p.artifact is None for m in (*turn, *seed) for p in m.parts)
+
+    async def _row_after_failed_start(self, handle: RunHandle, *, created: bool) -> bool:
+        """A start whose row was to go in with its user message failed before that write
+        held: create the row alone, to learn why and so that the run can end visibly. A
+        duplicate request id is refused as before (`DuplicateRequestError`, a session this
+        start created dropped); False when the row cannot be created either (the start is
+        then undone in memory and the caller re-raises its failure)."""
+        request = (handle.record.user_id, handle.record.request_id)
+        try:
+            await self.run_store.create(handle.record)
+            return True
+        except DuplicateRequestError:
+            with contextlib.suppress(Exception):
+                if await self.run_store.get(handle.run_id) is not None:
+                    return True  # the append held after all (its answer was lost to a cancel)
+            self._active_requests.discard(request)
+            self._starting.discard(handle.run_id)
+            self._steering.pop(handle.run_id, None)
+            if created:
+                await self._drop_session(handle.invocation.session)
+            raise
+        except BaseException:
+            self._active_requests.discard(request)
+            self._starting.discard(handle.run_id)
+            self._steering.pop(handle.run_id, None)
+            logger.warning("run %s: its record could not be created after its start failed", handle.run_id,
+                           exc_info=True)
+            return False
 
     async def _paused_run(self, session: Session, results: Sequence[Message], *, agent: str) -> RunRecord | None:
         """Issue 20: the run of this session paused for the client-tool calls `results`
