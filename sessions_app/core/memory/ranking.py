@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -12,37 +11,21 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from sessions_app.core.memory.defaults import (
-    BM25_B,
-    BM25_K1,
     DEFAULT_RRF_K,
     MAX_CANDIDATES,
     MAX_QUERY_TOKENS,
-    MAX_TOKEN_CHARS,
     PHRASE_BONUS,
     MemoryKind,
 )
 from sessions_app.core.memory.values import MemoryEntry
-from sessions_app.core.text import stem
+from sessions_app.core.text import analyze as analyze_text
+from sessions_app.core.text import bm25_term, has_unsegmented
+from sessions_app.core.text import idf as idf
 
 # -- text analysis ------------------------------------------------------------------------------
-
-_STOPWORDS = frozenset(
-    """
-    a about above after again against all am an and any are aren as at be because been before being
-    below between both but by can cannot could couldn did didn do does doesn doing don down during
-    each few for from further had hadn has hasn have haven having he her here hers herself him
-    himself his how i if in into is isn it its itself just let ll me more most my myself no nor not
-    now of off on once only or other ought our ours ourselves out over own re same shan she should
-    shouldn so some such than that the their theirs them themselves then there these they this those
-    through to too under until up us ve very was wasn we were weren what when where which while who
-    whom why will with won would wouldn you your yours yourself yourselves
-    also ever really still yet s t d m o y
-    """.split()
-)
-_LATIN = re.compile(r"[a-z0-9]+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-_SPLIT = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+)")
-
+# The tokenizer, stop words, stemmer and BM25 are sessions_app.core.text's, shared with
+# session recall: one analyzer, so a memory and an event are read the same way. Memory adds
+# only NFKC (full-width letters and digits are their ASCII selves in a memory's tokens).
 
 
 def normalize_text(text: str) -> str:
@@ -50,23 +33,10 @@ def normalize_text(text: str) -> str:
 
 
 def analyze(text: str) -> list[str]:
-    """Search tokens of a text, in order, with repeats (term counts matter to BM25)."""
-    tokens: list[str] = []
-    for piece in _SPLIT.split(normalize_text(text)):
-        if not piece:
-            continue
-        if _CJK.fullmatch(piece):
-            if len(piece) == 1:
-                tokens.append(piece)
-            else:
-                tokens.extend(piece[i:i + 2] for i in range(len(piece) - 1))
-            continue
-        # Apostrophes inside words (it's, caroline's) split off their short tail.
-        for word in _LATIN.findall(piece.replace("'", " ").replace("\u2019", " ")):
-            if word in _STOPWORDS or len(word) > MAX_TOKEN_CHARS:
-                continue
-            tokens.append(stem(word))
-    return tokens
+    """Search tokens of a text, in order, with repeats (term counts matter to BM25): the
+    shared analyzer's terms of its NFKC form. Stored with each memory (`search_tokens`):
+    a change here needs a migration re-analyzing them (0007 is the last)."""
+    return analyze_text(normalize_text(text))
 
 
 def query_tokens(text: str) -> list[str]:
@@ -77,7 +47,7 @@ def query_tokens(text: str) -> list[str]:
 def phrase_of(text: str) -> str:
     """The query as a phrase for substring matching ("" when too short to mean anything)."""
     phrase = " ".join(normalize_text(text).split())
-    if len(phrase) < 3 and not _CJK.search(phrase):
+    if len(phrase) < 3 and not has_unsegmented(phrase):
         return ""
     return phrase
 
@@ -140,11 +110,6 @@ class CandidateQuery:
     limit: int = MAX_CANDIDATES
 
 
-def idf(documents: int, frequency: int) -> float:
-    """BM25's idf, always positive."""
-    return math.log(1.0 + (documents - frequency + 0.5) / (frequency + 0.5))
-
-
 def bm25_rank(
     tokens: Sequence[str], phrase: str, candidates: Sequence[Candidate], stats: CorpusStats
 ) -> list[tuple[MemoryEntry, float, float]]:
@@ -169,9 +134,7 @@ def bm25_rank(
         length = len(candidate.tokens) or 1
         raw = 0.0
         for token, weight in weights.items():
-            tf = counts.get(token, 0)
-            if tf:
-                raw += weight * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / average))
+            raw += bm25_term(weight, counts.get(token, 0), length, average)
         if phrase and phrase in " ".join(normalize_text(candidate.entry.text).split()):
             raw += PHRASE_BONUS * ideal
         if raw > 0:

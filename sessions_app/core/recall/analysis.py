@@ -5,97 +5,18 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from sessions_app.core.text import stem
+from sessions_app.core.text import STOP_WORDS as STOP_WORDS
+from sessions_app.core.text import UNSEGMENTED_RANGES as UNSEGMENTED_RANGES
+from sessions_app.core.text import WORD, has_unsegmented, words
+from sessions_app.core.text import analyze as analyze
+from sessions_app.core.text import is_unsegmented as is_unsegmented
+from sessions_app.core.text import query_terms as query_terms
+from sessions_app.core.text import surface_forms as surface_forms
 
-# -- text analysis ----------------------------------------------------------------------------
-
-# Scripts written without spaces between words: indexed as overlapping character bigrams.
-# The PostgreSQL index expression (sessions_app/search.py) splits the same ranges into
-# single characters, so a bigram there is "both characters" and is verified here.
-UNSEGMENTED_RANGES = (
-    "\u0e00-\u0eff"  # Thai, Lao
-    "\u1000-\u109f"  # Myanmar
-    "\u1780-\u17ff"  # Khmer
-    "\u3040-\u30ff"  # Hiragana, Katakana
-    "\u3400-\u4dbf"  # CJK extension A
-    "\u4e00-\u9fff"  # CJK unified ideographs
-    "\uac00-\ud7af"  # Hangul syllables
-    "\uf900-\ufaff"  # CJK compatibility ideographs
-)
-_WORD = re.compile(r"[^\W_]+")
-_SEGMENTS = re.compile(f"([{UNSEGMENTED_RANGES}]+)")
-_UNSEGMENTED = re.compile(f"[{UNSEGMENTED_RANGES}]")
-_MAX_TERM_CHARS = 64  # longer "words" are hashes or base64: never worth indexing
-
-STOP_WORDS = frozenset(
-    # SPEC 5.2's list, plus pronouns and auxiliaries that carry no topic.
-    "a about an and are as at be by did discuss discussed do does for from had has have how in into "
-    "is it its me of on or say said session summary tell that the their them they this to was were "
-    "what when where which who why with would "
-    "am been being can could i if my mine myself our ours so than then there these those us we "
-    "you your yours he him his she her hers not no yes will shall should may might must just also "
-    "any some all very too out up".split()
-)
-
-
-
-
-_SUFFIXES = ("s", "e", "es", "ed", "ing", "ings", "d", "er", "ers", "eds", "eed", "eeds", "eing", "eings")
-
-
-def surface_forms(term: str) -> list[str]:
-    """Every word that `stem` may map to `term` (and a few more): what an index holding whole
-    words must look up to find a stem. Checked against the vocabulary of the benchmark data
-    by a test: `stem(w)` in `surface_forms(...)` for each word w."""
-    if not (term.isascii() and term.isalpha()):
-        return [term]
-    forms = [term, *(term + suffix for suffix in _SUFFIXES)]
-    if term.endswith("y"):
-        forms.append(term[:-1] + "ies")
-    forms.extend(term + term[-1] + suffix for suffix in ("ing", "ed", "ings"))
-    return list(dict.fromkeys(forms))
-
-
-def is_unsegmented(char: str) -> bool:
-    """Whether a character belongs to a script written without spaces between words."""
-    return bool(_UNSEGMENTED.match(char))
-
-
-def _raw_terms(text: str) -> Iterable[tuple[str, bool]]:
-    """(term, is_word) for every term of `text`: stemmed words and unsegmented bigrams."""
-    for token in _WORD.findall(text.lower()):
-        if not _UNSEGMENTED.search(token):
-            # A lone Latin letter ("s" of "Caroline's") says nothing; a lone digit may.
-            if len(token) <= _MAX_TERM_CHARS and not (len(token) == 1 and token.isascii() and token.isalpha()):
-                yield token, True
-            continue
-        for part in _SEGMENTS.split(token):
-            if not part:
-                continue
-            if _UNSEGMENTED.match(part):
-                if len(part) == 1:
-                    yield part, False
-                else:
-                    for i in range(len(part) - 1):
-                        yield part[i : i + 2], False
-            elif len(part) <= _MAX_TERM_CHARS:
-                yield part, True
-
-
-def analyze(text: str) -> list[str]:
-    """The index terms of a text, in order: stemmed words without stop words, and
-    character bigrams for unsegmented scripts."""
-    return [
-        stem(term) if is_word else term for term, is_word in _raw_terms(text) if not (is_word and term in STOP_WORDS)
-    ]
-
-
-def query_terms(query: str) -> list[str]:
-    """The distinct terms of a query, in order. A query made only of stop words keeps them."""
-    terms = list(dict.fromkeys(analyze(query)))
-    if not terms:
-        terms = list(dict.fromkeys(stem(t) if w else t for t, w in _raw_terms(query)))
-    return terms
+# The tokenizer, stop words, stemmer and analyzer are sessions_app.core.text's, shared with
+# long-term memory, skill evolution and the offline planner; what follows is recall's own:
+# SPEC 5.2's keywords and query list.
+_WORD = WORD
 
 
 def normalize_space(text: str) -> str:
@@ -110,10 +31,10 @@ def keyword_tokens(query: str) -> list[str]:
     """SPEC 5.2 keywords: lower-cased words without stop words, dropping words of fewer than
     three characters unless they hold a digit or are in an unsegmented script."""
     keywords = []
-    for token in _WORD.findall(query.lower()):
+    for token in words(query):
         if token in STOP_WORDS:
             continue
-        if len(token) < 3 and not any(c.isdigit() for c in token) and not _UNSEGMENTED.search(token):
+        if len(token) < 3 and not any(c.isdigit() for c in token) and not has_unsegmented(token):
             continue
         keywords.append(token)
     return list(dict.fromkeys(keywords))
