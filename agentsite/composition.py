@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -91,7 +92,8 @@ def build_summarizer(policy: ContextPolicy, summary_model: Model | None = None) 
     pre-call path cannot overflow) unless AGENTSITE_SUMMARY_CHUNKED is off."""
     if policy.summarizer != "auto":
         module, _, name = policy.summarizer.partition(":")
-        return getattr(importlib.import_module(module), name)()
+        custom: Callable[[], Summarizer] = getattr(importlib.import_module(module), name)
+        return custom()
     from runs.core.llm.offline import OfflineModel
 
     model = summary_model or build_model(settings.AGENTSITE_SUMMARY_MODEL)
