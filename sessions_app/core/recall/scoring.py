@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from collections import Counter, OrderedDict
@@ -19,7 +18,8 @@ from sessions_app.core.recall.analysis import (
     normalize_space,
     query_terms,
 )
-from sessions_app.core.recall.defaults import BM25_B, BM25_K1, FULL_QUERY_BONUS, KEYWORD_BONUS, MIN_SCORE, SCAN_CAP
+from sessions_app.core.recall.defaults import FULL_QUERY_BONUS, KEYWORD_BONUS, MIN_SCORE, SCAN_CAP
+from sessions_app.core.text import bm25_term, idf
 
 # -- lexical scoring -------------------------------------------------------------------------
 
@@ -50,7 +50,7 @@ class CorpusStats:
         # A term found nowhere weighs as one found once: otherwise a single absent word (a
         # typo, a name never written) would outweigh everything else the query asks for.
         n = min(max(self.doc_freq.get(term, 0), 1), max(self.doc_count, 1))
-        return math.log(1.0 + (max(self.doc_count, 1) - n + 0.5) / (n + 0.5))
+        return idf(max(self.doc_count, 1), n)
 
     @classmethod
     def of(cls, documents: Sequence[Document], terms: Iterable[str]) -> CorpusStats:
@@ -76,7 +76,6 @@ def score_document(terms: Sequence[str], phrase: str, document: Document, stats:
     covered = 0.0
     bm25 = 0.0
     matched = 0
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * document.length / stats.avg_length)
     for term in terms:
         weight = stats.idf(term)
         total += weight
@@ -84,7 +83,7 @@ def score_document(terms: Sequence[str], phrase: str, document: Document, stats:
         if tf:
             matched += 1
             covered += weight
-            bm25 += weight * tf * (BM25_K1 + 1) / (tf + norm)
+            bm25 += bm25_term(weight, tf, document.length, stats.avg_length)
     if not matched:
         return None
     score = covered / total if total > 0 else 0.0
