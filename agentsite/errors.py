@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from runs.core.errors import AgentNotFoundError, DuplicateRequestError, TooManyRunsError, UsageError
+from runs.error_texts import core_error_text
 from sessions_app.core.session import SessionNotFoundError
 
 
@@ -89,7 +90,8 @@ _CODES = {
 
 
 def to_application_error(exc: Exception) -> ApplicationError | None:
-    """Map core errors to API errors."""
+    """Map core errors to API errors, their text in the request's language
+    (`runs.error_texts`: core says it in English, with a stable code)."""
     if isinstance(exc, ApplicationError):
         return exc
     if isinstance(exc, RequestDataTooBig):
@@ -97,15 +99,15 @@ def to_application_error(exc: Exception) -> ApplicationError | None:
         message = gettext("request body is larger than the limit of %(limit)s bytes") % {"limit": limit}
         return ApplicationError("body_too_large", message, status_code=413)
     if isinstance(exc, AgentNotFoundError):
-        return ApplicationError("unknown_agent", str(exc), status_code=400, field="agent")
+        return ApplicationError("unknown_agent", core_error_text(exc), status_code=400, field="agent")
     if isinstance(exc, DuplicateRequestError):
-        return ApplicationError("duplicate_request", str(exc), status_code=409, field="request_id")
+        return ApplicationError("duplicate_request", core_error_text(exc), status_code=409, field="request_id")
     if isinstance(exc, SessionNotFoundError):
         return ApplicationError("not_found", str(exc), status_code=404, field="session_id")
     if isinstance(exc, TooManyRunsError):
-        return ApplicationError("too_many_runs", str(exc), status_code=429)
+        return ApplicationError("too_many_runs", core_error_text(exc), status_code=429)
     if isinstance(exc, UsageError):
-        return ApplicationError("invalid_request", str(exc), status_code=400)
+        return ApplicationError("invalid_request", core_error_text(exc), status_code=400)
     return None
 
 

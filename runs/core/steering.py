@@ -53,18 +53,24 @@ class SteeringError(UsageError):
 class RunNotActiveError(SteeringError):
     """The run is not going in this process (unknown, ended, cancelled or ending)."""
 
+    error_code = "run_not_active"
+
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} is not running here")
         self.run_id = run_id
+        self.params = {"run": repr(run_id)}
 
 
 class QueueFullError(SteeringError):
     """The run already holds as many queued messages as the limit allows."""
 
+    error_code = "queue_full"
+
     def __init__(self, run_id: str, *, limit: int) -> None:
         super().__init__(f"run {run_id!r} already has {limit} queued messages; the limit is {limit}")
         self.run_id = run_id
         self.limit = limit
+        self.params = {"run": repr(run_id), "limit": limit}
 
 
 @dataclass(frozen=True, kw_only=True)
