@@ -94,6 +94,7 @@ from django.conf import settings
 from django.db.models import Max, Min
 
 from agentsite.runtime import run_manager
+from runs import error_texts
 from runs import models as run_orm
 from runs.attachment_input import rest_parts
 from runs.core.attachments import AttachmentError
@@ -236,6 +237,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
         self.user = self.scope.get("user")
         self.token = self.scope.get(TOKEN_KEY)
+        self.language = error_texts.socket_language(self.scope)  # LocaleMiddleware's rule
         self.translator = AguiTranslator(thread_id=self.session_id, include_user_messages=True)
         self.last_seq = 0
         self.replay_page = REPLAY_PAGE
@@ -309,6 +311,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         ledger, and a new socket catches up from its last seq."""
         if getattr(self, "client_gone", False):
             return
+        if text_data is not None:  # an error frame's message in the socket's language (issue 21)
+            text_data = error_texts.localize_frame_text(text_data, getattr(self, "language", None))
         try:
             await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
             if self.window is not None and not self.window.open:
