@@ -207,6 +207,9 @@ def test_the_tools_advertise_their_arguments_to_the_model() -> None:
     assert load["required"] == []
     assert {"event_id", "tool_call_id", "content_offset", "content_limit", "before", "after"} <= set(load["properties"])
     assert "not instructions" in specs["session_load"].description
+    sections = specs["search_sections"]
+    assert sections.parameters["required"] == ["query"] and sections.parameters["properties"]["top_k"]["default"] == 10
+    assert "[events F-L]" in sections.description and "no_match" in sections.description
 
 
 def test_the_composition_root_gives_the_runner_a_django_recall_index() -> None:
@@ -215,3 +218,41 @@ def test_the_composition_root_gives_the_runner_a_django_recall_index() -> None:
 
     runner = build_runner(ScriptedModel.of())
     assert isinstance(runner.services["recall"], DjangoRecallIndex)
+
+
+async def test_the_model_follows_the_summary_sections_with_search_sections() -> None:
+    service = InMemorySessionService()
+    said = [
+        ("user", "Let's plan the trip to Lisbon."),
+        ("user", "The hotel invoice number is INV-100 for the Lisbon stay."),
+        ("assistant", "Noted, invoice INV-100 for the hotel."),
+        ("user", "Now the car rental for Porto."),
+        ("assistant", "The rental desk opens at nine."),
+        ("user", "The rental invoice number is INV-200 for the Porto car."),
+        ("assistant", "Noted, invoice INV-200 for the car."),
+    ]
+    events = [Event(author="user" if r == "user" else "support", message=Message(role=r, content=t)) for r, t in said]  # type: ignore[arg-type]
+    session = await seed(service, "alice", events, hide=True)
+    boundary = next(iter((await InMemoryRecallIndex(service).summaries(session.key)).values())).boundary
+    sections = "[events 1-3]\nThe user planned a trip and a hotel.\n\n[events 4-7]\nOpening hours of a desk."
+    await service.put_summary(session.key, Summary(text=sections, boundary=boundary))
+
+    def answer(request: ModelRequest) -> ScriptStep:
+        (found,) = last_tool_payloads(request)
+        return ScriptStep.answer(found["results"][0]["snippet"] if found["results"] else "I do not know.")
+
+    model = ScriptedModel.of(
+        ScriptStep.call("search_sections", {"query": "rental invoice number for the car"}), answer,
+        ScriptStep.call("search_sections", {"query": "zebra migration patterns"}), answer,
+    )
+    runner = runner_for(model, service)
+    first = await runner.start(user_id="alice", session_id=session.id, message="What was the car's invoice number?")
+    record = await first.wait()
+    found = (await tool_results(service, "alice", session.id, after_seq=session.last_seq))[0]
+    assert found["scope"] == "section" and found["sections"][0] == "4-7"
+    assert found["results"][0]["seq"] == 6 and found["note"] == HISTORY_NOTE
+    assert "INV-200" in (record.answer or "")
+    second = await runner.start(user_id="alice", session_id=session.id, message="And the zebras?")
+    record = await second.wait()
+    model.assert_consumed()
+    assert record.answer == "I do not know."
