@@ -29,6 +29,10 @@ Client frames (JSON text)
     {"type": "withdraw", "run_id": str}
         withdraw the messages still queued for the run; answered with
         `{"type": "message.withdrawn", "run_id", "ids": [str]}`.
+    {"type": "regenerate"} and {"type": "edit", "event_id": str, "message": str}
+        redo a turn as REST does (issue 21): answered with `run.accepted` (plus
+        `turn_event_id` and `regenerates` or `edit_of`) or an error frame with REST's codes;
+        runs/surfaces/turn_frames.py.
     A bad frame (not JSON, not an object, unknown `type`, missing or empty `message`,
     wrong types, unknown agent or run) is answered with
     `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
@@ -115,6 +119,7 @@ from runs.fanout import (
 )
 from runs.protocols.backpressure import SendWindow
 from runs.protocols.frames import SHARED
+from runs.surfaces import turn_frames
 from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import mapping
 from sessions_app import models as orm
@@ -569,9 +574,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self._steer(frame)
             elif kind == "withdraw":
                 await self._withdraw(frame)
+            elif kind in turn_frames.KINDS:  # regenerate, edit (issue 21): runs/surfaces/turn_frames.py
+                reply = await turn_frames.answer(kind, frame, user=self.user, session_id=self.session_id)
+                if reply["type"] == "run.accepted":
+                    self.open_runs.add(reply["run_id"])  # as for `run`: open before its first event
+                await self.send(text_data=json.dumps(reply))
             else:
                 raise FrameError(
-                    "unknown_type", f"unknown frame type {kind!r}; expected 'run', 'cancel', 'message' or 'withdraw'", "type",
+                    "unknown_type",
+                    f"unknown frame type {kind!r}; expected 'run', 'cancel', 'message', 'withdraw', 'regenerate' or 'edit'",
+                    "type",
                 )
         except FrameError as exc:
             await self.send(text_data=json.dumps(exc.frame))
