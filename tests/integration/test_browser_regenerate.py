@@ -1,5 +1,6 @@
 """Regenerate an answer, edit and resend a message, and the artifacts panel (issue 21, chat
-features), in a real browser against the scripted model (so each answer differs): the
+features), in a real browser against the scripted model (so each answer differs): both go
+over the chat's websocket (`regenerate` and `edit` frames), as messages do; the
 newest version of a redone turn is shown with buttons to see the earlier ones, before and
 after a reload; an edit opens in place (Escape cancels), and one of an older message is
 marked with a link to its original; a file a run saves appears in the Files panel without
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_browser import (  # noqa: F401 (fixtures used by name)
+    Frames,
     _require_chromium,
     browser,
     carol,
@@ -50,6 +52,9 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
         ServerStep.answer("On Saturday nothing broke."),
     )
     page = open_page(browser)
+    frames = Frames(page)
+    rest_redos: list[str] = []
+    page.on("request", lambda r: rest_redos.append(r.url) if r.url.endswith(("/regenerate/", "/edit/")) else None)
     log_in(page, slow_server)
     send(page, QUESTION)
     visible_answers = page.locator(".msg-assistant:visible .msg-bubble")
@@ -153,6 +158,17 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
     assert users[1]["regenerates"] == users[0]["id"]
     assert users[2]["edit_of"] == users[1]["id"]
     assert users[4]["edit_of"] == users[2]["id"]
+    # Over the websocket, not REST: the frames sent, and each answered with the new turn.
+    assert [f for f in frames.sent if f["type"] in ("regenerate", "edit")] == [
+        {"type": "regenerate"},
+        {"type": "edit", "event_id": users[1]["id"], "message": EDITED},
+        {"type": "edit", "event_id": users[2]["id"], "message": SATURDAY},
+    ]
+    redone = [f for f in frames.of_type("run.accepted") if "turn_event_id" in f]
+    assert [(f["turn_event_id"], f.get("regenerates"), f.get("edit_of")) for f in redone] == [
+        (users[1]["id"], users[0]["id"], None), (users[2]["id"], None, users[1]["id"]), (users[4]["id"], None, users[2]["id"]),
+    ]
+    assert rest_redos == []
     assert scripted_model.remaining == 0
     assert page.js_errors == []
 
@@ -182,5 +198,15 @@ def test_a_failed_answer_can_be_tried_again(
     expect(versions).to_contain_text("2 / 2")
     versions.get_by_role("button", name="Show the previous version").click()
     expect(failure).to_be_visible()
+
+    # A refused edit (the socket's error frame, as REST's 413) is said beside the message,
+    # and the text stays in the field to fix.
+    page.locator(".msg-user:visible").get_by_role("button", name="Edit and resend this message").click()
+    field = page.get_by_label("Edit your message (Enter sends, Shift+Enter adds a line, Escape cancels)")
+    field.fill("x" * 32001)
+    field.press("Enter")
+    expect(page.locator(".msg-editing .turn-error")).to_contain_text("Not sent: message is 32001 characters; the limit is 32000")
+    expect(field).to_be_enabled()
+    expect(field).to_be_focused()
     assert scripted_model.remaining == 0
     assert page.js_errors == []

@@ -71,6 +71,7 @@ export const state = {
   steerPending: [], // of those, the ones whose `message` frame awaits its answer, in order
   liveErrors: [], // error notices from the socket, not yet seen in the ledger
   erroredInvocations: new Set(),
+  redo: null, // the `regenerate` or `edit` frame (turns.js) awaiting its answer: {promise, resolve, reject}
   thinking: null,
   syncing: Promise.resolve(),
 };

@@ -230,6 +230,7 @@ export function connect() {
     state.socketReady = false;
     if (FATAL_CLOSE_CODES.has(event.code)) {
       connectionState("offline", gettext("Disconnected"));
+      settleRedo(null, { message: gettext("Disconnected") });
       if (state.running) finishRun({ failed: true });
       return;
     }
@@ -252,9 +253,37 @@ export function sendFrame(frame) {
   }
 }
 
+/** Regenerate or edit over the socket (issue 21; turns.js): send the `regenerate` or `edit`
+ * frame; the promise resolves with its `run.accepted` (the new turn's run then streams
+ * here as any run does) or rejects with the server's error frame. One at a time: frames
+ * are answered in the order sent, and no other frame awaits an answer while no reply runs. */
+export function redo(frame) {
+  if (state.redo) return state.redo.promise;
+  let settle;
+  const promise = new Promise((resolve, reject) => { settle = { resolve, reject }; });
+  state.redo = { promise, ...settle };
+  sendFrame(frame);
+  return promise;
+}
+
+function settleRedo(accepted, error) {
+  const pending = state.redo;
+  if (!pending) return;
+  state.redo = null;
+  if (accepted) {
+    pending.resolve(accepted);
+  } else {
+    const failure = new Error(error.message || gettext("unknown error"));
+    failure.code = error.code;
+    failure.field = error.field;
+    pending.reject(failure);
+  }
+}
+
 function onFrame(frame) {
   switch (frame.type) {
     case "run.accepted":
+      settleRedo(frame, null);
       state.runId = frame.run_id;
       state.awaitingAcceptSince = 0;
       setRunning(true);
@@ -273,6 +302,11 @@ function onFrame(frame) {
       break;
     case "error": {
       const error = frame.error || {};
+      if (state.redo) {
+        // A refused regenerate or edit: turns.js shows why, beside the message.
+        settleRedo(null, error);
+        break;
+      }
       if (state.steerPending.length && STEER_ERRORS.has(error.code)) {
         // A queued message the server refused: it goes back into the message box.
         const entry = state.steerPending.shift();

@@ -23,7 +23,7 @@
  */
 import { gettext, format, config, els, state, api, refreshTimes, scrollSoon, followConversation } from "./chat-base.js";
 import { showPendingApproval } from "./chat-graph.js";
-import { updateSendMode, setRunStatus, setRunning, syncHistory, connect } from "./chat-run.js";
+import { updateSendMode, setRunStatus, setRunning, syncHistory, connect, redo } from "./chat-run.js";
 import { sendMessage, queueMessage, showQueuedOf, requestCancel, watchdog, autoGrow } from "./chat-send.js";
 
 // -- composer, agent picker, sidebar ----------------------------------------------------------
@@ -141,6 +141,7 @@ async function start() {
 }
 
 // `state` for debugging in the console and for the browser tests; `sync` brings the screen
-// up to the ledger (turns.js calls it once a regenerated or edited turn is written).
-window.agentsiteChat = { state, sync: syncHistory };
+// up to the ledger (turns.js calls it once a regenerated or edited turn is written); `redo`
+// sends turns.js's regenerate and edit frames over this page's socket.
+window.agentsiteChat = { state, sync: syncHistory, redo };
 start();

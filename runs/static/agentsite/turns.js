@@ -12,11 +12,14 @@
    the original.
 
    - Regenerate: a button under the last answer while no reply runs ("Try again" under the
-     notice of a run that failed or was cancelled without one);
-     POST /api/sessions/<id>/regenerate/.
+     notice of a run that failed or was cancelled without one); a `regenerate` frame.
    - Edit: a button under each message you sent; the text becomes a field in place (Enter
      sends, Shift+Enter a new line, Escape cancels and gives focus back to the Edit button);
-     POST /api/sessions/<id>/events/<event id>/edit/. */
+     an `edit` frame.
+
+   Both go over the chat's websocket, as messages do (chat.js's `redo`; docs/websocket.md):
+   the same rules and errors as POST /api/sessions/<id>/regenerate/ and
+   POST /api/sessions/<id>/events/<event id>/edit/, and the new turn streams on the socket. */
 (function () {
   "use strict";
   // Django's JavaScript catalog (/jsi18n/, loaded by base.html) gives the page's language.
@@ -34,10 +37,12 @@
   function chat() { return window.agentsiteChat || { state: {} }; }
   function running() { return Boolean(chat().state.running); }
 
-  const { sessionRequest, button } = window.agentsiteUi;
+  const { button } = window.agentsiteUi;
 
-  function post(path, body) {
-    return sessionRequest("POST", path, body || {});
+  /** A `regenerate` or `edit` frame over the chat's socket; its `run.accepted`, or an Error. */
+  function redo(frame) {
+    const send = chat().redo;
+    return send ? send(frame) : Promise.reject(new Error(gettext("unknown error")));
   }
 
   // A live region of our own: "Regenerating the answer", "Showing version 1 of 2".
@@ -230,7 +235,7 @@
     control.dataset.busy = "1";
     control.disabled = true;
     try {
-      await post(`${encodeURIComponent(sessionId)}/regenerate/`);
+      await redo({ type: "regenerate" });
     } catch (error) {
       delete control.dataset.busy;
       control.disabled = false;
@@ -322,10 +327,9 @@
         error.textContent = gettext("The message must not be empty.");
         return;
       }
-      const sessionId = chat().state.sessionId;
       field.disabled = send.disabled = true;
       try {
-        await post(`${encodeURIComponent(sessionId)}/events/${encodeURIComponent(message.dataset.messageId)}/edit/`, { message: text });
+        await redo({ type: "edit", event_id: message.dataset.messageId, message: text });
       } catch (failure) {
         field.disabled = send.disabled = false;
         error.textContent = format(gettext("Not sent: %(reason)s"), { reason: failure.message });
