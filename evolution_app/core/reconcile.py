@@ -25,15 +25,14 @@ from typing import Literal
 
 from evolution_app.core.review import ReviewDecision
 from evolution_app.core.spec import LibraryEntry, SkillSpec
+from sessions_app.core.text import FUNCTION_WORDS, words
 
 Action = Literal["create", "update"]
 _VARIANT = re.compile(r"^(?:[-:(\[/|_.]| v\d+)")
-_WORD = re.compile(r"[a-z0-9]+")
 _COUNT = re.compile(r"\b\d+\b")
-_STOP = frozenset(
-    "a an and the of for to in on with by from into or at as is are be it this that skill skills "
-    "multi multiple using use via how".split()
-)
+# A skill name's words that say nothing of its topic: the shared function words, and the
+# words every skill name may carry.
+_STOP = FUNCTION_WORDS | frozenset("skill skills multi multiple using use via".split())
 JACCARD_MIN = 0.5
 
 
@@ -104,7 +103,7 @@ def personal_facts(text: str, facts: UserFacts) -> list[str]:
 
 
 def _words(name: str) -> set[str]:
-    return {w for w in _WORD.findall(name.lower()) if len(w) >= 3 and w not in _STOP and not w.isdigit()}
+    return {w for w in words(name) if len(w) >= 3 and w not in _STOP and not w.isdigit()}
 
 
 def _superset_of(name: str, existing: str) -> bool:

@@ -8,18 +8,15 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from sessions_app.core.text import stem
+from sessions_app.core.text import FUNCTION_WORDS, stem
 
-_STOPWORDS = frozenset(
+# The shared function words (sessions_app.core.text), and what a request to a support desk
+# says around its topic ("please check ...", "what happened yesterday").
+_STOPWORDS = FUNCTION_WORDS | frozenset(
     """
-    a about after again all also am an and any are as at be because been before being but by
-    can check could did do does doing done for from get give had has have having help her here
-    him his how i if in into is it its just know let look me more most my need no not now of
-    on or our out please should show so some tell than that the their them then there these
-    they this those to too up us very was we were what when where which while who whom why
-    will with would you your
-    before earlier ever happen happened hello hi last past recent recently seen thank thanks
-    today wrong yesterday
+    after again because before but check doing done earlier ever get give happen happened having
+    hello help here hi know last let look more most need now past please recent recently seen show
+    tell thank thanks today while whom wrong yesterday
     """.split()
 )
 
