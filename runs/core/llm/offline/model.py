@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from runs.core.attachments import describe_part
-from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse, ToolSpec
+from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse
 from runs.core.llm.offline.answers import (
     _CAUSE,
     _TEXT,
@@ -20,7 +20,7 @@ from runs.core.llm.offline.answers import (
     answer_language,
 )
 from runs.core.llm.offline.digests import _parse, _Result
-from runs.core.llm.offline.planning import plan_tool_calls
+from runs.core.llm.offline.planning import plan_tool_calls, tool_profile
 from runs.core.llm.offline.summaries import extractive_summary
 from runs.core.output import OutputSpec, minimal_instance
 from runs.core.tokens import count_messages, count_text
@@ -170,21 +170,31 @@ class OfflineModel:
         )
 
 
-def _tool_json(spec: ToolSpec) -> str:
-    return json.dumps(
-        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
-        sort_keys=True, ensure_ascii=False, default=str,
-    )
-
-
 def _prompt_tokens(request: ModelRequest) -> int:
-    return count_messages(request.messages) + sum(count_text(_tool_json(t)) for t in request.tools)
+    return count_messages(request.messages) + sum(count_text(tool_profile(t).json) for t in request.tools)
+
+
+_MESSAGE_BYTES: dict[int, tuple[Message, bytes]] = {}
+_MAX_MESSAGE_BYTES = 4096
+
+
+def _message_bytes(message: Message) -> bytes:
+    """A message as the fingerprint hashes it, remembered by object: a run's later steps
+    send the same history objects again (a `Message` is immutable)."""
+    hit = _MESSAGE_BYTES.get(id(message))
+    if hit is not None and hit[0] is message:
+        return hit[1]
+    data = json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False).encode()
+    if len(_MESSAGE_BYTES) >= _MAX_MESSAGE_BYTES:
+        _MESSAGE_BYTES.clear()
+    _MESSAGE_BYTES[id(message)] = (message, data)
+    return data
 
 
 def _fingerprint(request: ModelRequest) -> str:
     digest = hashlib.sha256()
     for message in request.messages:
-        digest.update(json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False).encode())
+        digest.update(_message_bytes(message))
     for spec in request.tools:
-        digest.update(_tool_json(spec).encode())
+        digest.update(tool_profile(spec).json.encode())
     return digest.hexdigest()[:16]

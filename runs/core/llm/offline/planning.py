@@ -8,6 +8,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ _ONE_OF = re.compile(r"one of[:\s]+([^.;()]+)", re.I)
 
 _HOST_PARAMS = frozenset({"host", "hostname", "domain", "server", "fqdn", "url", "endpoint", "site"})
 _QUERY_PARAMS = frozenset({"query", "q", "text", "keywords", "keyword", "search", "term", "terms", "pattern", "topic"})
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolPlan:
@@ -116,7 +118,7 @@ def _match_value(candidates: Sequence[Any], analysis: _Analysis, used: set[str])
     return None if best is None else best[1]
 
 
-def _keyword_query(analysis: _Analysis, tool_vocabulary: set[str], used: set[str]) -> str:
+def _keyword_query(analysis: _Analysis, tool_vocabulary: AbstractSet[str], used: set[str]) -> str:
     """Content words of the request that neither name the tool's purpose nor were used."""
     if analysis.quoted:
         return " ".join(f'"{q}"' if " " in q else q for q in analysis.quoted)
@@ -126,18 +128,95 @@ def _keyword_query(analysis: _Analysis, tool_vocabulary: set[str], used: set[str
     return " ".join(list(dict.fromkeys(terms))[:_MAX_QUERY_TERMS])
 
 
-def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
+@dataclass(frozen=True, kw_only=True)
+class ToolProfile:
+    """What the planner reads out of one tool, once: the same tools are offered at every
+    model step of every run, and reading them was most of the planner's cost."""
+
+    json: str
+    """The tool as the model is told it (name, description, parameters; sorted keys)."""
+    properties: Mapping[str, Any]
+    required: tuple[str, ...]
+    name_vocabulary: frozenset[str]
+    description_vocabulary: frozenset[str]
+    parameter_vocabulary: frozenset[str]
+    kinds: Mapping[str, str]
+    ordered: tuple[str, ...]
+    """Parameters in filling order: query-like ones last (they take the words the others left)."""
+    listed: Mapping[str, list[str]]
+    numeric: Mapping[str, bool]
+    """Whether a number parameter takes integers."""
+    validator: Any
+
+
+_PROFILES: dict[tuple[str, str, int, tuple[tuple[str, ...], ...]], tuple[Mapping[str, Any], ToolProfile]] = {}
+_PROFILES_BY_JSON: dict[tuple[str, tuple[tuple[str, ...], ...]], ToolProfile] = {}
+_MAX_PROFILES = 2048
+
+
+def tool_json(spec: ToolSpec) -> str:
+    """The tool as the model is told it: its name, description and parameters as JSON."""
+    return json.dumps(
+        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+        sort_keys=True, ensure_ascii=False, default=str,
+    )
+
+
+def tool_profile(spec: ToolSpec) -> ToolProfile:
+    """The planner's reading of `spec`, remembered.
+
+    A tool hands out specs that share its parameters object (a `ToolSpec` is a frozen
+    value: its schema is never changed in place), so the profile is found by that object's
+    identity, held alive by the entry; a spec with a schema built afresh is found by its JSON.
+    """
+    key = (spec.name, spec.description, id(spec.parameters), spec.requires_one_of)
+    hit = _PROFILES.get(key)
+    if hit is not None and hit[0] is spec.parameters:
+        return hit[1]
+    text = tool_json(spec)
+    profile = _PROFILES_BY_JSON.get((text, spec.requires_one_of))
+    if profile is None:
+        profile = _read_tool(spec, text)
+        if len(_PROFILES_BY_JSON) >= _MAX_PROFILES:
+            _PROFILES_BY_JSON.clear()
+        _PROFILES_BY_JSON[(text, spec.requires_one_of)] = profile
+    if len(_PROFILES) >= _MAX_PROFILES:
+        _PROFILES.clear()
+    _PROFILES[key] = (spec.parameters, profile)
+    return profile
+
+
+def _read_tool(spec: ToolSpec, text: str) -> ToolProfile:
     parameters = spec.parameters or {}
     properties: Mapping[str, Any] = parameters.get("properties", {}) or {}
-    required = [str(r) for r in parameters.get("required", []) or []]
-
-    name_vocabulary = set(_vocabulary(re.sub(r"([a-z])([A-Z])", r"\1 \2", spec.name).replace("_", " ")))
-    description_vocabulary = set(_vocabulary(spec.description))
     parameter_vocabulary: set[str] = set()
     for pname, schema in properties.items():
         parameter_vocabulary.update(_vocabulary(pname.replace("_", " ")))
         parameter_vocabulary.update(_vocabulary(str(schema.get("description", ""))))
         parameter_vocabulary.update(_vocabulary(" ".join(str(v) for v in schema.get("enum", []) or [])))
+    kinds = {pname: _param_kind(pname, schema) for pname, schema in properties.items()}
+    return ToolProfile(
+        json=text,
+        properties=properties,
+        required=tuple(str(r) for r in parameters.get("required", []) or []),
+        name_vocabulary=frozenset(_vocabulary(re.sub(r"([a-z])([A-Z])", r"\1 \2", spec.name).replace("_", " "))),
+        description_vocabulary=frozenset(_vocabulary(spec.description)),
+        parameter_vocabulary=frozenset(parameter_vocabulary),
+        kinds=kinds,
+        ordered=tuple(sorted(properties, key=lambda p: kinds[p] in ("query", "string"))),
+        listed={p: _listed_values(properties[p]) for p in properties if kinds[p] == "listed"},
+        numeric={p: "integer" in _schema_types(properties[p]) for p in properties if kinds[p] == "number"},
+        validator=_validator(json.dumps(spec.parameters or {"type": "object"}, sort_keys=True, default=str)),
+    )
+
+
+def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
+    profile = tool_profile(spec)
+    properties = profile.properties
+    required = profile.required
+    name_vocabulary = profile.name_vocabulary
+    description_vocabulary = profile.description_vocabulary
+    parameter_vocabulary = profile.parameter_vocabulary
 
     score = 0
     for word_stem in analysis.stems:
@@ -150,11 +229,9 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
 
     arguments: dict[str, Any] = {}
     used: set[str] = set()
-    kinds = {pname: _param_kind(pname, schema) for pname, schema in properties.items()}
-    # Query-like parameters last: they take the words the others left.
-    ordered = sorted(properties, key=lambda p: kinds[p] in ("query", "string"))
+    kinds = profile.kinds
     identified = False
-    for pname in ordered:
+    for pname in profile.ordered:
         schema = properties[pname]
         kind = kinds[pname]
         is_required = pname in required
@@ -162,7 +239,7 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
         if kind == "enum":
             value = _match_value(list(schema.get("enum", [])), analysis, used)
         elif kind == "listed":
-            value = _match_value(_listed_values(schema), analysis, used)
+            value = _match_value(profile.listed[pname], analysis, used)
         elif kind == "host":
             value = next((h for h in analysis.hosts if h not in used), None)
         elif kind == "ticket":
@@ -180,7 +257,7 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
         if kind in ("host", "ticket"):
             identified = True
             score += _IDENTIFIER_BONUS
-        if kind == "number" and "integer" not in _schema_types(schema):
+        if kind == "number" and not profile.numeric[pname]:
             value = float(value)
         arguments[pname] = value
         used.add(str(value).lower())
@@ -196,7 +273,7 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
     targets = tuple(str(arguments[p]) for p in properties if p in arguments and kinds[p] == "enum")
     return ToolPlan(
         tool=spec.name, score=score, arguments=arguments, missing=missing, order=order,
-        invalid=() if missing else schema_problems(spec, arguments), targets=targets,
+        invalid=() if missing else _problems(profile.validator, arguments), targets=targets,
     )
 
 
@@ -214,7 +291,10 @@ def _validator(schema_json: str) -> Any:
 def schema_problems(spec: ToolSpec, arguments: Mapping[str, Any]) -> tuple[str, ...]:
     """What the tool's JSON schema refuses in `arguments` (() when they are valid). The
     planner emits no call that fails this: a call the tool would refuse is no plan."""
-    validator = _validator(json.dumps(spec.parameters or {"type": "object"}, sort_keys=True, default=str))
+    return _problems(tool_profile(spec).validator, arguments)
+
+
+def _problems(validator: Any, arguments: Mapping[str, Any]) -> tuple[str, ...]:
     if validator is None:
         return ()
     problems = []
