@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sessions_app.core.events import Event
-from sessions_app.core.text import stem
+from sessions_app.core.text import FUNCTION_WORDS, stem
 
 PinKind = Literal["directive", "constraint", "correction", "decision"]
 PIN_KINDS: tuple[PinKind, ...] = ("directive", "constraint", "correction", "decision")
@@ -120,12 +120,12 @@ _SENTENCE = re.compile(r"(?:[^.!?\n。！？]|\.(?=\d))+[.!?。！？]*")  # "Py
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 _NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|hundred)\b", re.IGNORECASE)
 _CJK_NUMBER = re.compile(r"[一二三四五六七八九十百两]+(?:个|句|行|条|段|次|字|点|项|页|分钟|秒|天)")
-_FUNCTION_WORDS = frozenset(
-    "a an the and or but to of in on for with at by from as is are be it this that these those "
-    "always never don't dont do not no actually correction instead rather than please make sure "
-    "be ensure remember you must should need have from now going forward future only use i me my "
-    "we our us let let's will we'll go decided decision keep under at most least more wait sorry "
-    "meant mean scratch nope avoid stop".split()
+# Words a restated instruction may change without changing what it asks: the shared function
+# words (sessions_app.core.text) and the words instructions are phrased with.
+_FUNCTION_WORDS = FUNCTION_WORDS | frozenset(
+    "actually always avoid but correction decided decision don't dont ensure forward future go going instead "
+    "keep least let let's make mean meant more most need never nope now only please rather remember scratch "
+    "sorry stop sure under use wait we'll".split()
 )
 
 
