@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -1249,7 +1249,7 @@ def _to_persist(events: Sequence[Event], persisted: set[str]) -> list[Event]:
     return [e for e in events if (should_persist(e) or e.is_runner_completion) and e.id not in persisted]
 
 
-async def _only(event: Event) -> AsyncIterator[Event]:
+async def _only(event: Event) -> AsyncGenerator[Event, None]:
     """The events of a run a before_run callback stopped: its error alone."""
     yield event
 
