@@ -14,7 +14,20 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import Case, Expression, F, IntegerField, JSONField, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import (
+    Case,
+    Expression,
+    F,
+    FilteredRelation,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import Exact, IsNull
 from django.db.models.sql.subqueries import UpdateQuery
@@ -171,11 +184,26 @@ _HEAD_SUMMARY_FIELDS = (
 )
 
 
-def get_session_head_sync(key: SessionKey) -> Session | None:
-    """The session row and its summaries in one statement (a LEFT JOIN, a row per summary)."""
+def get_session_head_sync(key: SessionKey, *, known: Mapping[str, Summary] | None = None) -> Session | None:
+    """The session row and its summaries in one statement (a LEFT JOIN, a row per summary).
+
+    With `known` (the summaries a caller already holds, by filter key), only the summaries
+    that differ from them are read: one row when none changed (issue 18: a session with a
+    summary per filter key otherwise read a row per key on every turn). The caller merges."""
+    sessions = with_scoped_state(_owned(key))
+    relation = "summaries"
+    if known is not None:
+        # Rows without text are the lock's lease holders: never a summary.
+        condition = ~Q(summaries__text="")
+        for summary in known.values():
+            # Summaries only advance, and every write stamps a new version or time.
+            condition &= ~Q(summaries__filter_key=summary.filter_key, summaries__version=summary.version,
+                            summaries__updated_at=summary.updated_at)
+        sessions = sessions.annotate(changed=FilteredRelation("summaries", condition=condition))
+        relation = "changed"
     rows = list(
-        with_scoped_state(_owned(key)).values_list(
-            *_HEAD_FIELDS, "app_state_view", "user_state_view", *(f"summaries__{f}" for f in _HEAD_SUMMARY_FIELDS)
+        sessions.values_list(
+            *_HEAD_FIELDS, "app_state_view", "user_state_view", *(f"{relation}__{f}" for f in _HEAD_SUMMARY_FIELDS)
         )
     )
     if not rows:
@@ -586,8 +614,13 @@ class DjangoSessionService:
     ) -> Session | None:
         return await db_call(get_session_sync)(key, event_limit=event_limit, after_summary=after_summary)
 
-    async def get_session_head(self, key: SessionKey) -> Session | None:
-        return await db_call(get_session_head_sync)(key)
+    async def get_session_head(self, key: SessionKey, *, known: Mapping[str, Summary] | None = None) -> Session | None:
+        """The session without events (`get_session_head_sync`); with `known`, its summaries
+        are only those that differ from them."""
+        return await db_call(get_session_head_sync)(key, known=known)
+
+    reads_changed_summaries = True
+    """`get_session_head` takes `known` (sessions_app.core.cache reads one row per turn)."""
 
     async def list_sessions(self, *, app: str, user_id: str) -> list[Session]:
         return await db_call(_list)(app, user_id)

@@ -46,6 +46,9 @@ class _Entry:
     last_seq: int
     events: list[Event] = field(default_factory=list)
     """Every event of the ledger with seq in (`first_seq` - 1, `last_seq`], oldest first."""
+    summaries: dict[str, Summary] | None = None
+    """The session's summaries as last read or written here (None: not known): a head read
+    asks only for those that differ (`reads_changed_summaries`)."""
 
     @property
     def first_seq(self) -> int:
@@ -107,10 +110,28 @@ class CachedSessionService:
 
     # -- reads ----------------------------------------------------------------------------
 
+    async def _head(self, key: SessionKey) -> Session | None:
+        """The session's head (`get_session_head`). When the entry knows the summaries and
+        the wrapped service can, only the summaries that changed are read (issue 18: one
+        row per head, not one per filter key) and merged into the known ones."""
+        entry = self._entries.get(key)
+        known = entry.summaries if entry is not None else None
+        if known is None or not getattr(self.inner, "reads_changed_summaries", False):
+            head = await self.inner.get_session_head(key)
+        else:
+            head = await self.inner.get_session_head(key, known=known)  # type: ignore[call-arg]  # reads_changed_summaries
+            if head is not None and entry is not None and head.created_at == entry.created_at:
+                head.summaries = {**known, **head.summaries}
+            elif head is not None:
+                head = await self.inner.get_session_head(key)  # another session under the same id
+        if head is not None and entry is not None and head.created_at == entry.created_at:
+            entry.summaries = dict(head.summaries)
+        return head
+
     async def _current(self, key: SessionKey) -> tuple[Session | None, _Entry | None]:
         """The session's head, and its entry brought up to the stored `last_seq` (None when
         there is none or it cannot be)."""
-        head = await self.inner.get_session_head(key)
+        head = await self._head(key)
         if head is None:
             self._entries.pop(key, None)
             return None, None
@@ -142,7 +163,8 @@ class CachedSessionService:
         events = list(session.events)
         if events and (events[-1].seq or 0) != session.last_seq:
             return
-        self._entries[key] = _Entry(created_at=session.created_at, last_seq=session.last_seq, events=events)
+        self._entries[key] = _Entry(created_at=session.created_at, last_seq=session.last_seq, events=events,
+                                    summaries=dict(session.summaries))
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_sessions:
             self._entries.popitem(last=False)
@@ -184,7 +206,7 @@ class CachedSessionService:
         return await self.inner.list_events(key, after_seq=after_seq, limit=limit)
 
     async def get_summary(self, key: SessionKey, *, filter_key: str = "") -> Summary | None:
-        head = await self.inner.get_session_head(key)
+        head = await self._head(key)
         if head is None:
             raise SessionNotFoundError(f"session {key.session_id!r} not found")
         return head.summaries.get(filter_key)
@@ -242,9 +264,17 @@ class CachedSessionService:
 
     async def put_summary(self, key: SessionKey, summary: Summary) -> None:
         await self.inner.put_summary(key, summary)
+        entry = self._entries.get(key)
+        if entry is not None and entry.summaries is not None:
+            entry.summaries.pop(summary.filter_key, None)  # the next head reads it as stored
 
     async def advance_summary(self, key: SessionKey, summary: Summary) -> Summary | None:
-        return await self.inner.advance_summary(key, summary)
+        advanced = await self.inner.advance_summary(key, summary)
+        entry = self._entries.get(key)
+        if advanced is not None and entry is not None and entry.summaries is not None:
+            # As stored by this write: the next head need not read it again.
+            entry.summaries[advanced.filter_key] = advanced
+        return advanced
 
     # -- state scopes: nothing of them is kept here. Every read starts with the head, whose
     # state view carries the app's and the user's state as stored, so a write by any process
