@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from agentsite.runtime import run_manager
 from runs import models as orm
@@ -21,7 +22,7 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ["id", "request_id", "session__id", "user__username"]
     readonly_fields = [f.name for f in orm.Run._meta.fields]
 
-    @admin.display(description="duration (s)")
+    @admin.display(description=_("duration (s)"))
     def duration(self, run: orm.Run) -> str:
         return f"{run.duration_s:.2f}" if run.duration_s is not None else "-"
 
@@ -54,14 +55,14 @@ class RemoteAgentForm(forms.ModelForm):
 
     token = forms.CharField(
         required=False, strip=True, widget=forms.PasswordInput(render_value=False),
-        label="credential", help_text="write-only: sent as 'Authorization: Bearer <credential>' (or in the header "
-                                      "below); leave blank to keep the stored one",
+        label=_("credential"), help_text=_("write-only: sent as 'Authorization: Bearer <credential>' (or in the header "
+                                      "below); leave blank to keep the stored one"),
     )
-    clear_token = forms.BooleanField(required=False, label="remove the stored credential")
+    clear_token = forms.BooleanField(required=False, label=_("remove the stored credential"))
     url = forms.URLField(max_length=500, assume_scheme="https",
-                         help_text="the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json")
+                         help_text=_("the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json"))
     tool_of = forms.CharField(
-        required=False, help_text="comma-separated registered agents that get the tool ask_<name>",
+        required=False, help_text=_("comma-separated registered agents that get the tool ask_<name>"),
     )
 
     class Meta:
@@ -140,23 +141,23 @@ class RemoteAgentAdmin(admin.ModelAdmin):
     readonly_fields = ["credential", "card_summary", "card_fetched_at"]
     fieldsets = [
         (None, {"fields": ["name", "url", "description", "as_agent", "tool_of", "enabled"]}),
-        ("credential", {"fields": ["credential", "token", "clear_token", "header_name"]}),
-        ("card", {"fields": ["card_summary", "card_fetched_at"]}),
+        (_("credential"), {"fields": ["credential", "token", "clear_token", "header_name"]}),
+        (_("card"), {"fields": ["card_summary", "card_fetched_at"]}),
     ]
 
-    @admin.display(description="tool of")
+    @admin.display(description=_("tool of"))
     def tool_list(self, row: orm.RemoteAgent) -> str:
         return ", ".join(row.tool_of or []) or "-"
 
-    @admin.display(description="card")
+    @admin.display(description=_("card"))
     def card_name(self, row: orm.RemoteAgent) -> str:
         return str((row.card or {}).get("name", "-"))
 
-    @admin.display(description="credential")
+    @admin.display(description=_("credential"))
     def credential(self, row: orm.RemoteAgent) -> str:
         return "stored (write-only)" if row.token else "none"
 
-    @admin.display(description="card as fetched")
+    @admin.display(description=_("card as fetched"))
     def card_summary(self, row: orm.RemoteAgent) -> str:
         card = row.card or {}
         if not card:

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class RunsConfig(AppConfig):
     name = "runs"
-    verbose_name = "Runs"
+    verbose_name = _("Runs")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

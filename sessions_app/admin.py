@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
 
 from sessions_app import models as orm
 
@@ -57,7 +58,7 @@ class EventInline(ReadOnlyMixin, admin.TabularInline):
     readonly_fields = fields
     classes = ["ledger"]
 
-    @admin.display(description="text")
+    @admin.display(description=_("text"))
     def text_view(self, event: orm.Event) -> str:
         error = event.payload.get("error")
         text = event.text if len(event.text) <= 2000 else event.text[:2000] + " …"
@@ -66,14 +67,14 @@ class EventInline(ReadOnlyMixin, admin.TabularInline):
         files = _attachments(event)
         return format_html("{}{}", text, files) if files else text
 
-    @admin.display(description="tool calls")
+    @admin.display(description=_("tool calls"))
     def tool_calls_view(self, event: orm.Event) -> str:
         tool_call_id = (event.payload.get("message") or {}).get("tool_call_id")
         if tool_call_id:
             return format_html("result of <code>{}</code>", tool_call_id)
         return _tool_calls(event)
 
-    @admin.display(description="state delta")
+    @admin.display(description=_("state delta"))
     def state_delta_view(self, event: orm.Event) -> str:
         delta = event.payload.get("state_delta") or {}
         return format_html("<code>{}</code>", json.dumps(delta)) if delta else ""
@@ -111,7 +112,7 @@ class EventAdmin(ReadOnlyMixin, admin.ModelAdmin):
     readonly_fields = [f.name for f in orm.Event._meta.fields]
     actions = None
 
-    @admin.display(description="text")
+    @admin.display(description=_("text"))
     def short_text(self, event: orm.Event) -> str:
         return event.text[:120]
 
@@ -171,11 +172,11 @@ class MemoryAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # memories come from agents, extraction and the API, always for their owner
 
-    @admin.display(description="memory")
+    @admin.display(description=_("memory"))
     def short_text(self, memory: orm.Memory) -> str:
         return memory.text if len(memory.text) <= 120 else memory.text[:120] + " …"
 
-    @admin.display(description="topics")
+    @admin.display(description=_("topics"))
     def topic_list(self, memory: orm.Memory) -> str:
         return ", ".join(memory.topics or [])
 

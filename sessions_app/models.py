@@ -6,25 +6,28 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Session(models.Model):
-    id = models.CharField(primary_key=True, max_length=64)
-    app = models.CharField(max_length=64, db_index=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions")
-    agent = models.CharField(max_length=128, blank=True, default="")
-    title = models.CharField(max_length=200, blank=True, default="")
-    state = models.JSONField(default=dict, blank=True)
-    last_seq = models.PositiveBigIntegerField(default=0)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
+    id = models.CharField(primary_key=True, max_length=64, verbose_name=_("ID"))
+    app = models.CharField(max_length=64, db_index=True, verbose_name=_("app"))
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions", verbose_name=_("user"))
+    agent = models.CharField(max_length=128, blank=True, default="", verbose_name=_("agent"))
+    title = models.CharField(max_length=200, blank=True, default="", verbose_name=_("title"))
+    state = models.JSONField(default=dict, blank=True, verbose_name=_("state"))
+    last_seq = models.PositiveBigIntegerField(default=0, verbose_name=_("last seq"))
+    created_at = models.DateTimeField(verbose_name=_("created at"))
+    updated_at = models.DateTimeField(verbose_name=_("updated at"))
     # Issue 25, item 5: the hash of the chat a stateless /v1 client holds after this
     # session's last /v1 run (runs.core.context.fingerprint), and `last_seq` when it was
     # taken: it matches only while the ledger has not grown since.
-    history_fingerprint = models.CharField(max_length=64, blank=True, default="")
-    fingerprint_seq = models.PositiveBigIntegerField(default=0)
+    history_fingerprint = models.CharField(max_length=64, blank=True, default="", verbose_name=_("history fingerprint"))
+    fingerprint_seq = models.PositiveBigIntegerField(default=0, verbose_name=_("fingerprint seq"))
 
     class Meta:
+        verbose_name = _("session")
+        verbose_name_plural = _("sessions")
         ordering = ["-updated_at"]
         indexes = [
             models.Index(fields=["app", "user", "-updated_at"], name="session_user_recent"),
@@ -38,9 +41,13 @@ class Session(models.Model):
 class AppState(models.Model):
     """State shared by every user of an app (SPEC 2.1 `app:` keys, stored without the prefix)."""
 
-    app = models.CharField(primary_key=True, max_length=64)
-    state = models.JSONField(default=dict, blank=True)
-    updated_at = models.DateTimeField()
+    app = models.CharField(primary_key=True, max_length=64, verbose_name=_("app"))
+    state = models.JSONField(default=dict, blank=True, verbose_name=_("state"))
+    updated_at = models.DateTimeField(verbose_name=_("updated at"))
+
+    class Meta:
+        verbose_name = _("app state")
+        verbose_name_plural = _("app states")
 
     def __str__(self) -> str:
         return f"app state {self.app}"
@@ -50,12 +57,14 @@ class UserState(models.Model):
     """State shared by the sessions of one user in an app (SPEC 2.1 `user:` keys, stored
     without the prefix)."""
 
-    app = models.CharField(max_length=64)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_states")
-    state = models.JSONField(default=dict, blank=True)
-    updated_at = models.DateTimeField()
+    app = models.CharField(max_length=64, verbose_name=_("app"))
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_states", verbose_name=_("user"))
+    state = models.JSONField(default=dict, blank=True, verbose_name=_("state"))
+    updated_at = models.DateTimeField(verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("user state")
+        verbose_name_plural = _("user states")
         constraints = [models.UniqueConstraint(fields=["app", "user"], name="user_state_unique")]
 
     def __str__(self) -> str:
@@ -71,25 +80,27 @@ class EventQuerySet(models.QuerySet["Event"]):
 
 
 class Event(models.Model):
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
-    seq = models.PositiveBigIntegerField()
-    event_id = models.CharField(max_length=64)
-    invocation_id = models.CharField(max_length=64, blank=True, default="")
-    request_id = models.CharField(max_length=64, blank=True, default="")
-    author = models.CharField(max_length=128)
-    branch = models.CharField(max_length=255, blank=True, default="")
-    filter_key = models.CharField(max_length=255, blank=True, default="")
-    object = models.CharField(max_length=64)
-    role = models.CharField(max_length=16)
-    text = models.TextField(blank=True, default="")
-    payload = models.JSONField()
-    has_state_delta = models.BooleanField(default=False)
-    tokens = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField()
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events", verbose_name=_("session"))
+    seq = models.PositiveBigIntegerField(verbose_name=_("seq"))
+    event_id = models.CharField(max_length=64, verbose_name=_("event ID"))
+    invocation_id = models.CharField(max_length=64, blank=True, default="", verbose_name=_("invocation ID"))
+    request_id = models.CharField(max_length=64, blank=True, default="", verbose_name=_("request ID"))
+    author = models.CharField(max_length=128, verbose_name=_("author"))
+    branch = models.CharField(max_length=255, blank=True, default="", verbose_name=_("branch"))
+    filter_key = models.CharField(max_length=255, blank=True, default="", verbose_name=_("filter key"))
+    object = models.CharField(max_length=64, verbose_name=_("object"))
+    role = models.CharField(max_length=16, verbose_name=_("role"))
+    text = models.TextField(blank=True, default="", verbose_name=_("text"))
+    payload = models.JSONField(verbose_name=_("payload"))
+    has_state_delta = models.BooleanField(default=False, verbose_name=_("has state delta"))
+    tokens = models.PositiveIntegerField(default=0, verbose_name=_("tokens"))
+    created_at = models.DateTimeField(verbose_name=_("created at"))
 
     objects = EventQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
         ordering = ["session", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["session", "seq"], name="event_unique_seq"),
@@ -109,23 +120,25 @@ class Event(models.Model):
 
 
 class Summary(models.Model):
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="summaries")
-    filter_key = models.CharField(max_length=255, blank=True, default="")
-    text = models.TextField()
-    cutoff_at = models.DateTimeField(null=True, blank=True)
-    last_event_id = models.CharField(max_length=64, blank=True, default="")
-    last_seq = models.PositiveBigIntegerField(default=0)
-    updated_at = models.DateTimeField()
-    version = models.PositiveIntegerField(default=1)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="summaries", verbose_name=_("session"))
+    filter_key = models.CharField(max_length=255, blank=True, default="", verbose_name=_("filter key"))
+    text = models.TextField(verbose_name=_("text"))
+    cutoff_at = models.DateTimeField(null=True, blank=True, verbose_name=_("cutoff at"))
+    last_event_id = models.CharField(max_length=64, blank=True, default="", verbose_name=_("last event ID"))
+    last_seq = models.PositiveBigIntegerField(default=0, verbose_name=_("last seq"))
+    updated_at = models.DateTimeField(verbose_name=_("updated at"))
+    version = models.PositiveIntegerField(default=1, verbose_name=_("version"))
     # How much raw ledger the text stands for (the context inspector's "raw" line).
-    covered_events = models.PositiveIntegerField(default=0)
-    covered_tokens = models.PositiveBigIntegerField(default=0)
+    covered_events = models.PositiveIntegerField(default=0, verbose_name=_("covered events"))
+    covered_tokens = models.PositiveBigIntegerField(default=0, verbose_name=_("covered tokens"))
     # The database summary lock: a lease claimed under a row lock, held across the model
     # call (which must not run inside a transaction) and released or left to expire.
-    lease_token = models.CharField(max_length=64, blank=True, default="")
-    lease_until = models.DateTimeField(null=True, blank=True)
+    lease_token = models.CharField(max_length=64, blank=True, default="", verbose_name=_("lease token"))
+    lease_until = models.DateTimeField(null=True, blank=True, verbose_name=_("lease until"))
 
     class Meta:
+        verbose_name = _("summary")
+        verbose_name_plural = _("summaries")
         constraints = [models.UniqueConstraint(fields=["session", "filter_key"], name="summary_unique_key")]
 
     def __str__(self) -> str:
@@ -140,23 +153,25 @@ class Memory(models.Model):
 
     KINDS = [("fact", "fact"), ("episode", "episode")]
 
-    id = models.CharField(primary_key=True, max_length=64)
-    app = models.CharField(max_length=64)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memories")
-    kind = models.CharField(max_length=16, choices=KINDS, default="fact")
-    text = models.TextField()
-    topics = models.JSONField(default=list, blank=True)
-    event_time = models.DateTimeField(null=True, blank=True)
-    participants = models.JSONField(default=list, blank=True)
-    location = models.CharField(max_length=200, blank=True, default="")
+    id = models.CharField(primary_key=True, max_length=64, verbose_name=_("ID"))
+    app = models.CharField(max_length=64, verbose_name=_("app"))
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memories", verbose_name=_("user"))
+    kind = models.CharField(max_length=16, choices=KINDS, default="fact", verbose_name=_("kind"))
+    text = models.TextField(verbose_name=_("text"))
+    topics = models.JSONField(default=list, blank=True, verbose_name=_("topics"))
+    event_time = models.DateTimeField(null=True, blank=True, verbose_name=_("event time"))
+    participants = models.JSONField(default=list, blank=True, verbose_name=_("participants"))
+    location = models.CharField(max_length=200, blank=True, default="", verbose_name=_("location"))
     # The search analyzer's tokens, space separated: what the full-text index is built on.
-    search_tokens = models.TextField(blank=True, default="", editable=False)
-    token_count = models.PositiveIntegerField(default=0, editable=False)
-    embedding = models.JSONField(null=True, blank=True, editable=False)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
+    search_tokens = models.TextField(blank=True, default="", editable=False, verbose_name=_("search tokens"))
+    token_count = models.PositiveIntegerField(default=0, editable=False, verbose_name=_("token count"))
+    embedding = models.JSONField(null=True, blank=True, editable=False, verbose_name=_("embedding"))
+    created_at = models.DateTimeField(verbose_name=_("created at"))
+    updated_at = models.DateTimeField(verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("memory")
+        verbose_name_plural = _("memories")
         ordering = ["-updated_at"]
         indexes = [
             models.Index(fields=["app", "user", "-updated_at"], name="memory_user_recent"),
@@ -171,9 +186,13 @@ class MemoryCursor(models.Model):
     """How far auto memory has read a session's ledger (SPEC 6.3 `memory:last_extract_at`,
     kept here rather than in session state so that no job ever writes an event)."""
 
-    session = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="memory_cursor")
-    last_seq = models.PositiveBigIntegerField(default=0)
-    extracted_at = models.DateTimeField(null=True, blank=True)
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="memory_cursor", verbose_name=_("session"))
+    last_seq = models.PositiveBigIntegerField(default=0, verbose_name=_("last seq"))
+    extracted_at = models.DateTimeField(null=True, blank=True, verbose_name=_("extracted at"))
+
+    class Meta:
+        verbose_name = _("memory cursor")
+        verbose_name_plural = _("memory cursors")
 
     def __str__(self) -> str:
         return f"memory cursor {self.session_id} @ {self.last_seq}"
@@ -182,20 +201,22 @@ class MemoryCursor(models.Model):
 class Artifact(models.Model):
     """One version of a named file (SPEC 7); the bytes live on `storages["artifacts"]`."""
 
-    app = models.CharField(max_length=64)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="artifacts")
+    app = models.CharField(max_length=64, verbose_name=_("app"))
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("user"))
     # "session:<id>" for session-scoped names, "user" for names starting with `user:`.
-    scope = models.CharField(max_length=80)
-    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts")
-    filename = models.CharField(max_length=255)
-    version = models.PositiveIntegerField()
-    storage_key = models.CharField(max_length=1024)
-    mime = models.CharField(max_length=255)
-    size = models.PositiveBigIntegerField()
-    sha256 = models.CharField(max_length=64)
-    created_at = models.DateTimeField()
+    scope = models.CharField(max_length=80, verbose_name=_("scope"))
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("session"))
+    filename = models.CharField(max_length=255, verbose_name=_("filename"))
+    version = models.PositiveIntegerField(verbose_name=_("version"))
+    storage_key = models.CharField(max_length=1024, verbose_name=_("storage key"))
+    mime = models.CharField(max_length=255, verbose_name=_("mime"))
+    size = models.PositiveBigIntegerField(verbose_name=_("size"))
+    sha256 = models.CharField(max_length=64, verbose_name=_("sha256"))
+    created_at = models.DateTimeField(verbose_name=_("created at"))
 
     class Meta:
+        verbose_name = _("artifact")
+        verbose_name_plural = _("artifacts")
         ordering = ["filename", "version"]
         constraints = [
             models.UniqueConstraint(fields=["app", "user", "scope", "filename", "version"], name="artifact_unique_version"),

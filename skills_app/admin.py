@@ -13,6 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
 
 from skills_app import models as orm
 from skills_app.core.skill import SkillError
@@ -39,12 +40,12 @@ class SkillAdmin(admin.ModelAdmin):
     inlines = [SkillRevisionInline]
     actions = ["rollback"]
 
-    @admin.display(description="published revision")
+    @admin.display(description=_("published revision"))
     def live_revision(self, skill: orm.Skill) -> str:
         published = skill.published
         return f"r{published.revision}" if published is not None else "-"
 
-    @admin.action(description="Roll back to the previously published revision")
+    @admin.action(description=_("Roll back to the previously published revision"))
     def rollback(self, request: HttpRequest, queryset: QuerySet[orm.Skill]) -> None:
         for skill in queryset:
             try:
@@ -73,7 +74,7 @@ class SkillRevisionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # revisions come from folders, evolution or the services
 
-    @admin.display(description="files")
+    @admin.display(description=_("files"))
     def files_view(self, revision: orm.SkillRevision) -> str:
         files = sorted((revision.files or {}).items())
         if not files:
@@ -83,11 +84,11 @@ class SkillRevisionAdmin(admin.ModelAdmin):
             ((path, len(text), text) for path, text in files),
         )
 
-    @admin.display(description="gate results")
+    @admin.display(description=_("gate results"))
     def gate_results_view(self, revision: orm.SkillRevision) -> str:
         return format_html("<pre>{}</pre>", json.dumps(revision.gate_results, indent=2, ensure_ascii=False))
 
-    @admin.action(description="Publish the selected revision (approve it)")
+    @admin.action(description=_("Publish the selected revision (approve it)"))
     def publish(self, request: HttpRequest, queryset: QuerySet[orm.SkillRevision]) -> None:
         chosen = list(queryset.select_related("skill"))
         if len({r.skill_id for r in chosen}) != len(chosen):

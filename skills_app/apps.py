@@ -1,7 +1,8 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class SkillsAppConfig(AppConfig):
     name = "skills_app"
-    verbose_name = "Skills"
+    verbose_name = _("Skills")
     default_auto_field = "django.db.models.BigAutoField"
