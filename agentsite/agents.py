@@ -10,17 +10,25 @@ setting: no Agentsite file changes (docs/agents.md).
 
 The same factories rebuild an agent for the evolution gate's replay, with a context whose
 model is the replay's and whose services are left out (`AgentContext.for_replay`).
+
+Context policy per agent: `context.governance` is the process-wide policy's governance;
+an agent with its own policy passes `governance=context.governance_for(policy)` (a
+`ContextPolicy`, often `dataclasses.replace(context.policy, ...)`), and its model calls
+compact, pin and summarize within a run as that policy says. The summary jobs that run
+between turns stay per session, on the process-wide policy: a session's summary is shared
+by every agent that answers in it, so its trigger cannot follow one agent's policy.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
+from agentsite.context_policy import ContextPolicy, governance
 from runs.core.agents.base import Agent
 
 if TYPE_CHECKING:
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
     from runs.core.context.recall_preload import SessionRecallPreload
     from runs.core.llm.base import Model
     from runs.core.tools.base import Tool
+    from sessions_app.core.summary import SummaryEngine
     from skills_app.core.repository import SkillRepository
     from skills_app.core.tools import SkillToolset
 
@@ -42,7 +51,16 @@ class AgentContext:
     model_named: Callable[[str], Model]
     """Another configured model by name (an agent's own model: `context.model_named("gpt-4o")`)."""
     governance: ContextGovernance | None = None
-    """The configured context policy (summaries, compaction); an agent may build its own."""
+    """The process-wide context policy's governance (summaries, compaction, pins); an agent
+    with its own policy uses `governance_for(policy)` instead."""
+    policy: ContextPolicy = field(default_factory=ContextPolicy)
+    """The process-wide context policy `governance` was built from: the base for an agent's
+    own (`dataclasses.replace(context.policy, compaction_ratio=0.5)`)."""
+    summary_engine: SummaryEngine | None = None
+    """How this server summarizes, for the in-run summaries of `governance_for`'s governance
+    (None: no synchronous summaries, as in a replay)."""
+    context_window: int | None = None
+    """AGENTSITE_CONTEXT_WINDOW (None: each model's own window)."""
     service_tools: tuple[Tool, ...] = ()
     """Tools over this server's services: session recall, long-term memory, artifacts."""
     service_instruction: str = ""
@@ -59,6 +77,14 @@ class AgentContext:
     """Where graph agents keep their checkpoints (the database in the site)."""
     replay: bool = False
     """True when the agent is rebuilt for the evolution gate's replay (no side effects)."""
+
+    def governance_for(self, policy: ContextPolicy) -> ContextGovernance:
+        """The governance an agent with its own context `policy` passes to its `LLMAgent`:
+        its model calls compact, pin and summarize within a run as `policy` says (with
+        `policy.summaries` off, no in-run summary). The summary jobs between turns are the
+        session's and follow the process-wide policy (module docstring)."""
+        engine = self.summary_engine if policy.summaries else None
+        return governance(policy, engine=engine, context_window=self.context_window)
 
     @classmethod
     def for_replay(cls, *, model: Model, skills: SkillRepository) -> AgentContext:

@@ -168,14 +168,20 @@ def agent_registry() -> AgentRegistry:
     return AgentRegistry.from_paths(settings.AGENTSITE_AGENTS)
 
 
-def agent_context(model: Model, governance: ContextGovernance | None) -> AgentContext:
-    """What this server offers the registered agent factories (agentsite/agents.py)."""
+def agent_context(
+    model: Model, governance: ContextGovernance | None, *, engine: SummaryEngine | None = None
+) -> AgentContext:
+    """What this server offers the registered agent factories (agentsite/agents.py):
+    `governance` is the process policy's; `engine` summarizes for an agent's own policy."""
     from runs.backends import DjangoCheckpointStore
 
     return AgentContext(
         model=model,
         model_named=build_model,
         governance=governance,
+        policy=context_policy(),
+        summary_engine=engine,
+        context_window=settings.AGENTSITE_CONTEXT_WINDOW,
         service_tools=tuple(service_tools()),
         service_instruction=RECALL_INSTRUCTION,
         memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
@@ -204,7 +210,7 @@ def build_runner(model: Model | None = None, summary_model: Model | None = None)
     scheduler = build_summary_scheduler(engine, sessions)
     return Runner(
         app=settings.AGENTSITE_APP,
-        agents=agent_registry().build(agent_context(model, build_governance(engine))),
+        agents=agent_registry().build(agent_context(model, build_governance(engine), engine=engine)),
         summary_scheduler=scheduler,
         load_after_summary=scheduler is not None or engine.summarizer is not None,
         default_agent=settings.AGENTSITE_DEFAULT_AGENT or None,

@@ -1,8 +1,9 @@
 """An agent's context policy as code: when to summarize, how to compact (DESIGN 6).
 
 `ContextPolicy` is a plain value: an agent factory builds its own (`ContextPolicy(
-compaction_ratio=0.5)`, or `dataclasses.replace` of another), and `governance(policy, ...)`
-turns it into the `ContextGovernance` an `LLMAgent` takes. `ContextPolicy.from_settings()`
+compaction_ratio=0.5)`, or `dataclasses.replace(context.policy, ...)`), and
+`AgentContext.governance_for(policy)` (through `governance(policy, ...)` here) turns it into
+the `ContextGovernance` its `LLMAgent` takes. `ContextPolicy.from_settings()`
 is the process-wide default, from the `AGENTSITE_*` context-policy variables
 (docs/settings.md), each read by its own name; summary jobs run per session, not per agent,
 so their trigger and summarizer follow that process-wide policy. The demo's named profile is

@@ -4,13 +4,16 @@ project adds its own agent, with its own model, through the setting and runs it 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from agentsite.agents import AgentContext, AgentRegistry
+from agentsite.context_policy import ContextPolicy
 from runs.core.agents.llm import LLMAgent
+from runs.core.context.pinned import PINNED_HEADER
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from skills_app.core.repository import InMemorySkillRepository
 
@@ -37,6 +40,21 @@ def two_agents(context: AgentContext) -> list[LLMAgent]:
 
 def not_an_agent(context: AgentContext) -> str:
     return "nope"
+
+
+MODELS: dict[str, ScriptedModel] = {}
+"""The models the last `policy_agents` call gave its agents, by agent name."""
+
+
+def policy_agents(context: AgentContext) -> list[LLMAgent]:
+    """Two agents of one project with different context policies: `pinning` carries the
+    user's standing instructions in a pinned block, `plain` does not."""
+    agents = []
+    for name, pinned in (("pinning", True), ("plain", False)):
+        MODELS[name] = ScriptedModel.of("Noted.", "Yes, it is paid.", name=f"{name}-model")
+        policy = replace(context.policy, pinned_intent=pinned)
+        agents.append(LLMAgent(name=name, model=MODELS[name], governance=context.governance_for(policy)))
+    return agents
 
 
 @pytest.fixture
@@ -127,3 +145,31 @@ def test_the_evolution_replay_rebuilds_the_evidence_runs_own_agent_on_the_replay
     assert runtime.replay_agent("", replay_model, skills).name == "support"  # the default agent
     with pytest.raises(LookupError, match="'gone'"):
         runtime.replay_agent("gone", replay_model, skills)
+
+
+def test_each_registered_agent_calls_its_model_under_its_own_context_policy(alice_api: Any, registry: Any) -> None:
+    registry(["tests.runs.test_agent_registry:policy_agents"])
+    for agent in ("pinning", "plain"):
+        session_id = None
+        for message in ("Always answer in German.", "Is my invoice paid?"):
+            body = {"message": message, "agent": agent, "wait": True, **({"session_id": session_id} if session_id else {})}
+            response = alice_api.post("/api/runs/", body, format="json")
+            assert response.status_code == 201, response.content
+            assert response.json()["status"] == "completed", response.json()
+            session_id = response.json()["session_id"]
+    requests = {name: [" ".join(str(m.content) for m in r.messages) for r in MODELS[name].requests] for name in MODELS}
+    assert len(requests["pinning"]) == len(requests["plain"]) == 2
+    assert PINNED_HEADER in requests["pinning"][1] and "Always answer in German." in requests["pinning"][1]
+    assert PINNED_HEADER not in requests["plain"][1]
+
+
+def test_an_agents_own_policy_without_summaries_gets_no_in_run_summaries() -> None:
+    from runs.core.context.governance import extractive_summarizer
+    from sessions_app.core.summary import SummaryEngine
+
+    engine = SummaryEngine(summarizer=extractive_summarizer(budget_tokens=256))
+    context = AgentContext(model=ScriptedModel(), model_named=lambda _name: ScriptedModel(), summary_engine=engine,
+                           context_window=4096)
+    assert context.governance_for(ContextPolicy()).summaries is engine
+    own = context.governance_for(ContextPolicy(summaries=False, compaction_ratio=0.5))
+    assert own.summaries is None and own.precall.ratio == 0.5 and own.context_window == 4096
