@@ -7,9 +7,12 @@ relationship, skill or opinion) or an `episode` (something that happened, anchor
 
 Layers, from the bottom:
 
-- `analyze` turns text into search tokens: lowercased, lightly stemmed words without stop
-  words, plus overlapping bigrams of CJK runs (so Chinese text matches without a
-  segmenter). Every backend indexes and queries these same tokens.
+- `analyze` turns text into search tokens with the analyzer session recall uses too
+  (`sessions_app.core.text`): the NFKC form's lowercased, lightly stemmed words in any
+  script without stop words, plus overlapping bigrams of unsegmented scripts (so Chinese
+  text matches without a segmenter). Every backend indexes and queries these same tokens;
+  they are stored with each memory, so changing the analyzer needs a data migration
+  (0007 re-analyzed them).
 - `MemoryStore` is the synchronous storage contract (insert, update, delete, lexical
   candidates with their corpus statistics, vectors, the extraction cursor). The in-memory
   store is here; the Django store is `sessions_app/memory_backends.py`.
