@@ -7,8 +7,8 @@ person reads carries a stable `error_code` and the `params` its text was made fr
 - `core_error_text(exc)`: by the error's code and params, in the active language (REST's
   envelope, `agentsite.errors`);
 - `localize_frame_text(text, language)`: a websocket error frame (`{"type": "error", "error":
-  {"code", "message", "field"?}}`) with its `message` in `language`; the `code` and the
-  `field` never change. The socket's own messages, the redo frames' and core errors' are
+  {"code", "message", "field"?}}`), or a run's AG-UI RUN_ERROR, with its `message` in
+  `language`; the `code` and the `field` never change. The socket's own messages, the redo frames' and core errors' are
   recognised by their English template (`TEMPLATES`); one not listed stays English.
 - `socket_language(scope)`: the language a socket's handshake asks for, by the rule the HTTP
   side uses (`LocaleMiddleware`): the language switch's cookie, else `Accept-Language`, else
@@ -68,11 +68,22 @@ TEMPLATES: tuple[str, ...] = (
     gettext_noop("event %(event)s is not a message you sent (%(author)s/%(role)s)"),
     gettext_noop("session %(session)s has no message to answer again"),
     gettext_noop("session %(session)s has a reply in progress: wait for it to end, or cancel it"),
+    # A run's own failure (runs.core's runner and agents: the error event's message, whose
+    # `type` is the stable code), as the stream's RUN_ERROR carries it.
+    gettext_noop("the run could not start: %(reason)s"),
+    gettext_noop("a before_run callback stopped the run: %(reason)s"),
+    gettext_noop("the model ended its stream without a final response"),
+    gettext_noop("the answer did not match the output schema after %(attempts)s attempt(s): %(detail)s"),
+    gettext_noop("the agent used all %(steps)s steps without a final answer"),
+    gettext_noop("run interrupted"),
+    gettext_noop("the run ended as %(status)s"),
+    gettext_noop("the run failed"),
 )
 """English templates (msgids, `%(name)s` placeholders) of every error text a socket may send."""
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _ERROR_FRAME_PREFIX = '{"type": "error"'
+_RUN_ERROR_PREFIX = '{"type":"RUN_ERROR"'  # AG-UI's, as pydantic writes it (runs.protocols.frames)
 
 
 def _pattern(template: str) -> re.Pattern[str]:
@@ -130,17 +141,20 @@ def socket_language(scope: Mapping[str, Any]) -> str:
 
 
 def localize_frame_text(text: str, language: str | None) -> str:
-    """A frame's JSON `text`, with an error frame's `message` in `language` (`code` and
-    `field` unchanged); any other frame as it is. Cheap for the frames that are not errors
-    (a prefix test): every frame of a run's stream passes here."""
-    if not language or not text.startswith(_ERROR_FRAME_PREFIX):
+    """A frame's JSON `text`, with the `message` of an error frame, or of a run's RUN_ERROR,
+    in `language` (`code` and `field` unchanged); any other frame as it is. Cheap for the
+    frames that are neither (a prefix test): every frame of a run's stream passes here."""
+    if not language or not (text.startswith(_ERROR_FRAME_PREFIX) or text.startswith(_RUN_ERROR_PREFIX)):
         return text
     frame = json.loads(text)
-    error = frame.get("error")
-    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+    run_error = frame.get("type") == "RUN_ERROR"
+    holder = frame if run_error else frame.get("error")
+    if not isinstance(holder, dict) or not isinstance(holder.get("message"), str):
         return text
     with translation.override(language):
-        translated = translate_text(error["message"])
-    if translated == error["message"]:
+        translated = translate_text(holder["message"])
+    if translated == holder["message"]:
         return text
-    return json.dumps({**frame, "error": {**error, "message": translated}})
+    if run_error:
+        return json.dumps({**frame, "message": translated}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps({**frame, "error": {**holder, "message": translated}})

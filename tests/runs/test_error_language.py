@@ -155,3 +155,16 @@ def test_a_text_without_a_template_and_frames_that_are_not_errors_stay_as_they_a
     assert json.loads(localize_frame_text(error, "zh-hans"))["error"] == {
         "code": "run_not_active", "message": "运行 'x' 已经结束", "field": "run_id",
     }
+
+
+def test_a_run_error_from_core_reaches_the_socket_in_chinese_with_its_code() -> None:
+    from ag_ui.core import RunErrorEvent
+
+    # As the AG-UI translator turns a max-steps error event into the stream's last frame.
+    frame = RunErrorEvent(
+        message="the agent used all 3 steps without a final answer", code="max_steps_exceeded"
+    ).model_dump_json(by_alias=True)
+    assert json.loads(localize_frame_text(frame, "zh-hans")) == {
+        "type": "RUN_ERROR", "code": "max_steps_exceeded", "message": "智能体用完了全部 3 步，仍没有最终回答",
+    }
+    assert localize_frame_text(frame, "en") == frame
