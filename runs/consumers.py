@@ -161,9 +161,12 @@ def _runs_by_request(session_id: str) -> dict[str, str]:
 
 
 @db_call
-def _live_runs(session_id: str) -> dict[str, str]:
-    """request id -> run id of the session's runs still queued or running."""
-    return dict(run_orm.Run.objects.filter(session_id=session_id, status__in=_LIVE).values_list("request_id", "id"))
+def _runs_and_live(session_id: str) -> tuple[dict[str, str], dict[str, str]]:
+    """request id -> run id of the session's runs, and of those still queued or running
+    (one read for both, when a socket connects)."""
+    rows = list(run_orm.Run.objects.filter(session_id=session_id).values_list("request_id", "id", "status"))
+    runs = {request_id: run_id for request_id, run_id, _status in rows}
+    return runs, {request_id: run_id for request_id, run_id, status in rows if status in _LIVE}
 
 
 @db_call
@@ -297,8 +300,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=json.dumps(_error_frame(
                 "live_unavailable", "live updates are unavailable; this socket follows the saved events instead",
             )))
-        self.runs_by_request = await _runs_by_request(self.session_id)
-        live = await _live_runs(self.session_id)
+        self.runs_by_request, live = await _runs_and_live(self.session_id)
         # Deltas already streamed before we joined are lost to us: of a run in progress,
         # relay no delta until its next persisted event; its message then comes whole.
         self.joined_mid_run = set(live.values())
@@ -620,6 +622,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except (UsageError, SessionNotFoundError) as exc:
             raise FrameError("invalid_request", str(exc)) from None
         self.open_runs.add(record.id)  # open from now on, also before its first event comes
+        # Known now: its user message, read from the ledger, needs no lookup of its run.
+        self.runs_by_request[record.request_id] = record.id
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
 
     async def _cancel(self, frame: dict[str, Any]) -> None:
