@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict, cast
@@ -42,6 +43,7 @@ from sessions_app.core.recall.defaults import (
     RecallError,
     Scope,
 )
+from sessions_app.core.recall.embedding import EmbeddingCache, default_cache
 from sessions_app.core.recall.index import (
     EventRange,
     EventSearchRequest,
@@ -158,6 +160,43 @@ def hybrid_rank(query: str, pool: Sequence[SearchHit]) -> list[SearchHit]:
         fused.append((score, i))
     fused.sort(key=lambda pair: (-pair[0], pair[1]))
     return [pool[i] for _, i in fused]
+
+
+DENSE_WEIGHT = 0.0
+"""Weight of the dense order against the hybrid order (each 1 / (RRF_K + rank)) in
+`dense_rank`; 0 turns the dense signal off. Fitted on LoCoMo dev A + QMSum test A by
+bench/recall_dense.py and reported on the B halves (docs/context.md)."""
+
+
+def similarities(cache: EmbeddingCache, query: str, hits: Sequence[SearchHit]) -> list[float]:
+    """Cosine of the query to each hit's text (all-MiniLM-L6-v2; vectors cached by event)."""
+    vectors = cache.vectors([(h.key, h.text) for h in hits])
+    wanted = cache.vectors([(("query", query), query)])[0]
+    return [float(v) for v in vectors @ wanted]
+
+
+def dense_rank(hits: Sequence[SearchHit], cosine: Sequence[float], *, weight: float | None = None) -> list[SearchHit]:
+    """The hits (hybrid order, best first) fused with their order by `cosine` (one per hit):
+    1 / (RRF_K + hybrid rank) + weight / (RRF_K + dense rank). Ranks, not raw cosines, so
+    the two signals need no common scale; ties keep the hybrid order."""
+    w = DENSE_WEIGHT if weight is None else weight
+    if len(hits) < 2 or w <= 0:
+        return list(hits)
+    by_cosine = sorted(range(len(hits)), key=lambda i: (-cosine[i], i))
+    score = [1.0 / (RRF_K + i) for i in range(len(hits))]
+    for rank, i in enumerate(by_cosine):
+        score[i] += w / (RRF_K + rank)
+    return [hits[i] for i in sorted(range(len(hits)), key=lambda i: (-score[i], i))]
+
+
+async def _dense_rerank(query: str, hits: list[SearchHit]) -> list[SearchHit]:
+    """`dense_rank` with the process's encoder, off the event loop (encoding is CPU work);
+    the hits unchanged when the model is not installed or `AGENTSITE_RECALL_DENSE=0`."""
+    cache = default_cache() if len(hits) > 1 and DENSE_WEIGHT > 0 else None
+    if cache is None:
+        return hits
+    cosine = await asyncio.to_thread(similarities, cache, query, hits)
+    return dense_rank(hits, cosine)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -548,7 +587,7 @@ async def session_search(
     if not include_superseded:
         hits = [h for h in hits if h.key not in superseded]
     if ranking == "hybrid":
-        hits = hybrid_rank(query, hits)
+        hits = await _dense_rerank(query, hybrid_rank(query, hits))
     participants = {h.event.author for h in hits} | {e.author for e in session.events}
     confidence = {
         h.key: answer_confidence(query, h.text, author=h.event.author, participants=participants) for h in hits
