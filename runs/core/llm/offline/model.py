@@ -175,7 +175,8 @@ def _prompt_tokens(request: ModelRequest) -> int:
 
 
 _MESSAGE_BYTES: dict[int, tuple[Message, bytes]] = {}
-_MAX_MESSAGE_BYTES = 4096
+_MAX_MESSAGES = 1024
+_MAX_MESSAGE_CHARS = 65_536  # a longer message is encoded each time rather than kept alive
 
 
 def _message_bytes(message: Message) -> bytes:
@@ -185,7 +186,9 @@ def _message_bytes(message: Message) -> bytes:
     if hit is not None and hit[0] is message:
         return hit[1]
     data = json.dumps(message.to_dict(), sort_keys=True, ensure_ascii=False).encode()
-    if len(_MESSAGE_BYTES) >= _MAX_MESSAGE_BYTES:
+    if len(data) > _MAX_MESSAGE_CHARS:
+        return data
+    if len(_MESSAGE_BYTES) >= _MAX_MESSAGES:
         _MESSAGE_BYTES.clear()
     _MESSAGE_BYTES[id(message)] = (message, data)
     return data
