@@ -10,7 +10,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from agentsite.runtime import run_manager
 from runs import selectors
+from runs.core.agents.graph.diagram import agent_graph_shape
+from sessions_app import selectors as session_selectors
 
 
 def timeline_rows(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,8 +44,15 @@ def run_trace_page(request: HttpRequest, run_id: str) -> HttpResponse:
     if record is None:
         raise Http404("no such run")
     trace = dict(record.trace) if record.trace else None
+    # A graph agent's run also shows its graph (static/agentsite/trace-graph.js draws it from
+    # the trace API); while the run goes on, the script follows the session's socket from
+    # the ledger's end as it is now (node progress is never saved, so nothing before it).
+    graph = agent_graph_shape(run_manager().runner.agents.get(record.agent)) is not None
+    session = session_selectors.session_get(user=request.user, session_id=record.session_id) if graph else None
     return render(request, "runs/trace.html", {
         "run": record,
         "trace": trace,
         "rows": timeline_rows(trace) if trace else [],
+        "graph": graph,
+        "after_seq": session.last_seq if session is not None else 0,
     })

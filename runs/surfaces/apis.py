@@ -20,6 +20,7 @@ from runs import selectors
 from runs.attachment_input import rest_parts
 from runs.backends import pending_interrupts
 from runs.core.agents.graph import NotWaitingError, RunNotFoundError, resume_graph_run
+from runs.core.agents.graph.diagram import agent_graph_shape
 from runs.core.attachments import AttachmentError
 from runs.core.errors import UsageError
 from runs.core.invocation import RunOptions
@@ -28,6 +29,7 @@ from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
+from runs.graph_progress import earlier_node_states, graph_progress
 from runs.rest_wait import wait_for_run
 from sessions_app import selectors as session_selectors
 from sessions_app.artifact_backends import DjangoArtifactService
@@ -231,14 +233,23 @@ class RunTraceApi(APIView):
     """The run's execution trace (SPEC 1.9.3, issue 21): spans for the agents, model calls,
     tool calls, graph nodes, pre-call summaries and compactions, with start, duration,
     status and parent. Written when the run ends: `trace` is null while it runs (and for
-    runs that ended before traces were kept). 404 for another user's run."""
+    runs that ended before traces were kept). `graph`: the run's agent's graph when it is a
+    graph agent (nodes, edges and layers from its definition, `runs.core.agents.graph.diagram`),
+    else null; `progress`, while such a run goes on, the nodes done and running by its
+    checkpoints, else null; `earlier`, for a graph run that resumed a paused one, the node
+    span statuses of the runs before it (`runs.graph_progress`). 404 for another user's run."""
 
     @extend_schema(responses={200: dict})
     def get(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
             raise not_found("run", run_id)
-        return Response({"run_id": record.id, "status": record.status, "trace": record.trace})
+        graph = agent_graph_shape(run_manager().runner.agents.get(record.agent))
+        return Response({
+            "run_id": record.id, "status": record.status, "session_id": record.session_id, "trace": record.trace,
+            "graph": graph, "progress": graph_progress(record=record) if graph is not None else None,
+            "earlier": earlier_node_states(record=record) if graph is not None else {},
+        })
 
 
 class RunResumeApi(APIView):
