@@ -52,6 +52,33 @@ def ledger_row(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REDO_KINDS = ("regenerates", "edit_of")
+
+
+def link_redone_turns(rows: list[dict[str, Any]], session: Any) -> None:
+    """Link redone turns both ways (issue 21): a user message that `regenerates` or is an
+    `edit_of` an earlier one gets `redo` (kind, seq, href of that one) and the earlier one
+    `redone_by` (kind, seq of each later one on this page). A target on another page of
+    the ledger is linked on the page that holds it."""
+    seq_of = {row["id"]: row["seq"] for row in rows}
+    by_seq = {row["seq"]: row for row in rows}
+    for row in rows:
+        row.setdefault("redone_by", [])
+    for row in rows:
+        kind = next((k for k in REDO_KINDS if row.get(k)), None)
+        if kind is None:
+            continue
+        target_id = row[kind]
+        seq = seq_of.get(target_id)
+        if seq is not None:
+            row["redo"] = {"kind": kind, "seq": seq, "href": f"#event-{seq}"}
+            by_seq[seq]["redone_by"].append({"kind": kind, "seq": row["seq"]})
+            continue
+        target = selectors.session_event(session=session, event_id=target_id)
+        if target is not None and target.seq is not None:
+            row["redo"] = {"kind": kind, "seq": target.seq, "href": f"?after_seq={max(0, target.seq - 1)}#event-{target.seq}"}
+
+
 @login_required
 def session_ledger(request: HttpRequest, session_id: str) -> HttpResponse:
     session = selectors.session_get(user=request.user, session_id=session_id)
@@ -63,6 +90,7 @@ def session_ledger(request: HttpRequest, session_id: str) -> HttpResponse:
         after_seq = 0
     events, more = selectors.event_page(session=session, after_seq=after_seq, limit=LEDGER_PAGE)
     rows = [ledger_row(event_data(e)) for e in events]
+    link_redone_turns(rows, session)
     return render(request, "sessions/ledger.html", {
         "session": session,
         "rows": rows,
