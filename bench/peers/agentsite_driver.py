@@ -61,7 +61,9 @@ class DjangoCounter:
 
         def written(cursor: Any, sql: str) -> int:
             # A step write on PostgreSQL is one statement with data-modifying CTEs (WITH ...
-            # INSERT): its rowcount is the ledger rows it inserted (not the CTEs' rows).
+            # INSERT): its rowcount is the ledger rows it inserted, not the CTEs' rows (the
+            # run's row inserted with its user message, its record updated with its last
+            # step), so rows written on PostgreSQL leave out those two per turn.
             verb = sql.lstrip()[:7].upper()
             writes = verb.startswith(("INSERT", "UPDATE", "DELETE")) or (verb.startswith("WITH") and " INSERT INTO " in sql)
             return max(cursor.cursor.rowcount, 0) if writes else 0
