@@ -5,7 +5,7 @@ person reads carries a stable `error_code` and the `params` its text was made fr
 (`runs.core.errors`). A surface says it in the user's language:
 
 - `core_error_text(exc)`: by the error's code and params, in the active language (REST's
-  envelope, `agentsite.errors`);
+  envelope, `agentsite.errors`); `translated_error(error)`: a run record's error (REST's run);
 - `localize_frame_text(text, language)`: a websocket error frame (`{"type": "error", "error":
   {"code", "message", "field"?}}`), or a run's AG-UI RUN_ERROR, with its `message` in
   `language`; the `code` and the `field` never change. The socket's own messages, the redo frames' and core errors' are
@@ -125,6 +125,15 @@ def core_error_text(exc: BaseException) -> str:
         if template is not None and exc.params:
             return gettext(template) % dict(exc.params)
     return translate_text(str(exc))
+
+
+def translated_error(error: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A run record's `error` (`{"type", "message", "code"?}`) with its message in the active
+    language (`translate_text`); its type and code unchanged. None stays None."""
+    if error is None:
+        return None
+    message = error.get("message")
+    return {**error, "message": translate_text(message)} if isinstance(message, str) else dict(error)
 
 
 def socket_language(scope: Mapping[str, Any]) -> str:
