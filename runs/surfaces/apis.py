@@ -28,6 +28,7 @@ from runs.core.output import OutputSpec, SchemaError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
+from runs.error_texts import translated_error
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
 from runs.graph_progress import earlier_node_states, graph_progress
 from runs.rest_wait import wait_for_run
@@ -87,7 +88,7 @@ def run_data(record: RunRecord, *, interrupt: dict[str, Any] | None = None) -> d
         "agent": record.agent,
         "request_id": record.request_id,
         "status": record.status,
-        "error": record.error,
+        "error": translated_error(record.error),  # its message in the request's language (issue 21)
         "created_at": record.created_at.isoformat(),
         "started_at": record.started_at.isoformat() if record.started_at else None,
         "ended_at": record.ended_at.isoformat() if record.ended_at else None,
