@@ -168,3 +168,21 @@ def test_a_run_error_from_core_reaches_the_socket_in_chinese_with_its_code() -> 
         "type": "RUN_ERROR", "code": "max_steps_exceeded", "message": "智能体用完了全部 3 步，仍没有最终回答",
     }
     assert localize_frame_text(frame, "en") == frame
+
+
+def test_a_failed_runs_record_gives_its_error_in_chinese_over_rest(alice: Any, alice_api: Any) -> None:
+    from django.utils import timezone
+
+    from runs import models as run_orm
+
+    session = session_services.session_create(user=alice, agent="support")
+    error = {"type": "max_steps_exceeded", "message": "the agent used all 3 steps without a final answer", "code": None}
+    run_orm.Run.objects.create(
+        id="r-failed", app=session.app, user=alice, session_id=session.id, agent="support", request_id="q-1",
+        status="failed", created_at=timezone.now(), error=error,
+    )
+    english = alice_api.get("/api/runs/r-failed/", HTTP_ACCEPT_LANGUAGE="en")
+    chinese = alice_api.get("/api/runs/r-failed/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9")
+    assert english.status_code == chinese.status_code == 200
+    assert english.json()["error"] == error
+    assert chinese.json()["error"] == {**error, "message": "智能体用完了全部 3 步，仍没有最终回答"}
