@@ -152,6 +152,9 @@ def test_a_new_user_and_a_reviewer_walk_through_the_site(
     shoot(page, f"walk-{language}-trace.png")
     page.get_by_role("link", name=t("Back to the chat")).click()
     page.wait_for_url(chat_url)
+    # The chat page ends its start (the conversation loaded from the ledger) by focusing the
+    # message box; a rename begun before that would lose its field's focus, which ends it.
+    expect(page.get_by_label(t("Message"), exact=True)).to_be_focused()
 
     # Rename the chat inline, then search the chats by title.
     sidebar = page.locator("#session-list")
