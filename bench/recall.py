@@ -29,6 +29,10 @@ Abstention (issue 24): bench/recall_abstention.py, fitted on three LoCoMo conver
 reported on the other four, MET/MISSED per bar; the recall figures above are with abstention
 on, as the tool answers.
 
+Dense signal (issue 24): bench/recall_dense.py fits the weight of an all-MiniLM-L6-v2 cosine order
+in the hybrid ranking, and a cosine abstention threshold, on the same A splits, and reports B
+(docs/context.md, "A dense signal"); the fitted weight is 0, so the figures here are lexical.
+
 Prints the tables and writes them to bench/results/recall.md. About four and a half minutes,
 most of it writing and searching 100k events on PostgreSQL; `--skip-postgres` takes 30 s,
 plus about 2 minutes for the ranking table and 3 for abstention (`--skip-ranking`,
