@@ -6,8 +6,9 @@ import ipaddress
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import openai
 import pytest
@@ -15,6 +16,45 @@ import pytest
 from runs.core.llm.base import Model
 
 pytest_plugins = ["tests.support.fixtures"]
+
+
+def _redis_db(url: str, db: int) -> str:
+    """`url` aimed at Redis database `db` (the path of redis://, the `db` query of unix://)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(db))]
+        return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def worker_redis_dbs(url: str, worker: str) -> tuple[int, int]:
+    """The Redis databases of pytest-xdist worker `worker` ("gwK") when REDIS_URL is `url`
+    with database B: B+1+2K (broker, channel layer, locks) and B+2+2K (the cache)."""
+    parts = urlsplit(url)
+    base = int(dict(parse_qsl(parts.query)).get("db", 0) if parts.scheme == "unix" else parts.path.strip("/") or 0)
+    index = int(worker.removeprefix("gw"))
+    return base + 1 + 2 * index, base + 2 + 2 * index
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
+    """Under pytest-xdist (`-n N`) each worker gets Redis databases of its own, so that one
+    worker's `cache.clear()`, control-group broadcasts and queues never reach another's tests.
+
+    Set in the worker's environment when it starts (execnet's `env`), because Django reads
+    its settings before any conftest of the worker is imported; the servers and Celery
+    workers that tests start inherit it. PostgreSQL needs nothing here: pytest-django gives
+    each worker its own test database (test_<name>_gwK), SQLite and files go to the worker's
+    own temporary folders.
+    """
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return
+    for spec in specs:
+        broker, cache = worker_redis_dbs(url, spec.id)
+        spec.env.update({
+            "REDIS_URL": _redis_db(url, broker), "AGENTSITE_CACHE_REDIS_DB": str(cache), "AGENTSITE_TEST_REDIS_URL": url,
+        })
 
 
 def _is_loopback(url: str | None) -> bool:
@@ -188,3 +228,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (dropped if slow else kept).append(item)
     config.hook.pytest_deselected(items=dropped)
     items[:] = kept
+
+
+# Tests write only to temporary folders (issue 21). The checkout's var/ belongs to `make run`
+# (its database, secret key, demo credentials, artifacts); a test run that adds or changes
+# anything there fails, naming the files. `secret_key` is the exception: Django's settings
+# make it on their first import in a fresh clone, tests or not.
+VAR = Path(__file__).resolve().parents[1] / "var"
+_VAR_OWN = frozenset({"secret_key"})
+_var_before = pytest.StashKey[dict[str, tuple[int, int]]]()
+
+
+def _var_files() -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+    for path in VAR.rglob("*") if VAR.is_dir() else ():
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # a WAL that its database removed meanwhile
+            continue
+        if path.is_file():
+            found[str(path.relative_to(VAR))] = (stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_var_before] = _var_files()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") or _var_before not in session.config.stash:
+        return  # under xdist the controller checks, once every worker has finished
+    before = session.config.stash[_var_before]
+    written = sorted(name for name, stat in _var_files().items() if name not in _VAR_OWN and before.get(name) != stat)
+    if not written:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = (
+        f"the test run wrote to the checkout's var/ ({', '.join(written)}); tests must write only to "
+        "temporary folders (a `make run` of this checkout running meanwhile writes there too)"
+    )
+    if reporter is not None:
+        reporter.write("\n")  # after the progress line, which the reporter ends only later
+        reporter.write_line(message, red=True, bold=True)
+    else:
+        print(message, file=sys.stderr)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
