@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-nodeps.txt
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup js-client run test test-fast test-embedded test-services lint fuzz bench bench-peers clean
+.PHONY: setup js-client run test test-fast test-embedded test-services test-parallel lint fuzz bench bench-peers clean
 
 $(STAMP): requirements.txt requirements-nodeps.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,17 @@ test-embedded: setup js-client
 test-services: setup js-client
 	@test -n "$$DATABASE_URL" || (echo "DATABASE_URL must be set for test-services" && exit 2)
 	$(BIN)/python -m pytest -q
+
+# `make test`'s two passes over WORKERS pytest-xdist processes, a test file per process at a
+# time. Each worker has its own test database (pytest-django's test_<name>_gwN), Redis
+# databases (REDIS_URL's database B: B+1+2N and B+2+2N, tests/conftest.py) and temporary
+# folders. Not `make test`'s default until the whole suite has been shown green with it, twice
+# on each backend, and faster than one process.
+WORKERS ?= 2
+test-parallel: lint js-client
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile
+	@if [ -n "$$DATABASE_URL" ] || [ -n "$$REDIS_URL" ]; then $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile; \
+	else echo "DATABASE_URL/REDIS_URL not set: skipped the PostgreSQL + Redis pass"; fi
 
 # The fuzz tests of tests/security with many more generated cases than `make test` runs
 # (FUZZ_MAX_EXAMPLES per REST operation and per protocol property).
