@@ -51,7 +51,10 @@ class RunManager:
                 def serve() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    try:
+                        loop.run_forever()
+                    finally:
+                        _close_loop(loop)
 
                 self._thread = threading.Thread(target=serve, name="agentsite-runs", daemon=True)
                 self._thread.start()
@@ -172,6 +175,20 @@ async def _wait(runner: Runner, run_id: str, wait_s: float) -> RunRecord | None:
         except TimeoutError:
             return handle.record
     return await runner.status(run_id)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Finish a stopped loop in its own thread, as `asyncio.run` does: cancel what is left,
+    then close it. Left open, the garbage collector closes it later on whatever thread it
+    runs on, where what was bound to the loop (the Redis channel layer's connections) can
+    no longer be released (a coroutine never awaited, unclosed sockets)."""
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
