@@ -343,6 +343,13 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self.owner._track(self.connection, open=True)
 
+    def end_headers(self) -> None:
+        # One request per connection: the client then closes its socket when it has read the
+        # answer. A kept-alive connection would outlive the test's event loop in the model's
+        # connection pool, and be collected unclosed (a ResourceWarning) during a later test.
+        self.send_header("Connection", "close")
+        super().end_headers()
+
     def finish(self) -> None:
         self.owner._track(self.connection, open=False)
         try:
