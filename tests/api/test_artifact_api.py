@@ -79,6 +79,7 @@ def test_a_download_answers_whatever_the_client_accepts(alice_api: Any) -> None:
     session_id = new_session(alice_api)
     upload(alice_api, session_id, "chart.png", b"\x89PNG", "image/png")
     response = alice_api.get(f"/api/sessions/{session_id}/artifacts/chart.png", HTTP_ACCEPT="image/png")
+    response.close()  # the file response holds the stored file open until then
     assert response.status_code == 200 and response["Content-Type"] == "image/png"
 
 
