@@ -372,9 +372,12 @@ async def listen_for_cancels(runner: Runner, *, layer: BaseChannelLayer | None =
             # it is cancelled, and that can hang; shutdown waits for the clean-up at most
             # CLEANUP_S, then leaves the subscription to expire with the connection.
             receiving.cancel()
-            for cleanup in (asyncio.gather(receiving, return_exceptions=True), layer.group_discard(CONTROL_GROUP, channel)):
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(cleanup, CLEANUP_S)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(receiving, return_exceptions=True), CLEANUP_S)
+            # Made only now: made beside the first, a second cancel during the first clean-up
+            # left it a coroutine never awaited.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(layer.group_discard(CONTROL_GROUP, channel), CLEANUP_S)
             raise
         if message.get("type") == CANCEL_MESSAGE and isinstance(message.get("run_id"), str):
             if runner.cancel(message["run_id"]):
