@@ -15,10 +15,11 @@ from runs.core.lifecycle import HOSTNAME, Lifecycle, owner_is_dead
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
 from runs.core.records import InMemoryRunStore, RunRecord
 from runs.core.runner import Runner
-from runs.fanout import ChannelLayerSink, listen_for_cancels, request_cancel, session_group
+from runs.fanout import CONTROL_GROUP, ChannelLayerSink, listen_for_cancels, request_cancel, session_group
 from sessions_app.core.events import utcnow
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
+from tests.support.channels import group_joined
 
 APP = "t"
 DEAD_OWNER = f"{HOSTNAME}:999999:deadbeef"  # beyond pid_max: no such process
@@ -153,7 +154,7 @@ def test_odd_session_ids_still_get_a_valid_group_name() -> None:
     assert odd.startswith("session.h") and len(odd) < 100
 
 
-async def test_a_cancel_sent_from_another_process_stops_the_run() -> None:
+async def test_a_cancel_sent_from_another_process_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     model = ScriptedModel.of(ScriptStep.answer("word " * 300, chunk_size=3, delay_s=0.01))
     owner_runner = make_runner(model, owner="process-a")
     other_runner = make_runner(owner="process-b")
@@ -161,8 +162,9 @@ async def test_a_cancel_sent_from_another_process_stops_the_run() -> None:
     # instance stands in for the other process.
     shared = get_channel_layer()
     own = shared if isinstance(shared, InMemoryChannelLayer) else channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+    joined = group_joined(own, CONTROL_GROUP, monkeypatch)
     listener = asyncio.create_task(listen_for_cancels(owner_runner, layer=own))
-    await asyncio.sleep(0.05)  # the listener joins the control group
+    await asyncio.wait_for(joined.wait(), 10)
     handle = await owner_runner.start(user_id="alice", message="long")
     await asyncio.sleep(0.05)
     assert await request_cancel(other_runner, handle.run_id) is False  # not ours: broadcast

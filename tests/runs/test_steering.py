@@ -27,10 +27,18 @@ from runs.core.steering import (
     RunNotActiveError,
 )
 from runs.core.tools.function import FunctionTool
-from runs.fanout import RunUnreachableError, listen_for_cancels, request_enqueue, request_queued, request_withdraw
+from runs.fanout import (
+    CONTROL_GROUP,
+    RunUnreachableError,
+    listen_for_cancels,
+    request_enqueue,
+    request_queued,
+    request_withdraw,
+)
 from sessions_app.core.events import Event
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
+from tests.support.channels import group_joined
 
 APP = "t"
 
@@ -253,7 +261,7 @@ async def test_the_same_message_id_is_queued_once() -> None:
     await handle.wait()
 
 
-async def test_a_message_queued_from_another_process_arrives_once() -> None:
+async def test_a_message_queued_from_another_process_arrives_once(monkeypatch: pytest.MonkeyPatch) -> None:
     model = ScriptedModel.of()
     owner = make_runner(model, tools=[FunctionTool(lookup)], owner="process-a")
     other = make_runner(ScriptedModel.of(), owner="process-b")
@@ -262,11 +270,14 @@ async def test_a_message_queued_from_another_process_arrives_once() -> None:
     # stands in for the other process (as the cross-process cancel test does).
     shared = get_channel_layer()
     own = shared if isinstance(shared, InMemoryChannelLayer) else channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+    joined = [group_joined(own, CONTROL_GROUP, monkeypatch)]
     listeners = [asyncio.create_task(listen_for_cancels(owner, layer=own))]
     if not isinstance(shared, InMemoryChannelLayer):
         # A second listener that owns nothing: it must stay silent.
-        listeners.append(asyncio.create_task(listen_for_cancels(other, layer=channel_layers.make_backend(DEFAULT_CHANNEL_LAYER))))
-    await asyncio.sleep(0.05)  # the listeners join the control group
+        silent = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        joined.append(group_joined(silent, CONTROL_GROUP, monkeypatch))
+        listeners.append(asyncio.create_task(listen_for_cancels(other, layer=silent)))
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in joined)), 10)
     gate = asyncio.Event()
     original = owner.agents["support"].model.generate
 
