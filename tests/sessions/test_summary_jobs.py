@@ -36,8 +36,10 @@ class CountingSummarizer:
     def __init__(self, delay_s: float = 0.0) -> None:
         self.calls: list[tuple[int, int]] = []
         self.delay_s = delay_s
+        self.started = asyncio.Event()  # set when a summary is under way
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        self.started.set()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         self.calls.append((request.events[0].seq or 0, request.events[-1].seq or 0))
@@ -158,7 +160,7 @@ async def test_in_process_jobs_of_a_session_run_in_order_and_coalesce() -> None:
     summarizer = CountingSummarizer(delay_s=0.01)
     scheduler = InProcessSummaryScheduler(SummaryEngine(summarizer=summarizer), service)
     await scheduler.enqueue(SummaryJob(key=session.key, filter_key=APP, last_seq=2))
-    await asyncio.sleep(0.005)  # the first job is running now
+    await asyncio.wait_for(summarizer.started.wait(), 5)  # the first job is running now
     for seq in (5, 8, 9):
         await scheduler.enqueue(SummaryJob(key=session.key, filter_key=APP, last_seq=seq))
     await scheduler.join()
@@ -187,9 +189,10 @@ async def test_closing_the_in_process_scheduler_cancels_its_jobs() -> None:
     service = InMemorySessionService()
     session = await service.create_session(app=APP, user_id="alice", session_id="s-1")
     await ledger.append_to(service, session)
-    scheduler = InProcessSummaryScheduler(SummaryEngine(summarizer=CountingSummarizer(delay_s=5)), service)
+    summarizer = CountingSummarizer(delay_s=5)
+    scheduler = InProcessSummaryScheduler(SummaryEngine(summarizer=summarizer), service)
     await scheduler.enqueue(SummaryJob(key=session.key, filter_key=APP, last_seq=3))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(summarizer.started.wait(), 5)  # the job is running
     await asyncio.wait_for(scheduler.aclose(), 1)
     assert scheduler.idle and await service.get_summary(session.key, filter_key=APP) is None
 
