@@ -20,6 +20,7 @@ from sessions_app.core.events import utcnow
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
 from tests.support.channels import group_joined
+from tests.support.waiting import until
 
 APP = "t"
 DEAD_OWNER = f"{HOSTNAME}:999999:deadbeef"  # beyond pid_max: no such process
@@ -166,7 +167,7 @@ async def test_a_cancel_sent_from_another_process_stops_the_run(monkeypatch: pyt
     listener = asyncio.create_task(listen_for_cancels(owner_runner, layer=own))
     await asyncio.wait_for(joined.wait(), 10)
     handle = await owner_runner.start(user_id="alice", message="long")
-    await asyncio.sleep(0.05)
+    await until(lambda: model.requests, "the run asks its model")
     assert await request_cancel(other_runner, handle.run_id) is False  # not ours: broadcast
     record = await asyncio.wait_for(handle.wait(), 2)
     assert record.status == "cancelled"

@@ -39,6 +39,7 @@ from sessions_app.core.events import Event
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
 from tests.support.channels import group_joined
+from tests.support.waiting import until
 
 APP = "t"
 
@@ -192,7 +193,7 @@ async def test_a_cancel_drops_the_queued_messages_and_reports_them() -> None:
     model = ScriptedModel.of(ScriptStep.answer("word " * 400, chunk_size=2, delay_s=0.01))
     runner = make_runner(model)
     handle = await runner.start(user_id="alice", message="long")
-    await asyncio.sleep(0.05)
+    await until(lambda: model.requests, "the run asks its model")
     first = runner.enqueue_message(handle.run_id, "never mind")
     second = runner.enqueue_message(handle.run_id, "really")
     assert runner.cancel(handle.run_id)

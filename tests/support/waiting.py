@@ -1,0 +1,19 @@
+"""Waiting for a condition instead of sleeping a fixed time: polls with a deadline, and
+fails naming what did not happen."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+POLL_S = 0.01
+
+
+async def until(condition: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
+    """Return as soon as `condition()` is true; fail with `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(POLL_S)  # the poll interval of this wait
