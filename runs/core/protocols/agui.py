@@ -384,8 +384,8 @@ class AguiTranslator:
         return out
 
     def _tool_result(self, run: _Run, event: Event) -> list[BaseEvent]:
-        assert event.message is not None and event.message.tool_call_id is not None
         message = event.message
+        assert message is not None and message.tool_call_id is not None
         call_id = message.tool_call_id
         if call_id in self._results:
             return []
@@ -414,7 +414,9 @@ class AguiTranslator:
         })]
 
     def _state_delta(self, delta: Mapping[str, Any]) -> list[BaseEvent]:
-        operations: list[dict[str, Any]] = []
+        # Plain JSON Patch dicts: the event validates them into ag-ui's operation models,
+        # which the package does not export.
+        operations: list[Any] = []
         for key, value in delta.items():
             op = "replace" if key in self._state_keys else "add"
             operations.append({"op": op, "path": "/" + json_pointer_token(str(key)), "value": value})
