@@ -75,10 +75,14 @@ def broken_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     original_many = getattr(DjangoSessionService, "append_events", None)
     if original_many is not None:
 
-        async def append_events(self: DjangoSessionService, session: Any, events: Sequence[Event]) -> list[Event]:
+        # `**options` carries the writes a step joins to its events (`joined`: the run's row,
+        # its end record), which the real backend takes too.
+        async def append_events(
+            self: DjangoSessionService, session: Any, events: Sequence[Event], **options: Any
+        ) -> list[Event]:
             if any(refuses(event) for event in events):
                 raise RuntimeError("the database refused the row")
-            return await original_many(self, session, events)
+            return await original_many(self, session, events, **options)
 
         monkeypatch.setattr(DjangoSessionService, "append_events", append_events)
 
