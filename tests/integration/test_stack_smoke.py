@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
@@ -97,6 +97,12 @@ def running_stack(env: dict[str, str], log: Path) -> Iterator[dict[str, int]]:
         except subprocess.TimeoutExpired:
             os.killpg(launcher.pid, signal.SIGKILL)
             raise AssertionError(f"the stack did not stop on SIGTERM:\n{log.read_text()[-4000:]}") from None
+        finally:
+            # deploy/stack.py keeps its HAProxy configuration in var/stack/<port>/ (it has no
+            # option for another folder); the port was this test's, so is the folder.
+            shutil.rmtree(ROOT / "var" / "stack" / str(ports["balancer"]), ignore_errors=True)
+            with suppress(OSError):
+                (ROOT / "var" / "stack").rmdir()  # only when empty: a `make stack` of this checkout keeps its own
     assert code == 0, log.read_text()[-4000:]
     stopped = re.findall(r"system\s+\| (\w+)\.1 stopped", log.read_text())
     assert sorted(stopped) == ["balancer", "web1", "web2", "worker1", "worker2"], log.read_text()[-3000:]
