@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from django.test import override_settings
 from runs.core.errors import ModelError
 from runs.core.llm.base import Model
 from runs.core.llm.scripted import ScriptedModel, ScriptStep
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -181,10 +181,11 @@ def test_a_model_failure_mid_run_fails_the_run_and_keeps_the_ledger(
 
 
 def test_a_running_run_can_be_cancelled(alice_api: Any, use_model: Callable[[Model], None]) -> None:
-    use_model(ScriptedModel.of(ScriptStep.answer("slow words " * 400, chunk_size=4, delay_s=0.01)))
+    model = ScriptedModel.of(ScriptStep.answer("slow words " * 400, chunk_size=4, delay_s=0.01))
+    use_model(model)
     run = post_run(alice_api, message="talk slowly").json()
     assert run["status"] == "running"
-    time.sleep(0.1)
+    wait_until(lambda: model.requests, "the run asks its model")
     cancelled = alice_api.post(f"/api/runs/{run['id']}/cancel/")
     assert cancelled.status_code == 202, cancelled.content
     assert cancelled.json()["status"] == "cancelled"

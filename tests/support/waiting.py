@@ -17,3 +17,12 @@ async def until(condition: Callable[[], object], what: str, timeout_s: float = 1
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         await asyncio.sleep(POLL_S)  # the poll interval of this wait
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
+    """`until` for synchronous tests (the run then goes on in the run manager's thread)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(POLL_S)  # the poll interval of this wait
