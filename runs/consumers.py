@@ -95,7 +95,6 @@ from urllib.parse import parse_qs
 from ag_ui.core import EventType
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.db.models import Max, Min
 
 from agentsite.runtime import run_manager
 from runs import error_texts
@@ -121,8 +120,7 @@ from runs.protocols.backpressure import SendWindow
 from runs.protocols.frames import SHARED
 from runs.surfaces import turn_frames
 from runs.ws_auth import TOKEN_KEY, still_authorised
-from sessions_app import mapping
-from sessions_app import models as orm
+from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event, Message
 from sessions_app.core.session import SessionNotFoundError
@@ -145,14 +143,12 @@ _LIVE = ("queued", "running")
 
 @db_call
 def _session_owner(session_id: str) -> int | None:
-    row = orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list("user_id", flat=True).first()
-    return row
+    return session_selectors.session_owner_id(session_id=session_id)
 
 
 @db_call
 def _events_after(session_id: str, after_seq: int, limit: int) -> list[Event]:
-    rows = orm.Event.objects.filter(session_id=session_id, seq__gt=after_seq).order_by("seq")
-    return [mapping.event_from_values(p, s, i) for p, s, i in rows.values_list("payload", "seq", "event_id")[:limit]]
+    return session_selectors.events_after(session_id=session_id, after_seq=after_seq, limit=limit)
 
 
 @db_call
@@ -173,21 +169,12 @@ def _runs_and_live(session_id: str) -> tuple[dict[str, str], dict[str, str]]:
 def _requests_spanning(session_id: str, after_seq: int) -> set[str]:
     """Request ids with ledger events at or before `after_seq` and after it (runs the client
     saw start before it disconnected and that went on after)."""
-    spans = (
-        orm.Event.objects.filter(session_id=session_id).exclude(request_id="")
-        .values("request_id").annotate(first=Min("seq"), last=Max("seq"))
-        .filter(first__lte=after_seq, last__gt=after_seq)
-    )
-    return {row["request_id"] for row in spans}
+    return session_selectors.requests_spanning(session_id=session_id, after_seq=after_seq)
 
 
 @db_call
 def _first_seq(session_id: str, request_ids: list[str]) -> dict[str, int]:
-    rows = (
-        orm.Event.objects.filter(session_id=session_id, request_id__in=request_ids)
-        .values("request_id").annotate(first=Min("seq"))
-    )
-    return {row["request_id"]: row["first"] for row in rows}
+    return session_selectors.requests_first_seq(session_id=session_id, request_ids=request_ids)
 
 
 @db_call

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Max, Min, OuterRef, QuerySet, Subquery
 
 from sessions_app import models as orm
 from sessions_app.core.events import Event
-from sessions_app.mapping import event_from_row
+from sessions_app.mapping import event_from_row, event_from_values
 
 
 def session_list(*, user: Any) -> QuerySet[orm.Session]:
@@ -88,3 +88,40 @@ def request_user_event_id(*, session_id: str, request_id: str) -> str | None:
         .order_by("seq").values_list("event_id", flat=True).first()
     )
     return found
+
+
+def events_after(*, session_id: str, after_seq: int, limit: int, request_id: str | None = None) -> list[Event]:
+    """Up to `limit` of the session's ledger events after `after_seq`, oldest first (only
+    request `request_id`'s when given): a replay page, read as payload, seq and id alone."""
+    rows = orm.Event.objects.filter(session_id=session_id, seq__gt=after_seq)
+    if request_id is not None:
+        rows = rows.filter(request_id=request_id)
+    values = rows.order_by("seq").values_list("payload", "seq", "event_id")[:limit]
+    return [event_from_values(payload, seq, event_id) for payload, seq, event_id in values]
+
+
+def last_seq(*, session_id: str) -> int:
+    """The seq of the session's newest ledger event (0 before there is one)."""
+    found = orm.Event.objects.filter(session_id=session_id).order_by("-seq").values_list("seq", flat=True).first()
+    return int(found or 0)
+
+
+def requests_spanning(*, session_id: str, after_seq: int) -> set[str]:
+    """Request ids with ledger events at or before `after_seq` and after it (runs a client
+    saw start before it disconnected and that went on after), in one grouped query."""
+    spans = (
+        orm.Event.objects.filter(session_id=session_id).exclude(request_id="")
+        .values("request_id").annotate(first=Min("seq"), last=Max("seq"))
+        .filter(first__lte=after_seq, last__gt=after_seq)
+    )
+    return {row["request_id"] for row in spans}
+
+
+def requests_first_seq(*, session_id: str, request_ids: list[str]) -> dict[str, int]:
+    """request id -> the seq of its first ledger event in the session, for those of
+    `request_ids` that wrote one."""
+    rows = (
+        orm.Event.objects.filter(session_id=session_id, request_id__in=request_ids)
+        .values("request_id").annotate(first=Min("seq"))
+    )
+    return {row["request_id"]: row["first"] for row in rows}

@@ -583,19 +583,12 @@ def wants_steering(body: Any) -> bool:
 
 @db_call
 def _last_seq(session_id: str) -> int:
-    from sessions_app import models as session_orm
-
-    row = session_orm.Event.objects.filter(session_id=session_id).order_by("-seq").values_list("seq", flat=True).first()
-    return int(row or 0)
+    return session_selectors.last_seq(session_id=session_id)
 
 
 @db_call
 def _saved_after(session_id: str, request_id: str, after_seq: int) -> list[Event]:
-    from sessions_app import mapping
-    from sessions_app import models as session_orm
-
-    rows = session_orm.Event.objects.filter(session_id=session_id, request_id=request_id, seq__gt=after_seq).order_by("seq")
-    return [mapping.event_from_values(p, s, i) for p, s, i in rows.values_list("payload", "seq", "event_id")[:500]]
+    return session_selectors.events_after(session_id=session_id, request_id=request_id, after_seq=after_seq, limit=500)
 
 
 async def _steer(request: HttpRequest, manager: RunManager, user: Any, turn: AguiTurn) -> HttpResponse | None:
