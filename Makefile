@@ -49,6 +49,7 @@ stack: setup
 lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python tools/deadcode.py
 	$(BIN)/mypy
 

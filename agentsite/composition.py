@@ -136,12 +136,18 @@ def summary_engine(summary_model: Model | None = None, *, window: int | None = N
         trigger = checks_any(trigger, EventThreshold(events=policy.summary_event_threshold))
     if settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S:
         trigger = checks_any(trigger, TimeThreshold(seconds=settings.AGENTSITE_SUMMARY_TIME_THRESHOLD_S))
-    lock = _redis_lock(settings.REDIS_URL) if settings.AGENTSITE_SUMMARY_LOCK == "redis" else DatabaseSummaryLock(
-        ttl_s=settings.AGENTSITE_SUMMARY_LOCK_TTL_S
+    lock = (
+        _redis_lock(settings.REDIS_URL)
+        if settings.AGENTSITE_SUMMARY_LOCK == "redis"
+        else DatabaseSummaryLock(ttl_s=settings.AGENTSITE_SUMMARY_LOCK_TTL_S)
     )
     return SummaryEngine(
-        summarizer=build_summarizer(policy, summary_model), checker=trigger, lock=lock, tokenizer=TIKTOKEN,
-        context_window=window, allowlist=tuple(settings.AGENTSITE_SUMMARY_FILTER_KEYS) or None,
+        summarizer=build_summarizer(policy, summary_model),
+        checker=trigger,
+        lock=lock,
+        tokenizer=TIKTOKEN,
+        context_window=window,
+        allowlist=tuple(settings.AGENTSITE_SUMMARY_FILTER_KEYS) or None,
     )
 
 
@@ -186,8 +192,11 @@ def agent_context(
         service_instruction=RECALL_INSTRUCTION,
         memory_preload=settings.AGENTSITE_MEMORY_PRELOAD,
         session_recall=SessionRecallPreload(
-            max_results=settings.AGENTSITE_RECALL_PRELOAD, injection=settings.AGENTSITE_RECALL_PRELOAD_INJECTION,
-        ) if settings.AGENTSITE_RECALL_PRELOAD else None,
+            max_results=settings.AGENTSITE_RECALL_PRELOAD,
+            injection=settings.AGENTSITE_RECALL_PRELOAD_INJECTION,
+        )
+        if settings.AGENTSITE_RECALL_PRELOAD
+        else None,
         skills=skill_tools(),
         skill_repository=skill_repository(),
         # Graph agents checkpoint in the database so a paused run can be resumed by any

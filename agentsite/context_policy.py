@@ -115,7 +115,9 @@ def governance(policy: ContextPolicy, *, engine: SummaryEngine | None, context_w
         ),
         background=BackgroundCompactionConfig(
             ratio=policy.compaction_soft_ratio, min_tokens=policy.compaction_soft_min_tokens
-        ) if policy.compaction and policy.compaction_soft else None,
+        )
+        if policy.compaction and policy.compaction_soft
+        else None,
         sync_summary_intra_run=policy.sync_summary_intra_run,
         context_window=context_window,
         tokenizer=TIKTOKEN,

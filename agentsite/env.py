@@ -64,7 +64,9 @@ class Env:
             return default
         return [item.strip() for item in value.split(",") if item.strip()]
 
-    def _number(self, name: str, default: float, *, what: str, accepts: Callable[[float], bool], expected: str) -> float:
+    def _number(
+        self, name: str, default: float, *, what: str, accepts: Callable[[float], bool], expected: str
+    ) -> float:
         """A float variable that `accepts` takes; refused naming the variable and `expected`."""
         value = self.raw(name)
         if value is None:
@@ -84,7 +86,10 @@ class Env:
     def seconds(self, name: str, default: float) -> float:
         """A duration in seconds, a finite number >= 0 (fractions allowed)."""
         return self._number(
-            name, default, what="a number of seconds", accepts=lambda n: math.isfinite(n) and n >= 0,
+            name,
+            default,
+            what="a number of seconds",
+            accepts=lambda n: math.isfinite(n) and n >= 0,
             expected="a finite number >= 0",
         )
 

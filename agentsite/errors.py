@@ -115,7 +115,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's EXCEPTION_HANDLER: every API error leaves in the envelope."""
     app_error = to_application_error(exc)
     if app_error is not None:
-        response = Response(envelope(app_error.error_code, app_error.message, app_error.field), status=app_error.status_code)
+        response = Response(
+            envelope(app_error.error_code, app_error.message, app_error.field), status=app_error.status_code
+        )
         return response
     if isinstance(exc, exceptions.ValidationError):
         field, message = _first_validation_error(exc.detail)
@@ -123,7 +125,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    code, _ = next(((c, s) for kind, (c, s) in _CODES.items() if isinstance(exc, kind)), ("error", response.status_code))
+    code, _ = next(
+        ((c, s) for kind, (c, s) in _CODES.items() if isinstance(exc, kind)), ("error", response.status_code)
+    )
     detail = getattr(exc, "detail", str(exc))
     message = str(detail if not isinstance(detail, dict | list) else _first_validation_error(detail)[1])
     response.data = envelope(code, message)
@@ -136,7 +140,9 @@ API_PREFIXES = ("/api/", "/v1/", "/agui/", "/a2a/", "/healthz")
 def json_404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """API paths answer 404 in the envelope; pages keep Django's HTML 404."""
     if request.path.startswith(API_PREFIXES):
-        return JsonResponse(envelope("not_found", gettext("no such endpoint: %(path)s") % {"path": repr(request.path)}), status=404)
+        return JsonResponse(
+            envelope("not_found", gettext("no such endpoint: %(path)s") % {"path": repr(request.path)}), status=404
+        )
     return defaults.page_not_found(request, exception or Http404())
 
 

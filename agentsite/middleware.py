@@ -13,8 +13,7 @@ from django.utils.decorators import sync_and_async_middleware
 from agentsite.api.json_input import InputError, check_text
 
 LENGTH_REQUIRED = (
-    "a body sent without Content-Length (Transfer-Encoding: chunked) cannot be read by this server; "
-    "send Content-Length"
+    "a body sent without Content-Length (Transfer-Encoding: chunked) cannot be read by this server; send Content-Length"
 )
 
 

@@ -127,13 +127,17 @@ if REDIS_URL:
     # inbox cannot take; its default of 100 is less than two streamed runs.
     AGENTSITE_CHANNEL_CAPACITY = read("AGENTSITE_CHANNEL_CAPACITY")
     _redis_host = {
-        "address": REDIS_URL, "max_connections": AGENTSITE_REDIS_MAX_CONNECTIONS,
+        "address": REDIS_URL,
+        "max_connections": AGENTSITE_REDIS_MAX_CONNECTIONS,
         "socket_timeout": AGENTSITE_REDIS_SOCKET_TIMEOUT_S,
     }
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer", "CONFIG": {"hosts": [_redis_host]},
-        } if AGENTSITE_CHANNEL_LAYER == "pubsub" else {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [_redis_host]},
+        }
+        if AGENTSITE_CHANNEL_LAYER == "pubsub"
+        else {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {"capacity": AGENTSITE_CHANNEL_CAPACITY, "hosts": [_redis_host]},
         }
@@ -162,14 +166,16 @@ def _redis_db_url(url: str, db: int) -> str:
 # Without Redis: local memory, one count per process.
 if REDIS_URL:
     AGENTSITE_CACHE_REDIS_DB = read("AGENTSITE_CACHE_REDIS_DB")
-    CACHES = {"default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": _redis_db_url(REDIS_URL, AGENTSITE_CACHE_REDIS_DB),
-        "KEY_PREFIX": read("AGENTSITE_CACHE_KEY_PREFIX"),
-        # A Redis that stops answering costs a request at most this long (the throttles then
-        # let it through: agentsite.api.throttling).
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
-    }}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _redis_db_url(REDIS_URL, AGENTSITE_CACHE_REDIS_DB),
+            "KEY_PREFIX": read("AGENTSITE_CACHE_KEY_PREFIX"),
+            # A Redis that stops answering costs a request at most this long (the throttles then
+            # let it through: agentsite.api.throttling).
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 CELERY_TASK_EAGER_PROPAGATES = True

@@ -40,9 +40,5 @@ def _with_checked_connections(fn: Callable[..., T], /, *args: Any, **kwargs: Any
     return fn(*args, **kwargs)
 
 
-DB_EXECUTOR = DatabaseThreadPool(
-    max_workers=read("AGENTSITE_DB_THREADS"), thread_name_prefix="agentsite-db"
-)
-VIEW_EXECUTOR = DatabaseThreadPool(
-    max_workers=read("AGENTSITE_VIEW_THREADS"), thread_name_prefix="agentsite-view"
-)
+DB_EXECUTOR = DatabaseThreadPool(max_workers=read("AGENTSITE_DB_THREADS"), thread_name_prefix="agentsite-db")
+VIEW_EXECUTOR = DatabaseThreadPool(max_workers=read("AGENTSITE_VIEW_THREADS"), thread_name_prefix="agentsite-view")

@@ -31,13 +31,21 @@ api = [
     path("api/sessions/<str:session_id>/context/", session_apis.SessionContextApi.as_view(), name="session-context"),
     path("api/sessions/<str:session_id>/state/", session_apis.SessionStateApi.as_view(), name="session-state"),
     path("api/sessions/<str:session_id>/pins/", run_apis.SessionPinsApi.as_view(), name="session-pins"),
-    path("api/sessions/<str:session_id>/regenerate/", off_thread(turn_apis.SessionRegenerateApi.as_view()), name="session-regenerate"),
+    path(
+        "api/sessions/<str:session_id>/regenerate/",
+        off_thread(turn_apis.SessionRegenerateApi.as_view()),
+        name="session-regenerate",
+    ),
     path(
         "api/sessions/<str:session_id>/events/<str:event_id>/edit/",
         off_thread(turn_apis.SessionMessageEditApi.as_view()),
         name="session-message-edit",
     ),
-    path("api/sessions/<str:session_id>/artifacts/", artifact_apis.SessionArtifactListApi.as_view(), name="session-artifacts"),
+    path(
+        "api/sessions/<str:session_id>/artifacts/",
+        artifact_apis.SessionArtifactListApi.as_view(),
+        name="session-artifacts",
+    ),
     path(
         "api/sessions/<str:session_id>/artifacts/<str:filename>",
         artifact_apis.SessionArtifactDetailApi.as_view(),
@@ -74,7 +82,11 @@ urlpatterns = [
     path("chat/<str:session_id>/", run_views.chat, name="chat-session"),
     path("sessions/<str:session_id>/", session_views.session_ledger, name="session-ledger"),
     path("runs/<str:run_id>/trace/", run_trace_views.run_trace_page, name="run-trace-page"),
-    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="auth/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(template_name="auth/logged_out.html"), name="logout"),
     path("healthz", healthz, name="healthz"),
     # The language switch (POST language, next; remembered in the django_language cookie) and

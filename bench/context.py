@@ -123,8 +123,12 @@ async def play(conversation: dict[str, Any], *, governed: bool) -> dict[str, Any
         governance=governance,
     )
     runner = Runner(
-        app=APP, agents=[agent], session_service=service, summary_scheduler=scheduler,
-        load_after_summary=governed, history_event_limit=100_000,
+        app=APP,
+        agents=[agent],
+        session_service=service,
+        summary_scheduler=scheduler,
+        load_after_summary=governed,
+        history_event_limit=100_000,
     )
     session_id = None
     started = time.perf_counter()
@@ -148,9 +152,7 @@ async def play(conversation: dict[str, Any], *, governed: bool) -> dict[str, Any
     await runner.close()
     return {
         "prompt_tokens": [count_messages(r.messages) for r in model.requests],
-        "raw_tokens": [
-            e.extensions["context"]["raw_tokens"] for e in ledger if "context" in e.extensions
-        ],
+        "raw_tokens": [e.extensions["context"]["raw_tokens"] for e in ledger if "context" in e.extensions],
         "summaries": summary.version if summary is not None else 0,
         "summary_tokens": TIKTOKEN.count_text(summary.text) if summary is not None else 0,
         "precall_compactions": precall,
@@ -194,7 +196,9 @@ def report(results: dict[str, dict[str, Any]], data: Path) -> list[str]:
         for mode in ("off", "on"):
             s = result[mode]["stats"]
             totals[mode] += s["total"]
-            summaries = f"{result[mode]['summaries']} ({result[mode]['precall_compactions']} pre-call)" if mode == "on" else "-"
+            summaries = (
+                f"{result[mode]['summaries']} ({result[mode]['precall_compactions']} pre-call)" if mode == "on" else "-"
+            )
             lines.append(
                 f"| {name} | {s['calls']} | {mode} | {s['mean']:,.0f} | {s['p50']:,.0f} | {s['p95']:,} | {s['max']:,} | "
                 f"{s['early']:,.0f} | {s['late']:,.0f} | x{s['late'] / s['early']:.2f} | {s['over_window']} | "
@@ -234,7 +238,8 @@ async def main_async(conversations: list[dict[str, Any]], limit: int | None) -> 
             print(
                 f"  {name} {mode}: {played['stats']['calls']} calls, mean {played['stats']['mean']:,.0f} tokens, "
                 f"max {played['stats']['max']:,}, {played['elapsed_s']}s",
-                file=sys.stderr, flush=True,
+                file=sys.stderr,
+                flush=True,
             )
         results[name] = result
     return results
@@ -254,17 +259,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = args.output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("\n".join(lines) + "\n")
-    output.with_suffix(".json").write_text(json.dumps({
-        "benchmark": "context",
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "data": data.name,
-        "window": WINDOW,
-        "elapsed_s": round(time.perf_counter() - started, 1),
-        "conversations": results,
-    }) + "\n")
+    output.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "benchmark": "context",
+                "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "python": platform.python_version(),
+                "data": data.name,
+                "window": WINDOW,
+                "elapsed_s": round(time.perf_counter() - started, 1),
+                "conversations": results,
+            }
+        )
+        + "\n"
+    )
     shown = output.relative_to(ROOT) if output.is_relative_to(ROOT) else output
-    print(f"\nResults written to {shown} and {shown.with_suffix('.json')} ({time.perf_counter() - started:.0f}s in all)")
+    print(
+        f"\nResults written to {shown} and {shown.with_suffix('.json')} ({time.perf_counter() - started:.0f}s in all)"
+    )
     return 0
 
 

@@ -147,40 +147,61 @@ class LedgerBuilder:
     def add(self, event: Event, invocation: str) -> Event:
         seq = len(self.events) + 1
         stamped = event.replace(
-            seq=seq, invocation_id=invocation, request_id=f"req-{invocation}", filter_key=APP,
+            seq=seq,
+            invocation_id=invocation,
+            request_id=f"req-{invocation}",
+            filter_key=APP,
             created_at=T0 + timedelta(seconds=seq),
         )
         self.events.append(stamped)
         return stamped
 
-    def exchange(self, index: int, user: str, answer: str | None, *, tools: Sequence[tuple[str, str | None, bool]] = ()) -> None:
+    def exchange(
+        self, index: int, user: str, answer: str | None, *, tools: Sequence[tuple[str, str | None, bool]] = ()
+    ) -> None:
         """A turn: the user message, optionally one round of parallel calls (content None:
         the round was cut before that result), the answer and the completion marker."""
         inv = f"t{index}"
         self.add(Event(author="user", message=Message(role="user", content=user)), inv)
         if tools:
-            calls = tuple(ToolCall(id=f"call_{index}_{k}", name=name, arguments=json.dumps({"turn": index, "k": k}))
-                          for k, (name, _, _) in enumerate(tools))
-            self.add(Event(author="agent", message=Message(role="assistant", tool_calls=calls), finish_reason="tool_calls"), inv)
+            calls = tuple(
+                ToolCall(id=f"call_{index}_{k}", name=name, arguments=json.dumps({"turn": index, "k": k}))
+                for k, (name, _, _) in enumerate(tools)
+            )
+            self.add(
+                Event(author="agent", message=Message(role="assistant", tool_calls=calls), finish_reason="tool_calls"),
+                inv,
+            )
             for call, (name, content, failed) in zip(calls, tools, strict=True):
                 if content is None:
                     continue
-                self.add(Event(
-                    author="agent", object=OBJECT_TOOL_RESPONSE,
-                    message=Message(role="tool", content=content, tool_call_id=call.id, tool_name=name),
-                    extensions={"tool_error": True} if failed else {},
-                ), inv)
+                self.add(
+                    Event(
+                        author="agent",
+                        object=OBJECT_TOOL_RESPONSE,
+                        message=Message(role="tool", content=content, tool_call_id=call.id, tool_name=name),
+                        extensions={"tool_error": True} if failed else {},
+                    ),
+                    inv,
+                )
             if any(content is None for _, content, _ in tools):
                 return  # cut: no answer, no completion
         if answer is not None:
-            self.add(Event(author="agent", message=Message(role="assistant", content=answer), done=True, finish_reason="stop"), inv)
+            self.add(
+                Event(
+                    author="agent", message=Message(role="assistant", content=answer), done=True, finish_reason="stop"
+                ),
+                inv,
+            )
         self.add(Event(author=APP, object=OBJECT_RUNNER_COMPLETION, done=True), inv)
 
 
 def summary_through(events: Sequence[Event], through: int, text: str, version: int) -> Summary:
     last = events[through - 1]
     return Summary(
-        filter_key=APP, text=text, version=version,
+        filter_key=APP,
+        text=text,
+        version=version,
         boundary=SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.id, last_seq=last.seq or through),
     )
 
@@ -199,14 +220,19 @@ def lossy_summary(previous: str, events: Sequence[Event], *, budget: int, drop: 
 def locomo_sessions(limit: int) -> list[tuple[str, list[tuple[str, str]]]]:
     path = DATA / "locomo" / "locomo_dev7.json"
     data = json.loads(path.read_text())
-    return [(str(c.get("sample_id", i)), [(e.user, e.answer) for e in exchanges(c["conversation"])]) for i, c in enumerate(data[:limit])]
+    return [
+        (str(c.get("sample_id", i)), [(e.user, e.answer) for e in exchanges(c["conversation"])])
+        for i, c in enumerate(data[:limit])
+    ]
 
 
 def qmsum_sessions(limit: int) -> list[tuple[str, list[tuple[str, str]]]]:
     out = []
     for path in sorted((DATA / "qmsum" / "test").glob("*.json"))[:limit]:
         turns = [f"{t['speaker']}: {t['content']}" for t in json.loads(path.read_text())["meeting_transcripts"]]
-        out.append((path.stem, [(turns[i], turns[i + 1] if i + 1 < len(turns) else "ok") for i in range(0, len(turns), 2)]))
+        out.append(
+            (path.stem, [(turns[i], turns[i + 1] if i + 1 < len(turns) else "ok") for i in range(0, len(turns), 2)])
+        )
     return out
 
 
@@ -228,7 +254,8 @@ async def manifest_session(name: str, turns: list[tuple[str, str]], rng: random.
     ledger = LedgerBuilder()
     summary: Summary | None = None
     governance = ContextGovernance(
-        compaction=CompactionConfig(oversized_tool_result_max_tokens=OVERSIZED_RECOMMENDED), manifest_check=True,
+        compaction=CompactionConfig(oversized_tool_result_max_tokens=OVERSIZED_RECOMMENDED),
+        manifest_check=True,
     )
     coverage: list[float] = []
     dropped = refused = calls = 0
@@ -242,19 +269,43 @@ async def manifest_session(name: str, turns: list[tuple[str, str]], rng: random.
             cut = rng.random() < 0.05
             for k in range(rng.randint(1, 3)):
                 failed = rng.random() < 0.1
-                content = None if cut and k == 0 else (json.dumps({"error": "timeout"}) if failed else tool_output(rng, corpus, index))
+                content = (
+                    None
+                    if cut and k == 0
+                    else (json.dumps({"error": "timeout"}) if failed else tool_output(rng, corpus, index))
+                )
                 tools.append((rng.choice(["search_logs", "read_file", "lookup_ticket"]), content, failed))
         start = len(ledger.events)
         ledger.exchange(index, user, answer, tools=tools)
         # The runner's load: events after the boundary (its cut turn included), the newest 150.
         boundary = summary.last_seq if summary is not None else 0
-        loaded = [e for e in ledger.events if (e.seq or 0) > boundary or e.invocation_id == ledger.events[boundary - 1].invocation_id] if boundary else list(ledger.events)
-        session = Session(app=APP, user_id="alice", id=name, events=loaded[-150:], last_seq=len(ledger.events),
-                          summaries={APP: summary} if summary is not None else {})
+        loaded = (
+            [
+                e
+                for e in ledger.events
+                if (e.seq or 0) > boundary or e.invocation_id == ledger.events[boundary - 1].invocation_id
+            ]
+            if boundary
+            else list(ledger.events)
+        )
+        session = Session(
+            app=APP,
+            user_id="alice",
+            id=name,
+            events=loaded[-150:],
+            last_seq=len(ledger.events),
+            summaries={APP: summary} if summary is not None else {},
+        )
         try:
             built = build_context(
-                session, filter_key=APP, instruction="Answer from the meeting.", tools=[SESSION_LOAD], governance=governance,
-                window=WINDOW, active_invocation_id=f"t{index}", current_unit=f"req:req-t{index}",
+                session,
+                filter_key=APP,
+                instruction="Answer from the meeting.",
+                tools=[SESSION_LOAD],
+                governance=governance,
+                window=WINDOW,
+                active_invocation_id=f"t{index}",
+                current_unit=f"req:req-t{index}",
             )
         except ManifestError:
             refused += 1
@@ -268,12 +319,20 @@ async def manifest_session(name: str, turns: list[tuple[str, str]], rng: random.
         last = built
         if built.sent_tokens > WINDOW // 2 and start > 0:
             # Roll the summary forward to the end of the previous turn (what a job would do).
-            summary = summary_through(ledger.events, start, f"summary through seq {start}", (summary.version + 1) if summary else 1)
+            summary = summary_through(
+                ledger.events, start, f"summary through seq {start}", (summary.version + 1) if summary else 1
+            )
     assert last is not None and last.manifest is not None
     recovery = await recover(name, ledger.events, last)
     return {
-        "session": name, "events": len(ledger.events), "calls": calls, "refused": refused,
-        "coverage_min": min(coverage), "dropped": dropped, "dispositions": dispositions, **recovery,
+        "session": name,
+        "events": len(ledger.events),
+        "calls": calls,
+        "refused": refused,
+        "coverage_min": min(coverage),
+        "dropped": dropped,
+        "dispositions": dispositions,
+        **recovery,
     }
 
 
@@ -306,16 +365,25 @@ async def recover(name: str, events: list[Event], built: BuiltRequest) -> dict[s
         while True:
             anchor: dict[str, Any] = {"seq": event.seq} if entry.disposition == "gap" else {"event_id": event.id}
             loaded = await session_load(
-                index, session=stored, before=0, after=1, content_offset=len(content.encode()),
-                content_limit=MAX_CONTENT_LIMIT, **anchor,
+                index,
+                session=stored,
+                before=0,
+                after=1,
+                content_offset=len(content.encode()),
+                content_limit=MAX_CONTENT_LIMIT,
+                **anchor,
             )
             pages += 1
             [message] = [m for m in loaded["messages"] if m["event_id"] == event.id]
             # The cost of the anchor: the answer without the neighbour SPEC 5.3 always adds.
             returned += count(json.dumps({**loaded, "messages": [message]}, ensure_ascii=False))
             piece = str(message["content"])
-            if message.get("tool_call_id") and not message.get("content_offset") and piece.startswith(f"{message.get('tool_name')}: "):
-                piece = piece[len(str(message.get("tool_name"))) + 2:]
+            if (
+                message.get("tool_call_id")
+                and not message.get("content_offset")
+                and piece.startswith(f"{message.get('tool_name')}: ")
+            ):
+                piece = piece[len(str(message.get("tool_name"))) + 2 :]
             content += piece
             if not message.get("content_truncated") or not piece:
                 break
@@ -323,8 +391,12 @@ async def recover(name: str, events: list[Event], built: BuiltRequest) -> dict[s
         one_call += pages == 1
         overhead.append(returned - count(event.text))
     return {
-        "hidden": hidden, "recovered_exact": exact, "recovered_in_one_call": one_call,
-        "hidden_call_messages": calls_only, "verbatim": verbatim, "verbatim_in_request": verbatim_ok,
+        "hidden": hidden,
+        "recovered_exact": exact,
+        "recovered_in_one_call": one_call,
+        "hidden_call_messages": calls_only,
+        "verbatim": verbatim,
+        "verbatim_in_request": verbatim_ok,
         "load_overhead_tokens_p50": statistics.median(overhead) if overhead else 0,
         "load_overhead_tokens_max": max(overhead) if overhead else 0,
     }
@@ -369,7 +441,9 @@ CODEX_WINDOW = 272_000
 POLICIES = ("ours: pinned block", "summary only", "Codex: user msgs <= 20k", "Codex scaled: user msgs <= 7.4% window")
 
 
-def plant(turns: list[tuple[str, str]], rng: random.Random) -> tuple[list[tuple[str, str]], dict[int, int], dict[int, int]]:
+def plant(
+    turns: list[tuple[str, str]], rng: random.Random
+) -> tuple[list[tuple[str, str]], dict[int, int], dict[int, int]]:
     """Turns with the directives and corrections appended to user messages, and where each went."""
     n = len(turns)
     spots = rng.sample(range(1, int(0.6 * n)), len(DIRECTIVES))
@@ -396,14 +470,22 @@ def pinned_session(name: str, turns: list[tuple[str, str]], rng: random.Random) 
     through = 0
     for c in range(1, COMPACTIONS + 1):
         cut = ends[max(0, round(c * 0.9 * len(planted) / COMPACTIONS) - 1)]
-        text = lossy_summary(summary.text if summary else "", events[through:cut], budget=SUMMARY_BUDGET, drop=LOSS, rng=rng)
+        text = lossy_summary(
+            summary.text if summary else "", events[through:cut], budget=SUMMARY_BUDGET, drop=LOSS, rng=rng
+        )
         summary = summary_through(events, cut, text, c)
         through = cut
     assert summary is not None
-    session = Session(app=APP, user_id="alice", id=name, events=list(events), summaries={APP: summary}, last_seq=len(events))
+    session = Session(
+        app=APP, user_id="alice", id=name, events=list(events), summaries={APP: summary}, last_seq=len(events)
+    )
     governed = ContextGovernance(pinned=PinnedConfig())
-    ours = build_context(session, filter_key=APP, instruction="Be helpful.", tools=[], governance=governed, window=WINDOW)
-    plain = build_context(session, filter_key=APP, instruction="Be helpful.", tools=[], governance=ContextGovernance(), window=WINDOW)
+    ours = build_context(
+        session, filter_key=APP, instruction="Be helpful.", tools=[], governance=governed, window=WINDOW
+    )
+    plain = build_context(
+        session, filter_key=APP, instruction="Be helpful.", tools=[], governance=ContextGovernance(), window=WINDOW
+    )
     tail = [i.message.content for i in plain.items]
     users = [e.text for e in events[:through] if e.is_user_message]
 
@@ -428,7 +510,12 @@ def pinned_session(name: str, turns: list[tuple[str, str]], rng: random.Random) 
     in_force = [CORRECTIONS.get(i, d) for i, d in enumerate(DIRECTIVES)]
     superseded = {d: CORRECTIONS[i] for i, d in enumerate(DIRECTIVES) if i in CORRECTIONS}
     planted_texts = set(DIRECTIVES) | set(CORRECTIONS.values())
-    out: dict[str, Any] = {"session": name, "turns": len(planted), "events": len(events), "summary_tokens": count(summary.text)}
+    out: dict[str, Any] = {
+        "session": name,
+        "turns": len(planted),
+        "events": len(events),
+        "summary_tokens": count(summary.text),
+    }
     for policy, (text, intent_tokens) in requests.items():
         out[policy] = {
             "survival": sum(d in text for d in in_force) / len(in_force),
@@ -480,13 +567,19 @@ async def recall_locomo() -> dict[str, Any]:
         keys: dict[str, str] = {}
         tokens: dict[str, int] = {}
         for n, turn in enumerate(case.turns):
-            event = Event(author=turn.speaker, message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
-                          created_at=T0 + timedelta(seconds=30 * n))
+            event = Event(
+                author=turn.speaker,
+                message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
+                created_at=T0 + timedelta(seconds=30 * n),
+            )
             saved = await service.append_event(session, event)
             keys[saved.id] = turn.key
             tokens[turn.key] = count(turn.text)
         last_hidden = max((e for e in session.events if keys[e.id] in hidden_keys), key=lambda e: e.seq or 0)
-        await service.put_summary(session.key, dataclasses.replace(summary_through(session.events, last_hidden.seq or 0, "(summary)", 1), filter_key=""))
+        await service.put_summary(
+            session.key,
+            dataclasses.replace(summary_through(session.events, last_hidden.seq or 0, "(summary)", 1), filter_key=""),
+        )
         loaded = await service.get_session(session.key, event_limit=0)
         assert loaded is not None
         hidden_turns = [t for t in case.turns if t.key in hidden_keys]
@@ -496,9 +589,18 @@ async def recall_locomo() -> dict[str, Any]:
             if not groups:
                 continue
             ranked = bm25.get_scores(plain_tokens(question.text))
-            score("BM25 (rank-bm25, word tokens)", [hidden_turns[i].key for i in sorted(range(len(hidden_turns)), key=lambda i: -ranked[i])], groups)
-            for policy, ranking in (("seed: lexical session_search", "lexical"), ("ours: hybrid session_search", "hybrid")):
-                answer = await session_search(index, session=loaded, query=question.text, top_k=MRR_DEPTH, ranking=ranking)  # type: ignore[arg-type]  # literal
+            score(
+                "BM25 (rank-bm25, word tokens)",
+                [hidden_turns[i].key for i in sorted(range(len(hidden_turns)), key=lambda i: -ranked[i])],
+                groups,
+            )
+            for policy, ranking in (
+                ("seed: lexical session_search", "lexical"),
+                ("ours: hybrid session_search", "hybrid"),
+            ):
+                answer = await session_search(
+                    index, session=loaded, query=question.text, top_k=MRR_DEPTH, ranking=ranking
+                )  # type: ignore[arg-type]  # literal
                 score(policy, [keys[r["event_id"]] for r in answer["results"]], groups)
                 if ranking != "hybrid":
                     continue
@@ -550,18 +652,32 @@ async def recall_longmemeval() -> dict[str, Any]:
                     owner[stored.id] = sid
                     parts = _LME_MESSAGE.split(episode["text"])
                     for role, text in zip(parts[1::2], parts[2::2], strict=True):
-                        await service.append_event(stored, Event(author=role, message=Message(role=role, content=text.strip())))  # type: ignore[arg-type]  # user/assistant
+                        await service.append_event(
+                            stored, Event(author=role, message=Message(role=role, content=text.strip()))
+                        )  # type: ignore[arg-type]  # user/assistant
             current = await service.create_session(app=APP, user_id="u", session_id="now")
             for c, case in enumerate(cases):
                 if absent is not None and c != absent:
                     continue
-                answer = await session_search(index, session=current, query=case["queries"][0]["query"], scope="other_sessions",
-                                              top_k=RECALL_K, ranking=ranking)  # type: ignore[arg-type]  # literal
+                answer = await session_search(
+                    index,
+                    session=current,
+                    query=case["queries"][0]["query"],
+                    scope="other_sessions",
+                    top_k=RECALL_K,
+                    ranking=ranking,
+                )  # type: ignore[arg-type]  # literal
                 if absent is None:
-                    hits += any(owner[r["session_id"]] in case["metadata"]["answer_session_ids"] for r in answer["results"])
+                    hits += any(
+                        owner[r["session_id"]] in case["metadata"]["answer_session_ids"] for r in answer["results"]
+                    )
                 else:
                     false_hits += bool(answer["results"])
-        out[ranking] = {"questions": len(cases), "hit_rate@5": hits / len(cases), "abstention_proxy_false_hit_rate": false_hits / len(cases)}
+        out[ranking] = {
+            "questions": len(cases),
+            "hit_rate@5": hits / len(cases),
+            "abstention_proxy_false_hit_rate": false_hits / len(cases),
+        }
     return out
 
 
@@ -632,8 +748,12 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
     hidden = events[:-C6_KEEP_TURNS]
     lines = {e.seq: "\n".join(conversation_lines(e)) for e in hidden}
     request = SummaryRequest(filter_key="", previous=None, events=hidden)
-    out: dict[str, Any] = {"meeting": name, "window": window, "hidden_events": len(hidden),
-                           "hidden_tokens": sum(count(t) for t in lines.values())}
+    out: dict[str, Any] = {
+        "meeting": name,
+        "window": window,
+        "hidden_events": len(hidden),
+        "hidden_tokens": sum(count(t) for t in lines.values()),
+    }
 
     model = SurrogateModel(context_window=window, rng=rng, fail_rate=C6_FAIL_RATE)
     try:
@@ -642,7 +762,11 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
     except Exception:
         failed = 1
     seen = "\n".join(model.accepted)
-    out["ours"] = {"failures": failed, "coverage": sum(t in seen for t in lines.values()) / len(lines), "calls": model.calls}
+    out["ours"] = {
+        "failures": failed,
+        "coverage": sum(t in seen for t in lines.values()) / len(lines),
+        "calls": model.calls,
+    }
 
     # The demo's own path (agentsite.composition.build_summarizer): `chunked_summarizer`
     # over a run-layer Model, through the same adapter a provider model goes through.
@@ -653,7 +777,10 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
     except Exception:
         failed = 1
     seen = "\n".join(demo.accepted)
-    out["demo wiring: chunked_summarizer(Model)"] = {"failures": failed, "coverage": sum(t in seen for t in lines.values()) / len(lines)}
+    out["demo wiring: chunked_summarizer(Model)"] = {
+        "failures": failed,
+        "coverage": sum(t in seen for t in lines.values()) / len(lines),
+    }
 
     # SPEC 3.4 (the seed): one request; the longest prefix of events that fits.
     leaf = LLMSummarizer(SurrogateModel(context_window=window, rng=rng), tokenizer=tokenizer)
@@ -661,7 +788,10 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
     taken = len(hidden) if last is None else (last.seq or 0)
     out["seed: longest prefix"] = {"failures": 0, "coverage": taken / len(hidden)}
     # Everything in one request: refused when the hidden part is over the window.
-    out["one request, no bound"] = {"failures": int(out["hidden_tokens"] > window), "coverage": 0.0 if out["hidden_tokens"] > window else 1.0}
+    out["one request, no bound"] = {
+        "failures": int(out["hidden_tokens"] > window),
+        "coverage": 0.0 if out["hidden_tokens"] > window else 1.0,
+    }
 
     def newest_within(budget: int) -> float:
         used = kept = 0
@@ -672,12 +802,22 @@ async def bounded_compaction(name: str, turns: list[str], window: int, rng: rand
             kept += 1
         return kept / len(hidden)
 
-    out["Codex: drop oldest until it fits"] = {"failures": 0, "coverage": newest_within(int(window * SUMMARY_BUDGET_RATIO))}
+    out["Codex: drop oldest until it fits"] = {
+        "failures": 0,
+        "coverage": newest_within(int(window * SUMMARY_BUDGET_RATIO)),
+    }
     out["LangChain: last 4,000 tokens"] = {"failures": 0, "coverage": newest_within(LANGCHAIN_TOKENS)}
     return out
 
 
-C6_POLICIES = ("ours", "demo wiring: chunked_summarizer(Model)", "seed: longest prefix", "one request, no bound", "Codex: drop oldest until it fits", "LangChain: last 4,000 tokens")
+C6_POLICIES = (
+    "ours",
+    "demo wiring: chunked_summarizer(Model)",
+    "seed: longest prefix",
+    "one request, no bound",
+    "Codex: drop oldest until it fits",
+    "LangChain: last 4,000 tokens",
+)
 
 
 def report_c6(rows: list[dict[str, Any]]) -> str:
@@ -696,9 +836,12 @@ def report_c6(rows: list[dict[str, Any]]) -> str:
                 f"| {window:,} | {policy} | {sum(v['failures'] for v in values)}/{len(values)} | "
                 f"{mean([v['coverage'] for v in values]):.1%} / {min(v['coverage'] for v in values):.1%} |"
             )
-    lines += ["", f"Hidden part per meeting: {mean([r['hidden_tokens'] for r in rows]):,.0f} tokens on average "
-              f"(max {max(r['hidden_tokens'] for r in rows):,}); ours made {mean([r['ours']['calls'] for r in rows if r['window'] == 4096]):.1f} "
-              "model calls per compaction at 4k (retries included)."]
+    lines += [
+        "",
+        f"Hidden part per meeting: {mean([r['hidden_tokens'] for r in rows]):,.0f} tokens on average "
+        f"(max {max(r['hidden_tokens'] for r in rows):,}); ours made {mean([r['ours']['calls'] for r in rows if r['window'] == 4096]):.1f} "
+        "model calls per compaction at 4k (retries included).",
+    ]
     return "\n".join(lines)
 
 
@@ -786,7 +929,9 @@ def _clear_tool_uses(messages: list[Message], trigger: int) -> list[Message]:
     return out
 
 
-def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, bool]]]], policy: str, batch: int = C4_OURS) -> dict[str, Any]:
+def cache_session(
+    name: str, script: list[tuple[str, str, list[tuple[str, str, bool]]]], policy: str, batch: int = C4_OURS
+) -> dict[str, Any]:
     """Replay one session under one policy; per model call, the common prefix with the previous request."""
     if policy.startswith("ours"):
         config = CompactionConfig(oversized_tool_result_max_tokens=C4_OVERSIZED, clear_at_least=batch)
@@ -808,10 +953,24 @@ def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, b
     rows: list[dict[str, Any]] = []
 
     def request(inv: str) -> tuple[list[Message], set[int]]:
-        session = Session(app=APP, user_id="alice", id=name, events=list(ledger.events), last_seq=len(ledger.events),
-                          summaries={APP: summary} if summary is not None else {})
-        built = build_context(session, filter_key=APP, instruction="Answer from the meeting.", tools=[SESSION_LOAD],
-                              governance=governance, window=C4_WINDOW, active_invocation_id=inv, current_unit=f"req:req-{inv}")
+        session = Session(
+            app=APP,
+            user_id="alice",
+            id=name,
+            events=list(ledger.events),
+            last_seq=len(ledger.events),
+            summaries={APP: summary} if summary is not None else {},
+        )
+        built = build_context(
+            session,
+            filter_key=APP,
+            instruction="Answer from the meeting.",
+            tools=[SESSION_LOAD],
+            governance=governance,
+            window=C4_WINDOW,
+            active_invocation_id=inv,
+            current_unit=f"req:req-{inv}",
+        )
         messages = list(built.request.messages)
         if policy.startswith("LangChain"):
             messages = _clear_tool_uses(messages, int(C4_LANGCHAIN_TRIGGER * C4_WINDOW))
@@ -820,7 +979,12 @@ def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, b
 
     def roll(cut: int, version: int) -> Summary:
         previous_text = summary.text if summary is not None else ""
-        text = extractive_summary(render_conversation(previous_text, [e for e in ledger.events[through:cut] if e.message and e.message.role != "tool"]), 1000)
+        text = extractive_summary(
+            render_conversation(
+                previous_text, [e for e in ledger.events[through:cut] if e.message and e.message.role != "tool"]
+            ),
+            1000,
+        )
         if codex:
             # Codex's replacement history: the newest user messages up to 20k tokens (scaled
             # to this window, 7.4%), then the summary.
@@ -851,7 +1015,16 @@ def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, b
         cause = None
         if broke:
             cause = "summary" if rolled else ("elision" if elided - previous_elided else "other")
-        rows.append({"tokens": total, "shared": shared, "previous": prev_total, "broke": broke, "cause": cause, "rolled": rolled})
+        rows.append(
+            {
+                "tokens": total,
+                "shared": shared,
+                "previous": prev_total,
+                "broke": broke,
+                "cause": cause,
+                "rolled": rolled,
+            }
+        )
         previous, previous_elided = messages, elided
 
     for index, (user, answer, tools) in enumerate(script):
@@ -860,14 +1033,29 @@ def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, b
         ledger.add(Event(author="user", message=Message(role="user", content=user)), inv)
         call(inv, turn_start)
         if tools:
-            calls = tuple(ToolCall(id=f"call_{index}_{k}", name=n, arguments=json.dumps({"turn": index, "k": k})) for k, (n, _, _) in enumerate(tools))
-            ledger.add(Event(author="agent", message=Message(role="assistant", tool_calls=calls), finish_reason="tool_calls"), inv)
+            calls = tuple(
+                ToolCall(id=f"call_{index}_{k}", name=n, arguments=json.dumps({"turn": index, "k": k}))
+                for k, (n, _, _) in enumerate(tools)
+            )
+            ledger.add(
+                Event(author="agent", message=Message(role="assistant", tool_calls=calls), finish_reason="tool_calls"),
+                inv,
+            )
             for c, (n, content, failed) in zip(calls, tools, strict=True):
-                ledger.add(Event(author="agent", object=OBJECT_TOOL_RESPONSE,
-                                 message=Message(role="tool", content=content, tool_call_id=c.id, tool_name=n),
-                                 extensions={"tool_error": True} if failed else {}), inv)
+                ledger.add(
+                    Event(
+                        author="agent",
+                        object=OBJECT_TOOL_RESPONSE,
+                        message=Message(role="tool", content=content, tool_call_id=c.id, tool_name=n),
+                        extensions={"tool_error": True} if failed else {},
+                    ),
+                    inv,
+                )
             call(inv, turn_start)
-        ledger.add(Event(author="agent", message=Message(role="assistant", content=answer), done=True, finish_reason="stop"), inv)
+        ledger.add(
+            Event(author="agent", message=Message(role="assistant", content=answer), done=True, finish_reason="stop"),
+            inv,
+        )
         ledger.add(Event(author=APP, object=OBJECT_RUNNER_COMPLETION, done=True), inv)
 
     later = rows[1:]
@@ -875,20 +1063,28 @@ def cache_session(name: str, script: list[tuple[str, str, list[tuple[str, str, b
     planned = [r for r in between if not (policy.startswith("ours") and r["cause"] == "elision")]
     cost = sum(r["shared"] * C4_CACHED + (r["tokens"] - r["shared"]) for r in rows)
     return {
-        "session": name, "policy": policy, "calls": len(rows),
-        "mean_tokens": mean([r["tokens"] for r in rows]), "peak_tokens": max(r["tokens"] for r in rows),
+        "session": name,
+        "policy": policy,
+        "calls": len(rows),
+        "mean_tokens": mean([r["tokens"] for r in rows]),
+        "peak_tokens": max(r["tokens"] for r in rows),
         "reuse_between_summaries": mean([r["shared"] / r["previous"] for r in between]),
         "reuse_between_epochs": mean([r["shared"] / r["previous"] for r in planned]),
         "cache_hit_share": sum(r["shared"] for r in rows) / sum(r["tokens"] for r in rows),
         "breaks_per_100": 100 * sum(r["broke"] for r in later) / len(later),
         "breaks_by_cause": {c: sum(r["cause"] == c for r in later) for c in ("summary", "elision", "other")},
         "summary_rolls": sum(r["rolled"] for r in rows),
-        "cost_tokens": cost, "uncached_cost_tokens": sum(r["tokens"] for r in rows),
+        "cost_tokens": cost,
+        "uncached_cost_tokens": sum(r["tokens"] for r in rows),
     }
 
 
-C4_POLICIES = ("ours: batched elision", "seed: Pass 1 (SPEC 4.6)", "Codex: ingest truncation + replacement",
-               "LangChain: ClearToolUsesEdit, clear_at_least=0")
+C4_POLICIES = (
+    "ours: batched elision",
+    "seed: Pass 1 (SPEC 4.6)",
+    "Codex: ingest truncation + replacement",
+    "LangChain: ClearToolUsesEdit, clear_at_least=0",
+)
 
 
 def run_c4(sessions: int) -> list[dict[str, Any]]:
@@ -927,9 +1123,12 @@ def report_c4(rows: list[dict[str, Any]]) -> str:
             f"{mean([r['mean_tokens'] for r in subset]):,.0f} / {max(r['peak_tokens'] for r in subset):,} | "
             f"{mean([r['cache_hit_share'] for r in subset]):.1%} | {cost / 1e6:.2f} | {cost / seed_cost:.2f}x |"
         )
-    lines += ["", "Reuse: common token prefix with the previous request / the previous request's tokens. Epochs: summary rolls, "
-              "and for ours the planned elision batches. Cost: cached prefix at 0.1x, the rest at 1x (tool schemas left out: "
-              "constant for every policy)."]
+    lines += [
+        "",
+        "Reuse: common token prefix with the previous request / the previous request's tokens. Epochs: summary rolls, "
+        "and for ours the planned elision batches. Cost: cached prefix at 0.1x, the rest at 1x (tool schemas left out: "
+        "constant for every policy).",
+    ]
     return "\n".join(lines)
 
 
@@ -1029,9 +1228,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=7, help="LoCoMo and QMSum sessions for C2 (each)")
     parser.add_argument("--c4-sessions", type=int, default=3, help="200-turn QMSum sessions for C4")
-    parser.add_argument("--c5-sessions", type=int, default=1, help="200-turn QMSum sessions for C5 (each about 5 minutes)")
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
-                        help="run only these sections; the others keep their figures from the last results file")
+    parser.add_argument(
+        "--c5-sessions", type=int, default=1, help="200-turn QMSum sessions for C5 (each about 5 minutes)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="run only these sections; the others keep their figures from the last results file",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     path = RESULTS / "context_beyond.json"
@@ -1039,8 +1245,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.update({"seed": SEED, "window": WINDOW})
 
     if "c3" in args.only:
-        results["c3"] = [asyncio.run(manifest_session(name, turns, random.Random(SEED + i)))
-                         for i, (name, turns) in enumerate(qmsum_sessions(3))]
+        results["c3"] = [
+            asyncio.run(manifest_session(name, turns, random.Random(SEED + i)))
+            for i, (name, turns) in enumerate(qmsum_sessions(3))
+        ]
     if "c2" in args.only:
         c2 = []
         for data, sessions in (("locomo", locomo_sessions(args.sessions)), ("qmsum", qmsum_sessions(args.sessions))):

@@ -96,7 +96,9 @@ class LatencyModel:
     """A model that answers the script after `call_s` seconds: a tool round where the turn
     has one, then the turn's answer."""
 
-    def __init__(self, script: Sequence[tuple[str, str, list[tuple[str, str, bool]]]], *, window: int, call_s: float) -> None:
+    def __init__(
+        self, script: Sequence[tuple[str, str, list[tuple[str, str, bool]]]], *, window: int, call_s: float
+    ) -> None:
         self.window = window
         self.call_s = call_s
         self._steps: list[Message] = []
@@ -117,8 +119,13 @@ class LatencyModel:
         self.requests.append(request)
         await asyncio.sleep(self.call_s)
         message = self._steps.pop(0)
-        yield ModelResponse(id=f"r{len(self.requests)}", partial=False, message=message,
-                            finish_reason="tool_calls" if message.tool_calls else "stop", model="latency-model")
+        yield ModelResponse(
+            id=f"r{len(self.requests)}",
+            partial=False,
+            message=message,
+            finish_reason="tool_calls" if message.tool_calls else "stop",
+            model="latency-model",
+        )
 
 
 class SlowSummarizer:
@@ -178,24 +185,39 @@ class CheckedAgent(LLMAgent):
             invocation.session.key, after_seq=start, limit=after.last_seq - start
         )
         events = tuple(
-            e for e in ledger
+            e
+            for e in ledger
             if (e.seq or 0) <= after.last_seq and filter_matches(e.filter_key, invocation.filter_key) and not e.partial
         )
-        text = (await extractive().summarize(SummaryRequest(filter_key=invocation.filter_key, previous=before, events=events))).text
+        text = (
+            await extractive().summarize(
+                SummaryRequest(filter_key=invocation.filter_key, previous=before, events=events)
+            )
+        ).text
         reference_session = dataclasses.replace(
-            invocation.session, summaries={**invocation.session.summaries, invocation.filter_key: dataclasses.replace(after, text=text.strip())}
+            invocation.session,
+            summaries={
+                **invocation.session.summaries,
+                invocation.filter_key: dataclasses.replace(after, text=text.strip()),
+            },
         )
         reference = build_for_invocation(
-            dataclasses.replace(invocation, session=reference_session), instruction=instruction, tools=specs,
-            governance=self.governance, window=built.window,
+            dataclasses.replace(invocation, session=reference_session),
+            instruction=instruction,
+            tools=specs,
+            governance=self.governance,
+            window=built.window,
         )
         appended = [e.seq for e in invocation.session.events if (e.seq or 0) > after.last_seq]
         manifest = built.manifest
         carried = sum(
-            1 for seq in appended
+            1
+            for seq in appended
             if manifest is not None and (entry := manifest.of(seq or 0)) is not None and entry.disposition in CARRIED
         )
-        return SwapCheck(equal=reference.request.messages == built.request.messages, appended=len(appended), carried=carried)
+        return SwapCheck(
+            equal=reference.request.messages == built.request.messages, appended=len(appended), carried=carried
+        )
 
 
 def output_tools(outputs: dict[str, str]) -> list[Tool]:
@@ -224,8 +246,14 @@ async def run_policy(
     )
     outputs = {f"{i}-{n}": content for i, (_, _, tools) in enumerate(script) for n, (_, content, _) in enumerate(tools)}
     model = LatencyModel(script, window=window, call_s=CALL_S * scale)
-    agent = CheckedAgent(name="worker", model=model, instruction="Answer from the meeting.", tools=output_tools(outputs),
-                         governance=governance, max_steps=4)
+    agent = CheckedAgent(
+        name="worker",
+        model=model,
+        instruction="Answer from the meeting.",
+        tools=output_tools(outputs),
+        governance=governance,
+        max_steps=4,
+    )
     agent.checks = []
     service = InMemorySessionService()
     runner = Runner(app=APP, agents=[agent], session_service=service, load_after_summary=True)
@@ -247,7 +275,8 @@ async def run_policy(
     # A call that reached the pre-call threshold straight from under the soft one: no
     # background summary could have been started for it.
     jumps = sum(
-        1 for before, call in itertools.pairwise(calls)
+        1
+        for before, call in itertools.pairwise(calls)
         if before["sent_tokens"] < soft_line and call.get("tokens_before", call["sent_tokens"]) >= hard_line
     )
     blocking = [c for c in calls if c.get("wait_ms", 0) > 0]
@@ -266,8 +295,11 @@ async def run_policy(
         "jumps": jumps,
         "swaps": sum(1 for c in calls if c.get("background") == "swapped"),
         "waited": sum(1 for c in calls if c.get("background") == "waited"),
-        "sync_fallbacks": sum(1 for c in calls if c.get("status") in ("advanced", "not_advanced", "error")
-                              and c.get("background") != "waited"),
+        "sync_fallbacks": sum(
+            1
+            for c in calls
+            if c.get("status") in ("advanced", "not_advanced", "error") and c.get("background") != "waited"
+        ),
         "peak_tokens": max((c["sent_tokens"] for c in calls), default=0),
         "over_window": sum(1 for c in calls if c["sent_tokens"] > window),
         "swap_checks": len(agent.checks),
@@ -302,8 +334,11 @@ def run_c5(*, sessions: int = 1, windows: Sequence[int] = WINDOWS, scale: float 
             for policy in POLICIES:
                 row = asyncio.run(run_policy(script, policy=policy, window=window, scale=scale))
                 rows.append({"session": name, **row})
-                print(f"c5 {name} {window} {policy}: {row['calls']} calls, p95 {row['stall_p95_s']:.2f} s, "
-                      f"blocking {row['blocking_share']:.1%}, {row['wall_s']} s", file=sys.stderr)
+                print(
+                    f"c5 {name} {window} {policy}: {row['calls']} calls, p95 {row['stall_p95_s']:.2f} s, "
+                    f"blocking {row['blocking_share']:.1%}, {row['wall_s']} s",
+                    file=sys.stderr,
+                )
     return rows
 
 

@@ -85,8 +85,18 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(name="extractive, demo default (512-token summary, 1,024-token sections)", kind="extractive"),
-    Setting(name="extractive, 2,048-token summary, 256-token sections", kind="extractive", budget_tokens=2048, section_tokens=256),
-    Setting(name="extractive, 4,096-token summary, 128-token sections", kind="extractive", budget_tokens=4096, section_tokens=128),
+    Setting(
+        name="extractive, 2,048-token summary, 256-token sections",
+        kind="extractive",
+        budget_tokens=2048,
+        section_tokens=256,
+    ),
+    Setting(
+        name="extractive, 4,096-token summary, 128-token sections",
+        kind="extractive",
+        budget_tokens=4096,
+        section_tokens=128,
+    ),
     Setting(name="chunked (surrogate model, 8k window, default budget)", kind="chunked"),
 )
 
@@ -109,8 +119,11 @@ def _summarizer(setting: Setting) -> Summarizer:
     if setting.kind == "chunked":
         return ChunkedSummarizer(_Surrogate(), tokenizer=TIKTOKEN)
     return ExtractiveSummarizer(
-        extractive_summary, budget_tokens=setting.budget_tokens, section_tokens=setting.section_tokens,
-        tokenizer=TIKTOKEN, name="offline-extractive",
+        extractive_summary,
+        budget_tokens=setting.budget_tokens,
+        section_tokens=setting.section_tokens,
+        tokenizer=TIKTOKEN,
+        name="offline-extractive",
     )
 
 
@@ -129,7 +142,9 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-async def _summary_sections(setting: Setting, turns: Sequence[Any], hidden_keys: set[str]) -> tuple[list[SummarySection], int, dict[str, int]]:
+async def _summary_sections(
+    setting: Setting, turns: Sequence[Any], hidden_keys: set[str]
+) -> tuple[list[SummarySection], int, dict[str, int]]:
     """The sections of the summary built through the product path, the number of rolls,
     and each turn's seq."""
     service = InMemorySessionService()
@@ -147,13 +162,19 @@ async def _summary_sections(setting: Setting, turns: Sequence[Any], hidden_keys:
             )
             rolls += outcome.primary.reason == "updated"
         block = this_block
-        saved = await service.append_event(session, Event(
-            author=turn.speaker, message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
-            created_at=T0 + timedelta(seconds=30 * n),
-        ))
+        saved = await service.append_event(
+            session,
+            Event(
+                author=turn.speaker,
+                message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
+                created_at=T0 + timedelta(seconds=30 * n),
+            ),
+        )
         seqs[turn.key] = saved.seq or 0
     # The last hidden block: a forced roll moves the boundary to the last hidden turn.
-    outcome = await summarize_session(service, session.key, filter_key="", summarizer=summarizer, force=True, tokenizer=TIKTOKEN)
+    outcome = await summarize_session(
+        service, session.key, filter_key="", summarizer=summarizer, force=True, tokenizer=TIKTOKEN
+    )
     assert outcome.primary.reason == "updated", outcome.primary
     rolls += 1
     summary = await service.get_summary(session.key, filter_key="")
@@ -258,7 +279,9 @@ def main() -> int:
     print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "context_provenance.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "context_provenance.md").write_text("# C1: provenance-anchored summaries (LoCoMo dev)\n\n" + table + "\n")
+    (RESULTS / "context_provenance.md").write_text(
+        "# C1: provenance-anchored summaries (LoCoMo dev)\n\n" + table + "\n"
+    )
     return 0
 
 

@@ -98,7 +98,9 @@ def _merged(per_section: Sequence[Sequence[dict[str, Any]]], merge: str, k: int)
     best section's best hit, then the next section's, ...: the sections' order is the pointer's)."""
     if merge == "round_robin":
         return [r for rank in range(k) for found in per_section for r in found[rank : rank + 1]]
-    return sorted((r for found in per_section for r in found), key=lambda r: (r["confidence"], r["score"]), reverse=True)
+    return sorted(
+        (r for found in per_section for r in found), key=lambda r: (r["confidence"], r["score"]), reverse=True
+    )
 
 
 async def run(
@@ -123,17 +125,23 @@ async def run(
         session = await service.create_session(app=APP, user_id="bench", session_id=case.name)
         keys: dict[str, str] = {}
         for n, turn in enumerate(case.turns):
-            saved = await service.append_event(session, Event(
-                author=turn.speaker, message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
-                created_at=T0 + timedelta(seconds=30 * n),
-            ))
+            saved = await service.append_event(
+                session,
+                Event(
+                    author=turn.speaker,
+                    message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
+                    created_at=T0 + timedelta(seconds=30 * n),
+                ),
+            )
             keys[saved.id] = turn.key
             if turn.key in seqs:
                 assert seqs[turn.key] == saved.seq, (turn.key, seqs[turn.key], saved.seq)
         last = max(seqs.values())
         last_event = next(e for e in session.events if e.seq == last)
         boundary = SummaryBoundary(cutoff_at=last_event.created_at, last_event_id=last_event.id, last_seq=last)
-        await service.put_summary(session.key, Summary(text="\n\n".join(f"{s.header}\n{s.text}" for s in sections), boundary=boundary))
+        await service.put_summary(
+            session.key, Summary(text="\n\n".join(f"{s.header}\n{s.text}" for s in sections), boundary=boundary)
+        )
         loaded = await service.get_session(session.key, event_limit=0)
         assert loaded is not None
         tokens = {t.key: count(t.text) for t in case.turns}
@@ -144,7 +152,9 @@ async def run(
             if not groups:
                 continue
 
-            def score(policy: str, got: set[str], groups: list[set[str]] = groups, tokens: dict[str, int] = tokens) -> None:
+            def score(
+                policy: str, got: set[str], groups: list[set[str]] = groups, tokens: dict[str, int] = tokens
+            ) -> None:
                 rows[f"{policy}_reach"].append(sum(1 for g in groups if g & got) / len(groups))
                 rows[f"{policy}_tokens"].append(sum(tokens[k] for k in got))
 
@@ -153,13 +163,25 @@ async def run(
             scores = bm25.get_scores(plain_tokens(question.text))
             # Ties go to the newer section, as in context_provenance.
             chosen = [sections[i] for i in sorted(range(len(sections)), key=lambda i: (-scores[i], -i))[:TOP_SECTIONS]]
-            score("whole_ranges", {by_seq[q] for s in chosen for q in range(s.first_seq, s.last_seq + 1) if q in by_seq})
+            score(
+                "whole_ranges", {by_seq[q] for s in chosen for q in range(s.first_seq, s.last_seq + 1) if q in by_seq}
+            )
             per_section = [
-                (await session_search(index, session=loaded, query=question.text, top_k=scoped_k,
-                                      section=f"{s.first_seq}-{s.last_seq}"))["results"]
+                (
+                    await session_search(
+                        index,
+                        session=loaded,
+                        query=question.text,
+                        top_k=scoped_k,
+                        section=f"{s.first_seq}-{s.last_seq}",
+                    )
+                )["results"]
                 for s in chosen
             ]
-            score("scoped_search", {keys[e] for e in await _units(index, loaded, _merged(per_section, merge, scoped_k), scoped_k)})
+            score(
+                "scoped_search",
+                {keys[e] for e in await _units(index, loaded, _merged(per_section, merge, scoped_k), scoped_k)},
+            )
             # Item 4's picking: the summary's match fused with a probe of the hidden part
             # (one search, abstention off: a signal, not an answer); weak sections fall back.
             probe = await session_search(index, session=loaded, query=question.text, top_k=PROBE_K, min_confidence=0)
@@ -169,10 +191,15 @@ async def run(
                 score("probed_scoped", {keys[e] for e in await _units(index, loaded, answer["results"])})
                 continue
             probed = [
-                (await session_search(index, session=loaded, query=question.text, top_k=scoped_k, section=s.range))["results"]
+                (await session_search(index, session=loaded, query=question.text, top_k=scoped_k, section=s.range))[
+                    "results"
+                ]
                 for s in choice.sections
             ]
-            score("probed_scoped", {keys[e] for e in await _units(index, loaded, _merged(probed, merge, scoped_k), scoped_k)})
+            score(
+                "probed_scoped",
+                {keys[e] for e in await _units(index, loaded, _merged(probed, merge, scoped_k), scoped_k)},
+            )
     return rows
 
 
@@ -182,7 +209,9 @@ def summarize(rows: dict[str, list[float]], setting: Setting) -> dict[str, Any]:
     for key, values in rows.items():
         out[key] = bootstrap(values)
     ratio = [s / max(1.0, b) for s, b in zip(rows["scoped_search_tokens"], rows["search_tokens"], strict=True)]
-    out["scoped_vs_search_reach_diff"] = bootstrap([a - b for a, b in zip(rows["scoped_search_reach"], rows["search_reach"], strict=True)])
+    out["scoped_vs_search_reach_diff"] = bootstrap(
+        [a - b for a, b in zip(rows["scoped_search_reach"], rows["search_reach"], strict=True)]
+    )
     out["scoped_vs_ranges_reach_diff"] = bootstrap(
         [a - b for a, b in zip(rows["scoped_search_reach"], rows["whole_ranges_reach"], strict=True)]
     )
@@ -214,13 +243,20 @@ def report(results: list[dict[str, Any]]) -> str:
         "|---|---|---|---|",
     ]
     for r in results:
-        for policy, label in (("search", "search: hybrid, top 5 as units"), ("whole_ranges", "sections: top 3 whole ranges"),
-                              ("scoped_search", "sections: scoped search in the top 3, best hits as units"),
-                              ("probed_scoped", "sections picked by summary + probe (weak: search), scoped search, best hits as units")):
-            lines.append(f"| {r['setting']} | {label} | {_ci(r[f'{policy}_reach'])} | {_ci(r[f'{policy}_tokens'], '.0f')} |")
+        for policy, label in (
+            ("search", "search: hybrid, top 5 as units"),
+            ("whole_ranges", "sections: top 3 whole ranges"),
+            ("scoped_search", "sections: scoped search in the top 3, best hits as units"),
+            ("probed_scoped", "sections picked by summary + probe (weak: search), scoped search, best hits as units"),
+        ):
+            lines.append(
+                f"| {r['setting']} | {label} | {_ci(r[f'{policy}_reach'])} | {_ci(r[f'{policy}_tokens'], '.0f')} |"
+            )
     lines.append("")
     for r in results:
-        lines.append(f"**{r['setting']}** ({r['questions']} questions; split: {r['split']}; 95% bootstrap intervals over questions)")
+        lines.append(
+            f"**{r['setting']}** ({r['questions']} questions; split: {r['split']}; 95% bootstrap intervals over questions)"
+        )
         lines.append(
             f"- tokens: scoped {r['scoped_search_tokens'][0]:.0f} / search {r['search_tokens'][0]:.0f} = "
             f"{r['tokens_ratio_of_means']:.2f}x (per-question ratio {_ci(r['tokens_ratio_per_question_mean'], '.2f')}); "
@@ -236,18 +272,26 @@ def report(results: list[dict[str, Any]]) -> str:
             f"{'MET' if r['probed_met_tokens'] else 'MISSED'}; reach minus search {_ci(r['probed_vs_search_reach_diff'])}, "
             f"bar at least search's: {'MET' if r['probed_met_reach'] else 'MISSED'}"
         )
-        lines.append(f"- reach: scoped minus whole ranges {_ci(r['scoped_vs_ranges_reach_diff'])} (not a bar: the ranges load "
-                     f"{r['whole_ranges_tokens'][0] / max(1.0, r['scoped_search_tokens'][0]):.1f}x the scoped tokens)")
+        lines.append(
+            f"- reach: scoped minus whole ranges {_ci(r['scoped_vs_ranges_reach_diff'])} (not a bar: the ranges load "
+            f"{r['whole_ranges_tokens'][0] / max(1.0, r['scoped_search_tokens'][0]):.1f}x the scoped tokens)"
+        )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations (a quick look)")
-    parser.add_argument("--all-settings", action="store_true", help="every summary setting of context_provenance, not only the demo's")
+    parser.add_argument(
+        "--all-settings", action="store_true", help="every summary setting of context_provenance, not only the demo's"
+    )
     parser.add_argument("--hits", type=int, default=SCOPED_K, help="hits the scoped policy loads (default 10)")
-    parser.add_argument("--merge", choices=("confidence", "round_robin"), default="confidence",
-                        help="how the sections' hits are merged (default: by confidence, then score)")
+    parser.add_argument(
+        "--merge",
+        choices=("confidence", "round_robin"),
+        default="confidence",
+        help="how the sections' hits are merged (default: by confidence, then score)",
+    )
     args = parser.parse_args(argv)
     settings = SETTINGS if args.all_settings else SETTINGS[:1]
     results = [summarize(asyncio.run(run(s, args.limit, scoped_k=args.hits, merge=args.merge)), s) for s in settings]

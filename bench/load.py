@@ -73,16 +73,6 @@ class Stats:
     socket_seqs: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)
 
 
-
-
-
-
-
-
-
-
-
-
 async def _rest_turn(http: Any, session_id: str, prompt: str, stats: Stats) -> None:
     started = time.monotonic()
     reply = await http.post("/api/runs/", json={"message": prompt, "session_id": session_id, "wait": True})
@@ -99,8 +89,13 @@ async def _ws_turn(base: str, token: str, session_id: str, after_seq: int, promp
     from websockets.asyncio.client import connect
 
     url = f"{base.replace('http', 'ws', 1)}/ws/sessions/{session_id}/?after_seq={after_seq}"
-    async with connect(url, origin=base, additional_headers={"Authorization": f"Bearer {token}"},  # type: ignore[arg-type]  # Origin is a str
-                       open_timeout=60, max_size=None) as ws:
+    async with connect(
+        url,
+        origin=base,
+        additional_headers={"Authorization": f"Bearer {token}"},  # type: ignore[arg-type]  # Origin is a str
+        open_timeout=60,
+        max_size=None,
+    ) as ws:
         started = time.monotonic()
         await ws.send(json.dumps({"type": "run", "message": prompt}))
         run_id = None
@@ -129,7 +124,9 @@ async def _ws_turn(base: str, token: str, session_id: str, after_seq: int, promp
 async def _user(index: int, base: str, token: str, deadline: float, turns: int, stats: Stats) -> None:
     import httpx
 
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=TURN_TIMEOUT_S) as http:
+    async with httpx.AsyncClient(
+        base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=TURN_TIMEOUT_S
+    ) as http:
         while time.monotonic() < deadline:
             try:
                 created = await http.post("/api/sessions/", json={"title": f"load {index}"})
@@ -197,8 +194,11 @@ def _audit(stats: Stats) -> dict[str, Any]:
         for (kind, *_), count in Counter(seen).items():
             duplicated[f"socket frame {kind}"] += count - 1
     return {
-        "sessions": len(by_session), "runs": len(runs), "events": len(events),
-        "lost": {k: v for k, v in lost.items() if v}, "duplicated": {k: v for k, v in duplicated.items() if v},
+        "sessions": len(by_session),
+        "runs": len(runs),
+        "events": len(events),
+        "lost": {k: v for k, v in lost.items() if v},
+        "duplicated": {k: v for k, v in duplicated.items() if v},
     }
 
 
@@ -219,11 +219,29 @@ def _one_daphne() -> Iterator[str]:
         for index in range(2):
             log = open(RESULTS / f"load-worker-{index}.log", "wb")
             logs.append(log)
-            processes.append(subprocess.Popen(
-                [str(PYTHON), "-m", "celery", "-A", "agentsite", "worker", "--pool=solo", "-n", f"load{index}@%h",
-                 "--without-gossip", "--without-mingle", "--loglevel=WARNING"],
-                cwd=ROOT, env=STACK.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+            processes.append(
+                subprocess.Popen(
+                    [
+                        str(PYTHON),
+                        "-m",
+                        "celery",
+                        "-A",
+                        "agentsite",
+                        "worker",
+                        "--pool=solo",
+                        "-n",
+                        f"load{index}@%h",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "--loglevel=WARNING",
+                    ],
+                    cwd=ROOT,
+                    env=STACK.env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         processes.append(STACK.daphne(port, RESULTS / "load-daphne.log"))
         deadline = time.monotonic() + 60
         while True:
@@ -259,7 +277,7 @@ def measure(args: argparse.Namespace, *, web: int | None) -> dict[str, Any]:
     print(f"database {STACK.db_name} recreated; migrating...", flush=True)
     STACK.manage("migrate", "--noinput")
     # The shell may print a banner first; the tokens are the last lines.
-    tokens = STACK.manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users:]
+    tokens = STACK.manage("shell", "-c", MAKE_USERS.format(n=args.users)).split()[-args.users :]
     where = topology(web=web or 1, balancer=web is not None)
     started_on = machine()  # the load average before this run's own processes start
     server = balanced(STACK, web=web, log=RESULTS / f"load-stack-web{web}.log") if web else _one_daphne()
@@ -277,30 +295,46 @@ def measure(args: argparse.Namespace, *, web: int | None) -> dict[str, Any]:
     cpu = {name: round(cpu_after[name] - cpu_before.get(name, 0.0), 1) for name in cpu_after}
     all_turns = stats.latencies["rest"] + stats.latencies["ws"]
     report: dict[str, Any] = {
-        "machine": started_on, "topology": where, "web_processes": web or 1, "balancer": web is not None,
-        "users": args.users, "seconds": args.seconds, "wall_s": round(wall, 1), "turns": len(all_turns),
-        "turns_per_s": round(len(all_turns) / wall, 2), "errors": dict(stats.errors), "audit": audit,
+        "machine": started_on,
+        "topology": where,
+        "web_processes": web or 1,
+        "balancer": web is not None,
+        "users": args.users,
+        "seconds": args.seconds,
+        "wall_s": round(wall, 1),
+        "turns": len(all_turns),
+        "turns_per_s": round(len(all_turns) / wall, 2),
+        "errors": dict(stats.errors),
+        "audit": audit,
         # CPU seconds during the drive: each stack process (with --stack) and this client.
         "cpu_s": {**cpu, "load client": round(client_cpu, 1)},
         "web_cpu_ms_per_turn": round(1000 * sum(v for k, v in cpu.items() if k.startswith("web")) / len(all_turns), 1)
-        if cpu and all_turns else None,
+        if cpu and all_turns
+        else None,
         "latency_s": {
             kind: {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
             for kind, values in (("all", all_turns), ("rest", stats.latencies["rest"]), ("ws", stats.latencies["ws"]))
         },
     }
-    print(f"\nturns: {len(all_turns)} in {wall:.1f}s = {report['turns_per_s']} turns/s "
-          f"({len(stats.latencies['rest'])} REST, {len(stats.latencies['ws'])} websocket)")
+    print(
+        f"\nturns: {len(all_turns)} in {wall:.1f}s = {report['turns_per_s']} turns/s "
+        f"({len(stats.latencies['rest'])} REST, {len(stats.latencies['ws'])} websocket)"
+    )
     for kind, row in report["latency_s"].items():
         if row["n"]:
             print(f"  {kind:>4} turn latency p50 {row['p50']:.2f}s  p99 {row['p99']:.2f}s  (n={row['n']})")
     print(f"errors: {sum(stats.errors.values())} {dict(stats.errors) or ''}")
-    print(f"CPU seconds in {wall:.0f} s of wall time (2 cores = {2 * wall:.0f}): {report['cpu_s']}; "
-          f"web CPU per turn {report['web_cpu_ms_per_turn']} ms; machine load average at start "
-          f"{started_on['loadavg_at_start']}")
-    print(f"audit: {audit['sessions']} sessions, {audit['runs']} runs, {audit['events']} ledger events; "
-          f"lost {sum(audit['lost'].values())} {audit['lost'] or ''}, "
-          f"duplicated {sum(audit['duplicated'].values())} {audit['duplicated'] or ''}", flush=True)
+    print(
+        f"CPU seconds in {wall:.0f} s of wall time (2 cores = {2 * wall:.0f}): {report['cpu_s']}; "
+        f"web CPU per turn {report['web_cpu_ms_per_turn']} ms; machine load average at start "
+        f"{started_on['loadavg_at_start']}"
+    )
+    print(
+        f"audit: {audit['sessions']} sessions, {audit['runs']} runs, {audit['events']} ledger events; "
+        f"lost {sum(audit['lost'].values())} {audit['lost'] or ''}, "
+        f"duplicated {sum(audit['duplicated'].values())} {audit['duplicated'] or ''}",
+        flush=True,
+    )
     return report
 
 
@@ -320,20 +354,38 @@ def targets(report: dict[str, Any], *, one_web: dict[str, Any] | None = None) ->
 
     ws, rest = p50("ws"), p50("rest")
     rows = [
-        Target(measure=f"load, {shape}: websocket turn p50", target="<= 1 s",
-               value="n/a" if ws is None else f"{ws:.2f} s", met=None if ws is None else ws <= 1.0, note=note),
-        Target(measure=f"load, {shape}: REST wait turn p50", target="<= 1.5 s",
-               value="n/a" if rest is None else f"{rest:.2f} s", met=None if rest is None else rest <= 1.5, note=note),
-        Target(measure=f"load, {shape}: lost / duplicated", target="0 / 0", value=f"{lost} / {duplicated}",
-               met=lost == 0 and duplicated == 0),
+        Target(
+            measure=f"load, {shape}: websocket turn p50",
+            target="<= 1 s",
+            value="n/a" if ws is None else f"{ws:.2f} s",
+            met=None if ws is None else ws <= 1.0,
+            note=note,
+        ),
+        Target(
+            measure=f"load, {shape}: REST wait turn p50",
+            target="<= 1.5 s",
+            value="n/a" if rest is None else f"{rest:.2f} s",
+            met=None if rest is None else rest <= 1.5,
+            note=note,
+        ),
+        Target(
+            measure=f"load, {shape}: lost / duplicated",
+            target="0 / 0",
+            value=f"{lost} / {duplicated}",
+            met=lost == 0 and duplicated == 0,
+        ),
     ]
     if one_web is not None:
         ratio = report["turns_per_s"] / one_web["turns_per_s"] if one_web["turns_per_s"] else 0.0
-        rows.append(Target(
-            measure="two web processes against one, runs per second", target=">= 1.6x",
-            value=f"{ratio:.2f}x ({report['turns_per_s']} vs {one_web['turns_per_s']} turns/s)", met=ratio >= 1.6,
-            note=f"{shape} each, both behind HAProxy",
-        ))
+        rows.append(
+            Target(
+                measure="two web processes against one, runs per second",
+                target=">= 1.6x",
+                value=f"{ratio:.2f}x ({report['turns_per_s']} vs {one_web['turns_per_s']} turns/s)",
+                met=ratio >= 1.6,
+                note=f"{shape} each, both behind HAProxy",
+            )
+        )
     return rows
 
 
@@ -342,11 +394,17 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--turns", type=int, default=3, help="turns per session before a user opens the next")
-    parser.add_argument("--stack", action="store_true",
-                        help="against the production topology (`make stack`: HAProxy, two Daphne processes)")
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="against the production topology (`make stack`: HAProxy, two Daphne processes)",
+    )
     parser.add_argument("--web", type=int, default=2, choices=(1, 2), help="with --stack: web processes behind HAProxy")
-    parser.add_argument("--compare-web", action="store_true",
-                        help="with --stack: run on one web process, then on two, and compare runs per second")
+    parser.add_argument(
+        "--compare-web",
+        action="store_true",
+        help="with --stack: run on one web process, then on two, and compare runs per second",
+    )
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     try:

@@ -51,16 +51,108 @@ TOP_K = 5
 # inference, 5 has no answer in the conversation).
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
-SUBJECTS = ["team", "service", "cluster", "database", "pipeline", "dashboard", "sister", "manager", "client", "dog",
-            "garden", "bike", "kitchen", "laptop", "phone", "band", "course", "project", "startup", "library"]
-VERBS = ["runs", "prefers", "uses", "likes", "owns", "deploys", "visits", "builds", "reads", "plays", "studies",
-         "migrated", "fixed", "painted", "booked", "cooked", "ordered", "wrote", "reviewed", "shipped"]
-OBJECTS = ["go", "rust", "python", "postgres", "redis", "kafka", "kubernetes", "terraform", "jazz", "violin",
-           "tennis", "sushi", "ramen", "espresso", "oolong", "marathon", "lisbon", "porto", "berlin", "kyoto",
-           "camping", "pottery", "chess", "poetry", "sourdough", "yoga", "cello", "hiking", "photography", "origami",
-           "gardening", "climbing", "surfing", "salsa", "karaoke", "astronomy", "woodwork", "knitting", "sailing", "skiing"]
-QUALIFIERS = ["on weekends", "in production", "every morning", "since 2019", "with friends", "at work", "for fun",
-              "after lunch", "twice a week", "in the evening", "on holidays", "for the kids", "near home", "downtown"]
+SUBJECTS = [
+    "team",
+    "service",
+    "cluster",
+    "database",
+    "pipeline",
+    "dashboard",
+    "sister",
+    "manager",
+    "client",
+    "dog",
+    "garden",
+    "bike",
+    "kitchen",
+    "laptop",
+    "phone",
+    "band",
+    "course",
+    "project",
+    "startup",
+    "library",
+]
+VERBS = [
+    "runs",
+    "prefers",
+    "uses",
+    "likes",
+    "owns",
+    "deploys",
+    "visits",
+    "builds",
+    "reads",
+    "plays",
+    "studies",
+    "migrated",
+    "fixed",
+    "painted",
+    "booked",
+    "cooked",
+    "ordered",
+    "wrote",
+    "reviewed",
+    "shipped",
+]
+OBJECTS = [
+    "go",
+    "rust",
+    "python",
+    "postgres",
+    "redis",
+    "kafka",
+    "kubernetes",
+    "terraform",
+    "jazz",
+    "violin",
+    "tennis",
+    "sushi",
+    "ramen",
+    "espresso",
+    "oolong",
+    "marathon",
+    "lisbon",
+    "porto",
+    "berlin",
+    "kyoto",
+    "camping",
+    "pottery",
+    "chess",
+    "poetry",
+    "sourdough",
+    "yoga",
+    "cello",
+    "hiking",
+    "photography",
+    "origami",
+    "gardening",
+    "climbing",
+    "surfing",
+    "salsa",
+    "karaoke",
+    "astronomy",
+    "woodwork",
+    "knitting",
+    "sailing",
+    "skiing",
+]
+QUALIFIERS = [
+    "on weekends",
+    "in production",
+    "every morning",
+    "since 2019",
+    "with friends",
+    "at work",
+    "for fun",
+    "after lunch",
+    "twice a week",
+    "in the evening",
+    "on holidays",
+    "for the kids",
+    "near home",
+    "downtown",
+]
 
 
 # -- setup ---------------------------------------------------------------------------------------
@@ -107,7 +199,12 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 def timings(samples: Sequence[float]) -> dict[str, float]:
     ms = [s * 1000 for s in samples]
-    return {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99), "mean": statistics.fmean(ms)}
+    return {
+        "p50": percentile(ms, 50),
+        "p95": percentile(ms, 95),
+        "p99": percentile(ms, 99),
+        "mean": statistics.fmean(ms),
+    }
 
 
 # -- 1. scale --------------------------------------------------------------------------------------
@@ -176,8 +273,10 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
             samples.append(time.perf_counter() - t0)
             hits += bool(found)
         results[name] = {**timings(samples), "answered": hits / len(queries)}
-        print(f"{name:9} p50 {results[name]['p50']:.2f} ms  p95 {results[name]['p95']:.2f} ms  "
-              f"({hits}/{len(queries)} queries with results)")
+        print(
+            f"{name:9} p50 {results[name]['p50']:.2f} ms  p95 {results[name]['p95']:.2f} ms  "
+            f"({hits}/{len(queries)} queries with results)"
+        )
     return results
 
 
@@ -197,7 +296,9 @@ def load_locomo(path: Path) -> list[dict[str, Any]]:
         return json.load(handle)
 
 
-def locomo(conversations: list[dict[str, Any]], service_factory: Callable[[], Any], user_ids: Sequence[str]) -> dict[str, Any]:
+def locomo(
+    conversations: list[dict[str, Any]], service_factory: Callable[[], Any], user_ids: Sequence[str]
+) -> dict[str, Any]:
     from runs.core.tools.base import ToolContext
     from sessions_app.core.memory import MemoryDraft, UserKey
     from sessions_app.core.session import Session
@@ -223,7 +324,10 @@ def locomo(conversations: list[dict[str, Any]], service_factory: Callable[[], An
                         stored += 1
             context = ToolContext(
                 session=Session(app=APP, user_id=user_id, id=f"locomo-{conversation['sample_id']}"),
-                invocation_id="bench", tool_call_id="bench", agent_name="bench", cancel_event=asyncio.Event(),
+                invocation_id="bench",
+                tool_call_id="bench",
+                agent_name="bench",
+                cancel_event=asyncio.Event(),
                 services={"memory": service},
             )
             for qa in conversation["qa"]:
@@ -238,9 +342,13 @@ def locomo(conversations: list[dict[str, Any]], service_factory: Callable[[], An
                     got |= sources.get(memory["id"], set())
                 per_category[int(qa["category"])].append((len(wanted & got) / len(wanted), bool(wanted & got)))
         return {
-            "stored": stored, "seconds": time.perf_counter() - started, "search": timings(search_s),
-            "categories": {c: {"n": len(v), "recall": statistics.fmean(r for r, _ in v), "hit": statistics.fmean(h for _, h in v)}
-                           for c, v in sorted(per_category.items())},
+            "stored": stored,
+            "seconds": time.perf_counter() - started,
+            "search": timings(search_s),
+            "categories": {
+                c: {"n": len(v), "recall": statistics.fmean(r for r, _ in v), "hit": statistics.fmean(h for _, h in v)}
+                for c, v in sorted(per_category.items())
+            },
             "overall": {
                 "n": sum(len(v) for v in per_category.values()),
                 "recall": statistics.fmean(r for v in per_category.values() for r, _ in v),
@@ -254,9 +362,16 @@ def locomo(conversations: list[dict[str, Any]], service_factory: Callable[[], An
 # -- report --------------------------------------------------------------------------------------------------
 
 
-def report(scale_result: dict[str, Any] | None, locomo_results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = ["# Memory benchmark", "", f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.platform()}, "
-             f"Python {platform.python_version()}. `bench/memory.py`; no model calls.", ""]
+def report(
+    scale_result: dict[str, Any] | None, locomo_results: dict[str, dict[str, Any]], args: argparse.Namespace
+) -> str:
+    lines = [
+        "# Memory benchmark",
+        "",
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.platform()}, "
+        f"Python {platform.python_version()}. `bench/memory.py`; no model calls.",
+        "",
+    ]
     lines += ["## Search latency at scale", ""]
     if scale_result is None:
         lines += ["Skipped (PostgreSQL not reachable, or `--skip-scale`).", ""]
@@ -271,27 +386,34 @@ def report(scale_result: dict[str, Any] | None, locomo_results: dict[str, dict[s
         ]
         for name in ("postgres", "memory"):
             r = scale_result[name]
-            lines.append(f"| {name} | {r['p50']:.2f} | {r['p95']:.2f} | {r['p99']:.2f} | {r['mean']:.2f} | {r['answered']:.0%} |")
+            lines.append(
+                f"| {name} | {r['p50']:.2f} | {r['p95']:.2f} | {r['p99']:.2f} | {r['mean']:.2f} | {r['answered']:.0%} |"
+            )
         lines.append("")
     lines += ["## LoCoMo: recall of evidence turns through `memory_search` (top 5)", ""]
     if not locomo_results:
         lines += ["Skipped.", ""]
     for backend, result in locomo_results.items():
         lines += [
-            f"### {backend}", "",
+            f"### {backend}",
+            "",
             f"{result['stored']} observation facts stored as memories; {result['overall']['n']} questions with evidence; "
-            f"search p50 {result['search']['p50']:.2f} ms, p95 {result['search']['p95']:.2f} ms.", "",
-            "| category | questions | recall@5 | hit@5 |", "|---|---:|---:|---:|",
+            f"search p50 {result['search']['p50']:.2f} ms, p95 {result['search']['p95']:.2f} ms.",
+            "",
+            "| category | questions | recall@5 | hit@5 |",
+            "|---|---:|---:|---:|",
         ]
         for category, row in result["categories"].items():
-            lines.append(f"| {category} {CATEGORIES.get(category, '?')} | {row['n']} | {row['recall']:.3f} | {row['hit']:.3f} |")
+            lines.append(
+                f"| {category} {CATEGORIES.get(category, '?')} | {row['n']} | {row['recall']:.3f} | {row['hit']:.3f} |"
+            )
         overall = result["overall"]
         lines += [f"| **all** | {overall['n']} | **{overall['recall']:.3f}** | **{overall['hit']:.3f}** |", ""]
     lines += [
         "How to read it: recall@5 is the share of a question's evidence turns (`D<session>:<turn>`) that the five",
         "memories returned cite as their source; hit@5 counts a question when at least one is found. Observations are",
         "LoCoMo's own extracted facts, so this measures retrieval, not extraction. Lexical search only (no embedder):",
-        "questions that share no word with their evidence (\"What might ...\", paraphrases) are the misses.",
+        'questions that share no word with their evidence ("What might ...", paraphrases) are the misses.',
         "Both backends use the same BM25 scorer over the same tokens, so their LoCoMo numbers match up to the order of tied scores.",
         "",
     ]
@@ -339,8 +461,10 @@ def main() -> None:
             locomo_results[label] = locomo(conversations, DjangoMemoryService, [str(u.pk) for u in users])
             for backend, result in locomo_results.items():
                 overall = result["overall"]
-                print(f"LoCoMo {backend:8} recall@5 {overall['recall']:.3f}  hit@5 {overall['hit']:.3f}  "
-                      f"({overall['n']} questions, {result['stored']} memories, {result['seconds']:.1f}s)")
+                print(
+                    f"LoCoMo {backend:8} recall@5 {overall['recall']:.3f}  hit@5 {overall['hit']:.3f}  "
+                    f"({overall['n']} questions, {result['stored']} memories, {result['seconds']:.1f}s)"
+                )
 
     text = report(scale_result, locomo_results, args)
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)

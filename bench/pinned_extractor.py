@@ -40,16 +40,18 @@ def precision_recall(rows: Sequence[tuple[bool, bool]]) -> tuple[float, float]:
 
 def interval(rows: Sequence[tuple[bool, bool]], which: int, *, seed: int = 24) -> tuple[float, float]:
     rng = random.Random(seed)
-    values = sorted(
-        precision_recall([rows[rng.randrange(len(rows))] for _ in rows])[which] for _ in range(RESAMPLES)
-    )
+    values = sorted(precision_recall([rows[rng.randrange(len(rows))] for _ in rows])[which] for _ in range(RESAMPLES))
     return values[int(0.025 * RESAMPLES)], values[int(0.975 * RESAMPLES) - 1]
 
 
 def report(items: list[dict[str, object]]) -> str:
     scored = [(bool(extract_pins(str(i["text"]))), bool(i["pin"]), str(i["lang"]), str(i["text"])) for i in items]
-    lines = ["## Pin extractor on bench/data/pinned_labels.jsonl (issue 24, item 1)", "",
-             "| languages | n | instructions | precision (95% CI) | recall (95% CI) |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "## Pin extractor on bench/data/pinned_labels.jsonl (issue 24, item 1)",
+        "",
+        "| languages | n | instructions | precision (95% CI) | recall (95% CI) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for lang in ["all", *sorted({s[2] for s in scored})]:
         rows = [(p, y) for p, y, lg, _ in scored if lang in ("all", lg)]
         precision, recall = precision_recall(rows)
@@ -59,7 +61,11 @@ def report(items: list[dict[str, object]]) -> str:
             f"| {recall:.2f} ({rlo:.2f}-{rhi:.2f}) |"
         )
     wrong = [(p, t) for p, y, _, t in scored if p != y]
-    lines += ["", "Wrong:" if wrong else "Nothing wrong.", *(f"- {'false pin' if p else 'missed'}: {t}" for p, t in wrong)]
+    lines += [
+        "",
+        "Wrong:" if wrong else "Nothing wrong.",
+        *(f"- {'false pin' if p else 'missed'}: {t}" for p, t in wrong),
+    ]
     return "\n".join(lines)
 
 

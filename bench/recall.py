@@ -169,7 +169,6 @@ def recall(evidence: list[set[str]], found: Sequence[str]) -> float:
 # -- quality: ours (in-memory index) and the baselines -------------------------------------------
 
 
-
 async def hidden_session(service: Any, turns: Sequence[Turn]) -> tuple[Any, dict[str, str]]:
     """A session of `turns`, 30 s apart, all behind a summary boundary (what
     `session_search` scope current_hidden searches), loaded without events; and event id ->
@@ -561,7 +560,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-abstention", action="store_true", help="leave out bench/recall_abstention.py (3 min)")
-    parser.add_argument("--skip-ranking", action="store_true", help="leave out bench/recall_ranking.py's per-split table (2 min)")
+    parser.add_argument(
+        "--skip-ranking", action="store_true", help="leave out bench/recall_ranking.py's per-split table (2 min)"
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
 
@@ -695,7 +696,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             dataset: {name: recall_ranking.measure(cases) for name, cases in parts.items()}
             for dataset, parts in recall_ranking.splits().items()
         }
-        report += ["", "## Ranking against its parts, per split (issue 24, item 3)", "", recall_ranking.report(by_split)]
+        report += [
+            "",
+            "## Ranking against its parts, per split (issue 24, item 3)",
+            "",
+            recall_ranking.report(by_split),
+        ]
     if not args.skip_abstention:
         # Issue 24, item 2: fitted on some LoCoMo conversations, reported on the others.
         from bench.recall_abstention import run as abstention

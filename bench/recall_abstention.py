@@ -76,11 +76,17 @@ async def observe(
     async def ask(session: Any, index: Any, query: str, kind: str, name: str, evidence: Any = None) -> None:
         answer = await session_search(index, session=session, query=query, top_k=5, min_confidence=0.0)
         found = [keys[r["event_id"]] for r in answer["results"]] if kind == "answerable" else []
-        out.append(Observation(
-            dataset=dataset, fit=name in fit_names, conversation=name, kind=kind,
-            confidence=answer.get("best_confidence", 0.0), any_hit=bool(answer["results"]),
-            recall=recall(evidence, found) if kind == "answerable" else 0.0,
-        ))
+        out.append(
+            Observation(
+                dataset=dataset,
+                fit=name in fit_names,
+                conversation=name,
+                kind=kind,
+                confidence=answer.get("best_confidence", 0.0),
+                any_hit=bool(answer["results"]),
+                recall=recall(evidence, found) if kind == "answerable" else 0.0,
+            )
+        )
 
     async def without(case: Case, drop: Any) -> tuple[Any, Any]:
         service = InMemorySessionService()
@@ -219,9 +225,9 @@ def run(data: Path = DEFAULT_DATA) -> str:
     locomo, _ = load_locomo(locomo_path)
     qmsum = load_qmsum(qmsum_path)
     qmsum_fit = frozenset(c.name for i, c in enumerate(sorted(qmsum, key=lambda c: c.name)) if i % 2 == 0)
-    rows = asyncio.run(observe(
-        locomo, dataset="locomo", fit_names=FIT_CONVERSATIONS, adversarial=load_adversarial(locomo_path)
-    ))
+    rows = asyncio.run(
+        observe(locomo, dataset="locomo", fit_names=FIT_CONVERSATIONS, adversarial=load_adversarial(locomo_path))
+    )
     rows += asyncio.run(observe(qmsum, dataset="qmsum", fit_names=qmsum_fit, adversarial={}))
     names = {
         "locomo": (sorted(FIT_CONVERSATIONS), sorted(c.name for c in locomo if c.name not in FIT_CONVERSATIONS)),

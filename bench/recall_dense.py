@@ -160,14 +160,21 @@ async def capture_pools(cases: list[Case]) -> list[Asked]:
             authors = {e.author for e in loaded.events}
             for question in case.questions:
                 seen.clear()
-                await session_search(index, session=loaded, query=question.text, scope="current_hidden", top_k=K,
-                                     min_confidence=0)
+                await session_search(
+                    index, session=loaded, query=question.text, scope="current_hidden", top_k=K, min_confidence=0
+                )
                 pool = seen[0] if seen else []
-                out.append(Asked(
-                    query=question.text, evidence=question.evidence, pool=[keys[h.event.id] for h in pool],
-                    texts={t.key: t.text for t in case.turns}, authors={t.key: t.speaker for t in case.turns},
-                    participants=authors | {h.event.author for h in pool}, turn_keys=[t.key for t in case.turns],
-                ))
+                out.append(
+                    Asked(
+                        query=question.text,
+                        evidence=question.evidence,
+                        pool=[keys[h.event.id] for h in pool],
+                        texts={t.key: t.text for t in case.turns},
+                        authors={t.key: t.speaker for t in case.turns},
+                        participants=authors | {h.event.author for h in pool},
+                        turn_keys=[t.key for t in case.turns],
+                    )
+                )
     finally:
         search_module.hybrid_rank = original
     return out
@@ -207,8 +214,13 @@ def with_abstention(asked: Asked, keys: list[str]) -> list[str]:
     from sessions_app.core.recall.defaults import NO_MATCH_BELOW
     from sessions_app.core.recall.scoring import answer_confidence
 
-    best = max((answer_confidence(asked.query, asked.texts[k], author=asked.authors[k], participants=asked.participants)
-                for k in keys), default=0.0)
+    best = max(
+        (
+            answer_confidence(asked.query, asked.texts[k], author=asked.authors[k], participants=asked.participants)
+            for k in keys
+        ),
+        default=0.0,
+    )
     return keys if best >= NO_MATCH_BELOW else []
 
 
@@ -225,17 +237,23 @@ def ranking_study(store: VectorStore) -> dict[str, Any]:
     from bench.recall_ranking import splits
 
     parts = splits()
-    pools = cached("pools", lambda: {
-        (ds, split): asyncio.run(capture_pools(cases)) for ds, by in parts.items() for split, cases in by.items()
-    })
+    pools = cached(
+        "pools",
+        lambda: {
+            (ds, split): asyncio.run(capture_pools(cases)) for ds, by in parts.items() for split, cases in by.items()
+        },
+    )
     store.fill(a.query for asked in pools.values() for a in asked)
     # Fit on A only: the mean of the two data sets' recall@5.
     grid = []
     everything = not store.missing(a.texts[k] for asked in pools.values() for a in asked for k in a.turn_keys)
     for weight in WEIGHTS:
         for whole in (WHOLE if everything else (0,)) if weight > 0 else (0,):
-            per = {ds: mean(recall_at_k(asked, store, weight=weight, whole=whole))
-                   for (ds, split), asked in pools.items() if split.startswith("A")}
+            per = {
+                ds: mean(recall_at_k(asked, store, weight=weight, whole=whole))
+                for (ds, split), asked in pools.items()
+                if split.startswith("A")
+            }
             grid.append({"weight": weight, "whole": whole, **per, "objective": sum(per.values()) / len(per)})
             print(grid[-1], flush=True)
     best = max(grid, key=lambda r: r["objective"])
@@ -306,17 +324,25 @@ async def observe_dense(
         session, keys = await hidden_session(service, turns)
         return session, InMemoryRecallIndex(service), keys
 
-    async def ask(built: tuple[Any, Any, dict[str, str]], turns: list[Any], query: str, kind: str, name: str,
-                  evidence: Any = None) -> None:
+    async def ask(
+        built: tuple[Any, Any, dict[str, str]], turns: list[Any], query: str, kind: str, name: str, evidence: Any = None
+    ) -> None:
         session, index, keys = built
         answer = await session_search(index, session=session, query=query, top_k=K, min_confidence=0.0)
         text = {t.key: t.text for t in turns}
         found = [keys[r["event_id"]] for r in answer["results"]]
-        out.append(Seen(
-            dataset=dataset, fit=name in fit_names, kind=kind, query=query,
-            confidence=answer.get("best_confidence", 0.0), hits=[text[k] for k in found],
-            session=[t.text for t in turns], recall=recall(evidence, found) if kind == "answerable" else 0.0,
-        ))
+        out.append(
+            Seen(
+                dataset=dataset,
+                fit=name in fit_names,
+                kind=kind,
+                query=query,
+                confidence=answer.get("best_confidence", 0.0),
+                hits=[text[k] for k in found],
+                session=[t.text for t in turns],
+                recall=recall(evidence, found) if kind == "answerable" else 0.0,
+            )
+        )
 
     for case in cases:
         whole = await build(case.turns)
@@ -349,8 +375,9 @@ def abstention_rows() -> list[Seen]:
     locomo, _ = load_locomo(locomo_path)
     qmsum = load_qmsum(DEFAULT_DATA / "qmsum" / "test")
     qmsum_fit = frozenset(c.name for i, c in enumerate(sorted(qmsum, key=lambda c: c.name)) if i % 2 == 0)
-    rows = asyncio.run(observe_dense(locomo, dataset="locomo", fit_names=FIT_CONVERSATIONS,
-                                     adversarial=load_adversarial(locomo_path)))
+    rows = asyncio.run(
+        observe_dense(locomo, dataset="locomo", fit_names=FIT_CONVERSATIONS, adversarial=load_adversarial(locomo_path))
+    )
     rows += asyncio.run(observe_dense(qmsum, dataset="qmsum", fit_names=qmsum_fit, adversarial={}))
     return rows
 
@@ -461,8 +488,12 @@ def latency(questions_per_case: int = 40) -> dict[str, Any]:
     import statistics
 
     return {
-        label: {"searches": len(v), "p50_ms": 1000 * statistics.median(v),
-                "p95_ms": 1000 * sorted(v)[int(0.95 * len(v)) - 1], "mean_ms": 1000 * mean(v)}
+        label: {
+            "searches": len(v),
+            "p50_ms": 1000 * statistics.median(v),
+            "p95_ms": 1000 * sorted(v)[int(0.95 * len(v)) - 1],
+            "mean_ms": 1000 * mean(v),
+        }
         for label, v in out.items()
     }
 
@@ -514,9 +545,14 @@ def main(argv: list[str] | None = None) -> int:
         from bench.recall_ranking import splits
 
         parts = splits()
-        cached("pools", lambda: {
-            (ds, split): asyncio.run(capture_pools(cases)) for ds, by in parts.items() for split, cases in by.items()
-        })
+        cached(
+            "pools",
+            lambda: {
+                (ds, split): asyncio.run(capture_pools(cases))
+                for ds, by in parts.items()
+                for split, cases in by.items()
+            },
+        )
         cached("abstention", abstention_rows)
         return 0
     missing = store.missing(all_texts())

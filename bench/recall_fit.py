@@ -78,7 +78,10 @@ def score(pools: list[Pool]) -> float:
     for query, pool, authors, evidence, keys in pools:
         hits = search_module.hybrid_rank(query, pool)[:K]
         participants = {h.event.author for h in pool} | authors
-        best = max((answer_confidence(query, h.text, author=h.event.author, participants=participants) for h in hits), default=0.0)
+        best = max(
+            (answer_confidence(query, h.text, author=h.event.author, participants=participants) for h in hits),
+            default=0.0,
+        )
         found = [keys[h.event.id] for h in hits] if best >= NO_MATCH_BELOW else []
         total += recall(evidence, found)
     return total / max(1, len(pools))
@@ -130,8 +133,12 @@ def main() -> int:
     for r in [*rows[:8], now]:
         print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {"fit_split": "LoCoMo dev A (first 4 conversations) + QMSum test A (first 18 meetings)",
-           "current": now, "best": rows[0], "grid": rows}
+    out = {
+        "fit_split": "LoCoMo dev A (first 4 conversations) + QMSum test A (first 18 meetings)",
+        "current": now,
+        "best": rows[0],
+        "grid": rows,
+    }
     (RESULTS / "recall_fit.json").write_text(json.dumps(out, indent=2) + "\n")
     return 0
 

@@ -93,8 +93,10 @@ def report(result: dict[str, dict[str, dict[str, Any]]]) -> str:
             margin = r["minus_rank_bm25"][0]
             if dataset == "QMSum":
                 tie = " (a tie: the interval crosses 0)" if r["minus_bm25_own"][1] < 0 <= r["minus_bm25_own"][0] else ""
-                bars = (f"≥ BM25 own: {'MET' if r['minus_bm25_own'][0] >= 0 else 'MISSED'}{tie}; "
-                        f"+10 over rank-bm25: {'MET' if margin >= 0.10 else 'MISSED'}")
+                bars = (
+                    f"≥ BM25 own: {'MET' if r['minus_bm25_own'][0] >= 0 else 'MISSED'}{tie}; "
+                    f"+10 over rank-bm25: {'MET' if margin >= 0.10 else 'MISSED'}"
+                )
             else:
                 bars = f"margin > 10 points: {'MET' if margin > 0.10 else 'MISSED'}"
             lines.append(
@@ -110,7 +112,9 @@ def main() -> int:
     print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "recall_ranking.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "recall_ranking.md").write_text("# Ranking against its parts, per split (issue 24, item 3)\n\n" + table + "\n")
+    (RESULTS / "recall_ranking.md").write_text(
+        "# Ranking against its parts, per split (issue 24, item 3)\n\n" + table + "\n"
+    )
     return 0
 
 

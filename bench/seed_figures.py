@@ -132,8 +132,12 @@ def mtbench_dialogue(history: Sequence[dict[str, str]], budget: int) -> dict[str
             roll_completion += tokens(summary)
             covered = t + 1
     return {
-        "turns": len(history), "long_prompt": long_prompt, "summary_prompt": summary_prompt,
-        "roll_prompt": roll_prompt, "roll_completion": roll_completion, "completion": completion,
+        "turns": len(history),
+        "long_prompt": long_prompt,
+        "summary_prompt": summary_prompt,
+        "roll_prompt": roll_prompt,
+        "roll_completion": roll_completion,
+        "completion": completion,
     }
 
 
@@ -163,7 +167,9 @@ def mtbench(limit: int | None) -> dict[str, Any]:
             "negative_share": bootstrap([float(total_summary(r) > total_long(r)) for r in rows]),
             "negative_share_2_turns": negative(lambda r: r["turns"] <= 2),
             "negative_share_4_plus": negative(lambda r: r["turns"] >= 4),
-            "total_change_4_plus": bootstrap_change([(total_long(r), total_summary(r)) for r in rows if r["turns"] >= 4]),
+            "total_change_4_plus": bootstrap_change(
+                [(total_long(r), total_summary(r)) for r in rows if r["turns"] >= 4]
+            ),
         }
     return out
 
@@ -206,13 +212,18 @@ async def longmemeval(limit: int | None) -> dict[str, Any]:
     for case in cases:
         question = case["queries"][0]["query"]
         answer = await session_search(index, session=current, query=question, scope="other_sessions", top_k=K)
-        hits.append(float(any(owner[r["session_id"]] in case["metadata"]["answer_session_ids"] for r in answer["results"])))
+        hits.append(
+            float(any(owner[r["session_id"]] in case["metadata"]["answer_session_ids"] for r in answer["results"]))
+        )
         first = tokens(summary) + tokens(question)
         pairs.append((long_context + tokens(question), first + first + tokens(json.dumps(answer, ensure_ascii=False))))
     sessions = sum(len(c["episodes"]) for c in cases)
     return {
-        "questions": len(cases), "sessions": sessions, "long_context_tokens": long_context,
-        "hit_rate@5": bootstrap(hits), "prompt_change": bootstrap_change(pairs),
+        "questions": len(cases),
+        "sessions": sessions,
+        "long_context_tokens": long_context,
+        "hit_rate@5": bootstrap(hits),
+        "prompt_change": bootstrap_change(pairs),
     }
 
 
@@ -233,10 +244,14 @@ async def locomo(limit: int | None) -> dict[str, Any]:
         session = await service.create_session(app=APP, user_id="bench", session_id=case.name)
         keys: dict[str, str] = {}
         for n, turn in enumerate(case.turns):
-            saved = await service.append_event(session, Event(
-                author=turn.speaker, message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
-                created_at=T0 + timedelta(seconds=30 * n),
-            ))
+            saved = await service.append_event(
+                session,
+                Event(
+                    author=turn.speaker,
+                    message=Message(role=turn.role, content=turn.text),  # type: ignore[arg-type]  # user/assistant
+                    created_at=T0 + timedelta(seconds=30 * n),
+                ),
+            )
             keys[saved.id] = turn.key
         hidden = [e for e in session.events if keys[e.id] in hidden_keys]
         last = max(hidden, key=lambda e: e.seq or 0)
@@ -258,7 +273,9 @@ async def locomo(limit: int | None) -> dict[str, Any]:
             by_category.setdefault(question.category, []).append(reach)
             by_category.setdefault("all", []).append(reach)
             first = tokens(summary) + recent + tokens(question.text)
-            pairs.append((long_context + tokens(question.text), first + first + tokens(json.dumps(answer, ensure_ascii=False))))
+            pairs.append(
+                (long_context + tokens(question.text), first + first + tokens(json.dumps(answer, ensure_ascii=False)))
+            )
     return {
         "questions": len(by_category.get("all", [])),
         "recall@5": {c: bootstrap(v) for c, v in sorted(by_category.items())},
@@ -305,7 +322,9 @@ def report(result: dict[str, Any]) -> str:
         if category != "all":
             seed_cell = f"answer F1 {SEED['locomo_temporal_f1']} (session recall)" if category == "temporal" else "-"
             rows.append(f"| LoCoMo evidence recall@5, {category} | {seed_cell} | {_ci(values)} | {split_lc} |")
-    rows.append(f"| LoCoMo prompt tokens, summary + recall vs long context | - | {_pct(lc['prompt_change'])} | {split_lc} |")
+    rows.append(
+        f"| LoCoMo prompt tokens, summary + recall vs long context | - | {_pct(lc['prompt_change'])} | {split_lc} |"
+    )
     return "\n".join(rows) + "\n\n95% bootstrap intervals over dialogues or questions in brackets."
 
 
@@ -323,7 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.limit is None:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "seed_figures.json").write_text(json.dumps(result, indent=2) + "\n")
-        (RESULTS / "seed_figures.md").write_text("# The seed's figures side by side (issue 24, item 5)\n\n" + table + "\n")
+        (RESULTS / "seed_figures.md").write_text(
+            "# The seed's figures side by side (issue 24, item 5)\n\n" + table + "\n"
+        )
     return 0
 
 

@@ -46,11 +46,16 @@ class Stack:
 
     def env(self) -> dict[str, str]:
         return {
-            **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": self.database_url,
-            "REDIS_URL": self.redis_url, "AGENTSITE_MODEL": "offline", "PYTHONUNBUFFERED": "1",
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "AGENTSITE_MODEL": "offline",
+            "PYTHONUNBUFFERED": "1",
             # The API rate counts live in the shared cache database (1): a prefix of the bench's
             # own keeps its users (pk 1, 2, ...) apart from other databases' users of those pks.
-            "AGENTSITE_CACHE_KEY_PREFIX": f"bench-{self.db_name}", **dict(self.extra_env),
+            "AGENTSITE_CACHE_KEY_PREFIX": f"bench-{self.db_name}",
+            **dict(self.extra_env),
         }
 
     def reset(self) -> str | None:
@@ -78,7 +83,12 @@ class Stack:
 
     def manage(self, *args: str, timeout_s: float = 600) -> str:
         out = subprocess.run(
-            [str(PYTHON), "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout_s
+            [str(PYTHON), "manage.py", *args],
+            cwd=ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
         if out.returncode:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
@@ -90,9 +100,21 @@ class Stack:
             return subprocess.Popen(
                 # As docs/operations.md advises: under load a handshake can wait longer than
                 # Daphne's default of 5 s for a database thread, and is then dropped unanswered.
-                [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "--websocket_connect_timeout", "30",
-                 "agentsite.asgi:application"],
-                cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(BIN / "daphne"),
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "--websocket_connect_timeout",
+                    "30",
+                    "agentsite.asgi:application",
+                ],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
 
@@ -176,7 +198,8 @@ def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.
     database must be migrated already."""
     ports = [free_port() for _ in range(4)]
     env = {
-        **stack.env(), "AGENTSITE_STACK_ACCESS_LOG": "/dev/null",  # a log line per request costs CPU
+        **stack.env(),
+        "AGENTSITE_STACK_ACCESS_LOG": "/dev/null",  # a log line per request costs CPU
         # Each thread keeps a PostgreSQL connection: 2 x (8 + 16) with the defaults, beside
         # other test runs, overran the shared server's max_connections of 100 here. A REST
         # wait no longer holds a view thread (runs/rest_wait.py), so 8 are plenty.
@@ -184,10 +207,26 @@ def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.
     }
     with log.open("w") as out:
         launcher = subprocess.Popen(
-            [str(PYTHON), "deploy/stack.py", "--port", str(ports[0]), "--web", str(web), "--web-ports",
-             f"{ports[1]},{ports[2]}", "--stats-port", str(ports[3]), "--no-migrate",
-             "--ready-timeout", str(ready_timeout_s)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(PYTHON),
+                "deploy/stack.py",
+                "--port",
+                str(ports[0]),
+                "--web",
+                str(web),
+                "--web-ports",
+                f"{ports[1]},{ports[2]}",
+                "--stats-port",
+                str(ports[3]),
+                "--no-migrate",
+                "--ready-timeout",
+                str(ready_timeout_s),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + ready_timeout_s + 30
@@ -215,8 +254,11 @@ def machine() -> dict[str, Any]:
     """The machine and the moment a result was measured (the load of a shared machine included)."""
     load = os.getloadavg()
     return {
-        "host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-        "python": sys.version.split()[0], "loadavg_at_start": [round(x, 2) for x in load],
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "loadavg_at_start": [round(x, 2) for x in load],
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
@@ -239,5 +281,10 @@ class Target:
         return f"  {self.verdict:<6} {self.measure}: {self.value} (target {self.target}){f'; {self.note}' if self.note else ''}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"measure": self.measure, "target": self.target, "value": self.value, "verdict": self.verdict,
-                "note": self.note}
+        return {
+            "measure": self.measure,
+            "target": self.target,
+            "value": self.value,
+            "verdict": self.verdict,
+            "note": self.note,
+        }

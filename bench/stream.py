@@ -135,9 +135,13 @@ def _one_daphne() -> Iterator[Server]:
 def _stack(web: int) -> Iterator[Server]:
     log = RESULTS / f"stream-stack-web{web}.log"
     with balanced(STACK, web=web, log=log) as running:
+
         def pids() -> list[int]:
-            return [int(pid) for name, pid in re.findall(r"\| (\w+)\.1 started \(pid=(\d+)\)", log.read_text())
-                    if name.startswith("web")]
+            return [
+                int(pid)
+                for name, pid in re.findall(r"\| (\w+)\.1 started \(pid=(\d+)\)", log.read_text())
+                if name.startswith("web")
+            ]
 
         yield Server(running.url, pids, log)
 
@@ -166,7 +170,9 @@ def _ledger_losses(frames: list[tuple[float, dict]], ledger: list[dict[str, Any]
     the socket's deltas and whole messages do not reproduce."""
     received = {(f.get("metadata") or {}).get("seq") for _, f in frames}
     missing = sum(1 for e in ledger if e["seq"] not in received)
-    assistant_ids = {f.get("messageId") for _, f in frames if f.get("type") == "TEXT_MESSAGE_START" and f.get("role") == "assistant"}
+    assistant_ids = {
+        f.get("messageId") for _, f in frames if f.get("type") == "TEXT_MESSAGE_START" and f.get("role") == "assistant"
+    }
     shown: dict[str, str] = {}
     for _, f in frames:
         if f.get("type") == "TEXT_MESSAGE_CONTENT" and f.get("messageId") in assistant_ids:
@@ -230,10 +236,16 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
                 reordered += 1
                 if len(reorder_examples) < 5:
                     reorder_examples.append(problem)
-        runs.append({
-            "events": events, "finished": finished, "error": error, "accepted": accepted_at is not None,
-            "lost": _ledger_losses(frames, ledger), "ledger_events": len(ledger),
-        })
+        runs.append(
+            {
+                "events": events,
+                "finished": finished,
+                "error": error,
+                "accepted": accepted_at is not None,
+                "lost": _ledger_losses(frames, ledger),
+                "ledger_events": len(ledger),
+            }
+        )
 
     counts = [len(r["events"]) for r in runs]
     lost = sum(r["lost"] for r in runs)
@@ -266,7 +278,10 @@ async def _bench(server: Server, token: str, n: int) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(16) as pool:
         sessions = await asyncio.gather(
-            *(loop.run_in_executor(pool, _http, "POST", f"{base}/api/sessions/", token, {"title": f"s{i}"}) for i in range(n))
+            *(
+                loop.run_in_executor(pool, _http, "POST", f"{base}/api/sessions/", token, {"title": f"s{i}"})
+                for i in range(n)
+            )
         )
     ids = [s["id"] for s in sessions]
     start = asyncio.Event()
@@ -291,9 +306,12 @@ async def _bench(server: Server, token: str, n: int) -> dict[str, Any]:
     cpu = server.cpu_s() - cpu_before
     failures = [repr(r) for r in results if isinstance(r, BaseException)]
     with ThreadPoolExecutor(16) as pool:
-        ledgers = await asyncio.gather(*(
-            loop.run_in_executor(pool, _http, "GET", f"{base}/api/sessions/{sid}/events/?limit=500", token) for sid in ids
-        ))
+        ledgers = await asyncio.gather(
+            *(
+                loop.run_in_executor(pool, _http, "GET", f"{base}/api/sessions/{sid}/events/?limit=500", token)
+                for sid in ids
+            )
+        )
     stats = _analyse(per_socket, [page["results"] for page in ledgers])
     stats.update(
         n=n,
@@ -306,8 +324,6 @@ async def _bench(server: Server, token: str, n: int) -> dict[str, Any]:
         socket_failure_examples=failures[:3],
     )
     return stats
-
-
 
 
 PUBLISH = """
@@ -381,17 +397,25 @@ async def _slow_socket_round(server: Server, token: str, events: int) -> dict[st
     await reader.close()
     peak = await _logged_peak(server, session_id)
     return {
-        "events": events, "published_and_relayed_s": round(driven_s, 1), "reader_in_order": seqs == sorted(seqs),
-        "rss_before_bytes": rss_before, "rss_after_bytes": rss_after, "rss_growth_bytes": rss_after - rss_before,
+        "events": events,
+        "published_and_relayed_s": round(driven_s, 1),
+        "reader_in_order": seqs == sorted(seqs),
+        "rss_before_bytes": rss_before,
+        "rss_after_bytes": rss_after,
+        "rss_growth_bytes": rss_after - rss_before,
         # None: the socket never fell behind (the kernel's buffers took everything).
-        "peak_unsent_bytes": peak, "bound_bytes": int(os.environ.get("AGENTSITE_WS_SEND_BUFFER_BYTES", SEND_BUFFER_BYTES)),
-        "missing_seqs": len(set(seqs) - set(slow_seqs)), "duplicated_frames": len(slow_seqs) - len(set(slow_seqs)),
+        "peak_unsent_bytes": peak,
+        "bound_bytes": int(os.environ.get("AGENTSITE_WS_SEND_BUFFER_BYTES", SEND_BUFFER_BYTES)),
+        "missing_seqs": len(set(seqs) - set(slow_seqs)),
+        "duplicated_frames": len(slow_seqs) - len(set(slow_seqs)),
         "slow_in_order": slow_seqs == sorted(slow_seqs),
     }
 
 
 def _bench_user_id() -> str:
-    return STACK.manage("shell", "-c", "from django.contrib.auth.models import User; print(User.objects.get(username='bench').pk)").split()[-1]
+    return STACK.manage(
+        "shell", "-c", "from django.contrib.auth.models import User; print(User.objects.get(username='bench').pk)"
+    ).split()[-1]
 
 
 async def _keep_alive(ws: Any) -> None:
@@ -422,46 +446,83 @@ def _targets(results: list[dict[str, Any]], slow: dict[str, Any] | None, *, bala
     rows: list[Target] = []
     cpu_round = by_n.get(200) or (results[-1] if results else None)
     if cpu_round is not None:
-        rows.append(Target(
-            measure="server CPU per offline run", target="<= 20 ms", value=f"{cpu_round['cpu_ms_per_run']} ms",
-            met=cpu_round["cpu_ms_per_run"] <= 20, note=f"N={cpu_round['n']}, {cpu_round['cpu_ms_per_frame']} ms per frame",
-        ))
+        rows.append(
+            Target(
+                measure="server CPU per offline run",
+                target="<= 20 ms",
+                value=f"{cpu_round['cpu_ms_per_run']} ms",
+                met=cpu_round["cpu_ms_per_run"] <= 20,
+                note=f"N={cpu_round['n']}, {cpu_round['cpu_ms_per_frame']} ms per frame",
+            )
+        )
     for n, p99_limit in ((200, 250.0), (1000, 1000.0)):
         r = by_n.get(n)
         if r is None:
-            rows.append(Target(measure=f"stream, {n} sockets: lost / p99 ledger-to-socket", target=f"0 / <= {p99_limit:.0f} ms",
-                               value="not run", met=None, note=f"--sizes {n}"))
+            rows.append(
+                Target(
+                    measure=f"stream, {n} sockets: lost / p99 ledger-to-socket",
+                    target=f"0 / <= {p99_limit:.0f} ms",
+                    value="not run",
+                    met=None,
+                    note=f"--sizes {n}",
+                )
+            )
             continue
         p99 = r["latency_ms_p99"]
-        rows.append(Target(
-            measure=f"stream, {n} sockets: lost / p99 ledger-to-socket", target=f"0 / <= {p99_limit:.0f} ms",
-            value=f"{r['lost_events']} / {p99:.0f} ms" if p99 is not None else f"{r['lost_events']} / n/a",
-            met=r["lost_events"] == 0 and r["runs_finished"] == n and p99 is not None and p99 <= p99_limit, note=note,
-        ))
+        rows.append(
+            Target(
+                measure=f"stream, {n} sockets: lost / p99 ledger-to-socket",
+                target=f"0 / <= {p99_limit:.0f} ms",
+                value=f"{r['lost_events']} / {p99:.0f} ms" if p99 is not None else f"{r['lost_events']} / n/a",
+                met=r["lost_events"] == 0 and r["runs_finished"] == n and p99 is not None and p99 <= p99_limit,
+                note=note,
+            )
+        )
     if slow is None:
-        rows.append(Target(measure="memory of one socket that never reads, after 10,000 events", target="bounded",
-                           value="not run", met=None))
+        rows.append(
+            Target(
+                measure="memory of one socket that never reads, after 10,000 events",
+                target="bounded",
+                value="not run",
+                met=None,
+            )
+        )
     else:
         peak = slow["peak_unsent_bytes"] or 0
         # The frames that finish the event during which the bound was crossed follow it.
-        met = (bool(slow["bound_bytes"]) and peak <= slow["bound_bytes"] + 4096 and not slow["missing_seqs"]
-               and not slow["duplicated_frames"])
-        rows.append(Target(
-            measure=f"memory of one socket that never reads, after {slow['events']:,} events", target="bounded",
-            value=f"at most {peak:,} bytes unsent in the process (bound {slow['bound_bytes']:,} + one event's frames); "
-                  f"web RSS {slow['rss_growth_bytes'] / 2**20:+.1f} MiB",
-            met=met, note=f"then read: {slow['missing_seqs']} missing, {slow['duplicated_frames']} duplicated",
-        ))
+        met = (
+            bool(slow["bound_bytes"])
+            and peak <= slow["bound_bytes"] + 4096
+            and not slow["missing_seqs"]
+            and not slow["duplicated_frames"]
+        )
+        rows.append(
+            Target(
+                measure=f"memory of one socket that never reads, after {slow['events']:,} events",
+                target="bounded",
+                value=f"at most {peak:,} bytes unsent in the process (bound {slow['bound_bytes']:,} + one event's frames); "
+                f"web RSS {slow['rss_growth_bytes'] / 2**20:+.1f} MiB",
+                met=met,
+                note=f"then read: {slow['missing_seqs']} missing, {slow['duplicated_frames']} duplicated",
+            )
+        )
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="concurrent sessions per round")
-    parser.add_argument("--slow-events", type=int, default=SLOW_EVENTS,
-                        help="frames a socket that never reads gets in the slow-socket round (0: skip it)")
-    parser.add_argument("--stack", action="store_true",
-                        help="against the production topology (`make stack`: HAProxy, --web Daphne processes)")
+    parser.add_argument(
+        "--slow-events",
+        type=int,
+        default=SLOW_EVENTS,
+        help="frames a socket that never reads gets in the slow-socket round (0: skip it)",
+    )
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="against the production topology (`make stack`: HAProxy, --web Daphne processes)",
+    )
     parser.add_argument("--web", type=int, default=2, choices=(1, 2), help="with --stack: web processes behind HAProxy")
     args = parser.parse_args()
     problem = STACK.reset()
@@ -472,8 +533,11 @@ def main() -> int:
     STACK.manage("migrate", "--noinput")
     token = STACK.manage("create_api_token", "bench", "--create-user").strip().splitlines()[-1].strip()
     RESULTS.mkdir(exist_ok=True)
-    where = (topology(web=args.web, balancer=True) if args.stack
-             else "1 Daphne process, no balancer, no Celery worker, PostgreSQL and Redis on loopback, offline model")
+    where = (
+        topology(web=args.web, balancer=True)
+        if args.stack
+        else "1 Daphne process, no balancer, no Celery worker, PostgreSQL and Redis on loopback, offline model"
+    )
     started_on = machine()
     results: list[dict[str, Any]] = []
     slow: dict[str, Any] | None = None
@@ -486,11 +550,15 @@ def main() -> int:
             print(f"slow socket: {args.slow_events} frames to a socket that never reads...", flush=True)
             slow = asyncio.run(_slow_socket_round(server, token, args.slow_events))
 
-    header = (f"{'N':>4} {'frames':>7} {'wall s':>7} {'fr/s':>8} {'fr/run':>8} {'done':>5} {'lost':>5} {'reord':>5} "
-              f"{'p50 ms':>8} {'p99 ms':>8} {'fail':>5} {'cpu/run':>8} {'cpu/fr':>7}")
+    header = (
+        f"{'N':>4} {'frames':>7} {'wall s':>7} {'fr/s':>8} {'fr/run':>8} {'done':>5} {'lost':>5} {'reord':>5} "
+        f"{'p50 ms':>8} {'p99 ms':>8} {'fail':>5} {'cpu/run':>8} {'cpu/fr':>7}"
+    )
     print()
-    print("latency: AG-UI `timestamp` (ledger created_at, ms) -> frame arrival on the socket; "
-          "cpu: web processes' user+system ms")
+    print(
+        "latency: AG-UI `timestamp` (ledger created_at, ms) -> frame arrival on the socket; "
+        "cpu: web processes' user+system ms"
+    )
     print(header)
     for r in results:
         c = r["events_per_run"]
@@ -512,24 +580,41 @@ def main() -> int:
         if r["reorder_examples"] or r["socket_failure_examples"]:
             print(f"  examples: {r['reorder_examples']} {r['socket_failure_examples']}")
     if slow is not None:
-        print(f"slow socket: {slow['events']} events ({slow['published_and_relayed_s']} s) while it did not read; "
-              f"at most {slow['peak_unsent_bytes']} bytes waited unsent (bound {slow['bound_bytes']}); web RSS "
-              f"{slow['rss_before_bytes'] / 2**20:.1f} -> {slow['rss_after_bytes'] / 2**20:.1f} MiB; then it read: "
-              f"{slow['missing_seqs']} seqs missing, {slow['duplicated_frames']} duplicated, in order {slow['slow_in_order']}")
+        print(
+            f"slow socket: {slow['events']} events ({slow['published_and_relayed_s']} s) while it did not read; "
+            f"at most {slow['peak_unsent_bytes']} bytes waited unsent (bound {slow['bound_bytes']}); web RSS "
+            f"{slow['rss_before_bytes'] / 2**20:.1f} -> {slow['rss_after_bytes'] / 2**20:.1f} MiB; then it read: "
+            f"{slow['missing_seqs']} seqs missing, {slow['duplicated_frames']} duplicated, in order {slow['slow_in_order']}"
+        )
     rows = _targets(results, slow, balancer=args.stack)
     print(f"\ntargets (issue 23; {where}; load average at start {started_on['loadavg_at_start']}):")
     for row in rows:
         print(row.line())
     ok = all(r["lost_events"] == 0 and r["reordered_events"] == 0 and r["runs_finished"] == r["n"] for r in results)
     ok = ok and (slow is None or (not slow["missing_seqs"] and not slow["duplicated_frames"] and slow["slow_in_order"]))
-    print("verdict:", "OK (0 lost, 0 reordered, 0 duplicated)" if ok else "PROBLEM (lost/reordered/unfinished runs, see above)")
+    print(
+        "verdict:",
+        "OK (0 lost, 0 reordered, 0 duplicated)" if ok else "PROBLEM (lost/reordered/unfinished runs, see above)",
+    )
     output = RESULTS / ("stream-stack.json" if args.stack else "stream.json")
-    output.write_text(json.dumps({
-        "machine": started_on, "topology": where, "web_processes": args.web if args.stack else 1,
-        "balancer": args.stack, "prompt": PROMPT, "results": results, "slow_socket": slow,
-        "targets": [row.to_dict() for row in rows],
-    }, indent=2))
-    print(f"wrote {output.relative_to(RESULTS.parent.parent)} (server log: {server.log.relative_to(RESULTS.parent.parent)})")
+    output.write_text(
+        json.dumps(
+            {
+                "machine": started_on,
+                "topology": where,
+                "web_processes": args.web if args.stack else 1,
+                "balancer": args.stack,
+                "prompt": PROMPT,
+                "results": results,
+                "slow_socket": slow,
+                "targets": [row.to_dict() for row in rows],
+            },
+            indent=2,
+        )
+    )
+    print(
+        f"wrote {output.relative_to(RESULTS.parent.parent)} (server log: {server.log.relative_to(RESULTS.parent.parent)})"
+    )
     return 0 if ok else 1
 
 

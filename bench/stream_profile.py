@@ -62,12 +62,30 @@ def main() -> int:
     out = stack.RESULTS / "profile" / "stream-profile.pstat"
 
     def daphne(self: stack.Stack, port: int, log: Path) -> subprocess.Popen[bytes]:
-        env = {**self.env(), "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("YAPPI_PATH"), str(stack.ROOT / "bench")) if p)}
+        env = {
+            **self.env(),
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("YAPPI_PATH"), str(stack.ROOT / "bench")) if p),
+        }
         with log.open("wb") as sink:
             return subprocess.Popen(
-                [str(stack.PYTHON), __file__, "--daphne", str(out), "-b", "127.0.0.1", "-p", str(port),
-                 "--websocket_connect_timeout", "30", "agentsite.asgi:application"],
-                cwd=stack.ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(stack.PYTHON),
+                    __file__,
+                    "--daphne",
+                    str(out),
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "--websocket_connect_timeout",
+                    "30",
+                    "agentsite.asgi:application",
+                ],
+                cwd=stack.ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     calls = {"n": 0}
@@ -123,9 +141,11 @@ def _report(path: Path) -> None:
     stats = pstats.Stats(str(path))
     total = sum(tt for _cc, _nc, tt, _ct, _callers in stats.stats.values())  # type: ignore[attr-defined]
     rows = sorted(
-        ((ct, nc, f"{_where(file)}:{line}({name})")
-         for (file, line, name), (_cc, nc, _tt, ct, _callers) in stats.stats.items()  # type: ignore[attr-defined]
-         if re.search(PROJECT, file)),
+        (
+            (ct, nc, f"{_where(file)}:{line}({name})")
+            for (file, line, name), (_cc, nc, _tt, ct, _callers) in stats.stats.items()  # type: ignore[attr-defined]
+            if re.search(PROJECT, file)
+        ),
         reverse=True,
     )
     print(f"\nprofile of the round ({total:.1f} s of CPU under the profiler), project functions by inclusive CPU:")

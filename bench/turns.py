@@ -329,12 +329,17 @@ def _governed(agent: Any, backend: Backend) -> Any:
     from runs.core.runner import Runner
     from sessions_app.core.summary import ContextThreshold, InProcessSummaryScheduler, SummaryEngine
 
-    engine = SummaryEngine(summarizer=extractive_summarizer(), checker=ContextThreshold(window=8192),
-                           context_window=8192)
+    engine = SummaryEngine(
+        summarizer=extractive_summarizer(), checker=ContextThreshold(window=8192), context_window=8192
+    )
     agent.governance = ContextGovernance(summaries=engine, context_window=8192)
     return Runner(
-        app=APP, agents=[agent], session_service=backend.session_service, run_store=backend.run_store,
-        summary_scheduler=InProcessSummaryScheduler(engine, backend.session_service), load_after_summary=True,
+        app=APP,
+        agents=[agent],
+        session_service=backend.session_service,
+        run_store=backend.run_store,
+        summary_scheduler=InProcessSummaryScheduler(engine, backend.session_service),
+        load_after_summary=True,
     )
 
 
@@ -718,8 +723,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL, help="dropped and recreated at every run")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="where the JSON results go")
-    parser.add_argument("--governance", choices=("on", "off"), default=os.environ.get(GOVERNANCE_ENV, "on"),
-                        help="context governance as deployed (on, default) or the raw ledger window (off)")
+    parser.add_argument(
+        "--governance",
+        choices=("on", "off"),
+        default=os.environ.get(GOVERNANCE_ENV, "on"),
+        help="context governance as deployed (on, default) or the raw ledger window (off)",
+    )
     parser.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args(argv)
     os.environ[GOVERNANCE_ENV] = args.governance  # children inherit it

@@ -61,14 +61,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="where the balancer listens")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")), help="the balancer's port")
-    parser.add_argument("--web", type=int, default=MAX_WEB, choices=range(1, MAX_WEB + 1),
-                        help="web processes behind the balancer")
-    parser.add_argument("--web-ports", default="", help="comma-separated ports of the web processes "
-                                                       "(default: the balancer's port + 1, + 2)")
+    parser.add_argument(
+        "--web", type=int, default=MAX_WEB, choices=range(1, MAX_WEB + 1), help="web processes behind the balancer"
+    )
+    parser.add_argument(
+        "--web-ports",
+        default="",
+        help="comma-separated ports of the web processes (default: the balancer's port + 1, + 2)",
+    )
     parser.add_argument("--stats-port", type=int, default=0, help="HAProxy's stats page (default: port + 3)")
     parser.add_argument("--no-migrate", action="store_true", help="skip `manage.py migrate`")
-    parser.add_argument("--demo", action="store_true", help="create the demo user and print how to log in "
-                                                           "(`manage.py bootstrap_demo`, as `make run` does)")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="create the demo user and print how to log in (`manage.py bootstrap_demo`, as `make run` does)",
+    )
     parser.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for every process")
     return parser.parse_args(argv)
 
@@ -100,7 +107,9 @@ def write_haproxy_config(*, state_dir: Path, host: str, port: int, web_ports: li
 def ensure_database(database_url: str) -> None:
     """Create the PostgreSQL database of `database_url` when it is missing (a fresh machine)."""
     if not database_url.startswith(("postgres://", "postgresql://", "pgsql://")):
-        raise StackError(f"DATABASE_URL must be PostgreSQL for the stack (several processes share it), got {database_url!r}")
+        raise StackError(
+            f"DATABASE_URL must be PostgreSQL for the stack (several processes share it), got {database_url!r}"
+        )
     import psycopg
     from psycopg import sql
 
@@ -150,7 +159,9 @@ def servers_up(stats_port: int) -> dict[str, str]:
     except OSError:
         return {}
     rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
-    return {row["svname"]: row["status"] for row in rows if row.get("pxname") == "web" and row["svname"].startswith("web")}
+    return {
+        row["svname"]: row["status"] for row in rows if row.get("pxname") == "web" and row["svname"].startswith("web")
+    }
 
 
 class Stack:
@@ -171,20 +182,35 @@ class Stack:
     def preflight(self) -> dict[str, str]:
         if shutil.which("haproxy") is None:
             raise StackError("haproxy is not installed: `apt-get install -y haproxy` (Debian's package)")
-        for host, port in [(self.args.host, self.args.port), *(("127.0.0.1", p) for p in (*self.web_ports, self.stats_port))]:
+        for host, port in [
+            (self.args.host, self.args.port),
+            *(("127.0.0.1", p) for p in (*self.web_ports, self.stats_port)),
+        ]:
             problem = port_problem(host, port)
             if problem is not None:
-                raise StackError(f"{problem} (stack ports: balancer {self.args.port}, web {self.web_ports}, "
-                                 f"stats {self.stats_port}; choose others with --port / --web-ports / --stats-port)")
+                raise StackError(
+                    f"{problem} (stack ports: balancer {self.args.port}, web {self.web_ports}, "
+                    f"stats {self.stats_port}; choose others with --port / --web-ports / --stats-port)"
+                )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         env = self.env = stack_env(self.args, self.web_ports, self.state_dir)
         ensure_database(env["DATABASE_URL"])
         check_redis(env["REDIS_URL"])
-        write_haproxy_config(state_dir=self.state_dir, host=self.args.host, port=self.args.port,
-                             web_ports=self.web_ports, stats_port=self.stats_port)
+        write_haproxy_config(
+            state_dir=self.state_dir,
+            host=self.args.host,
+            port=self.args.port,
+            web_ports=self.web_ports,
+            stats_port=self.stats_port,
+        )
         if not self.args.no_migrate:
-            out = subprocess.run([str(BIN / "python"), "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [str(BIN / "python"), "manage.py", "migrate", "--noinput"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if out.returncode:
                 raise StackError(f"manage.py migrate failed:\n{out.stdout}{out.stderr}")
         return env
@@ -195,9 +221,23 @@ class Stack:
         # every one of them (SIGKILL after 5 s); it stays in our process group, so Ctrl-C in
         # a terminal reaches it directly.
         self.process = subprocess.Popen(
-            [str(BIN / "honcho"), "start", "--no-colour", "-f", str(ROOT / "Procfile"), "-d", str(ROOT),
-             *names, "balancer"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            [
+                str(BIN / "honcho"),
+                "start",
+                "--no-colour",
+                "-f",
+                str(ROOT / "Procfile"),
+                "-d",
+                str(ROOT),
+                *names,
+                "balancer",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
         )
         threading.Thread(target=self._echo, daemon=True).start()
 
@@ -217,16 +257,24 @@ class Stack:
         missing = "everything"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise StackError(f"a process exited before the stack was ready (honcho exited {self.process.returncode})")
+                raise StackError(
+                    f"a process exited before the stack was ready (honcho exited {self.process.returncode})"
+                )
             webs = [p for p in self.web_ports if http_status(f"http://127.0.0.1:{p}/healthz") != 200]
             checks = servers_up(self.stats_port)
-            down = sorted(name for name, status in checks.items() if not status.startswith("UP")) if checks else ["stats"]
+            down = (
+                sorted(name for name, status in checks.items() if not status.startswith("UP")) if checks else ["stats"]
+            )
             workers = sorted({f"worker{i}" for i in range(1, WORKERS + 1)} - self.ready_workers)
             front = http_status(balancer) == 200
             if not (webs or down or workers) and front:
                 return
-            missing = (f"web /healthz on {webs}" if webs else "") + (f" haproxy checks not up: {down}" if down else "") \
-                + (f" workers not ready: {workers}" if workers else "") + ("" if front else " balancer /healthz")
+            missing = (
+                (f"web /healthz on {webs}" if webs else "")
+                + (f" haproxy checks not up: {down}" if down else "")
+                + (f" workers not ready: {workers}" if workers else "")
+                + ("" if front else " balancer /healthz")
+            )
             time.sleep(0.5)
         raise StackError(f"not ready after {self.args.ready_timeout:.0f} s: {missing.strip()}")
 
@@ -264,13 +312,19 @@ def main(argv: list[str]) -> int:
         stack.stop()
         return 0 if stopping.is_set() else 2
     base = local_url(args.host, args.port)
-    print(f"{READY_LINE} {base} (balancer: HAProxy; web: {', '.join(str(p) for p in stack.web_ports)}; "
-          f"workers: {WORKERS}; HAProxy stats http://127.0.0.1:{stack.stats_port}/). Ctrl-C stops everything.",
-          flush=True)
+    print(
+        f"{READY_LINE} {base} (balancer: HAProxy; web: {', '.join(str(p) for p in stack.web_ports)}; "
+        f"workers: {WORKERS}; HAProxy stats http://127.0.0.1:{stack.stats_port}/). Ctrl-C stops everything.",
+        flush=True,
+    )
     if args.demo:
         # After READY, so its "Agentsite is ready" line is true; it only writes the demo user.
-        subprocess.run([str(BIN / "python"), "manage.py", "bootstrap_demo", "--host", args.host, "--port",
-                        str(args.port)], cwd=ROOT, env=stack.env, check=False)
+        subprocess.run(
+            [str(BIN / "python"), "manage.py", "bootstrap_demo", "--host", args.host, "--port", str(args.port)],
+            cwd=ROOT,
+            env=stack.env,
+            check=False,
+        )
     assert stack.process is not None
     while stack.process.poll() is None:
         time.sleep(0.5)

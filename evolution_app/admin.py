@@ -49,7 +49,9 @@ class GateResultInline(admin.TabularInline):
         findings = [str(f) for f in result.findings or []]
         if not findings:
             return "-"
-        return format_html('<ul class="gate-findings">{}</ul>', format_html_join("", "<li>{}</li>", ((f,) for f in findings)))
+        return format_html(
+            '<ul class="gate-findings">{}</ul>', format_html_join("", "<li>{}</li>", ((f,) for f in findings))
+        )
 
 
 class CandidateAuditInline(admin.TabularInline):
@@ -82,9 +84,11 @@ def file_diff(before: dict[str, str], after: dict[str, str]) -> str:
         if old == new:
             continue
         table = differ.make_table(
-            old.splitlines(), new.splitlines(),
+            old.splitlines(),
+            new.splitlines(),
             fromdesc=_("%(file)s (current)") % {"file": filename} if filename in before else _("(absent)"),
-            todesc=_("%(file)s (candidate)") % {"file": filename} if filename in after else _("(removed)"), context=False,
+            todesc=_("%(file)s (candidate)") % {"file": filename} if filename in after else _("(removed)"),
+            context=False,
         )
         parts.append(table)
     return "".join(parts)
@@ -97,7 +101,9 @@ def file_documents(files: dict[str, str]) -> str:
     return format_html(
         '<div class="evolution-documents">{}</div>',
         format_html_join(
-            "", "<h4><code>{}</code></h4><pre>{}</pre>", ordered,
+            "",
+            "<h4><code>{}</code></h4><pre>{}</pre>",
+            ordered,
         ),
     )
 
@@ -114,7 +120,9 @@ def evidence_by_session(items: list[dict[str, Any]], *, default_session: str) ->
             events[item["event_id"]] = {**item, "kinds": [item.get("kind", "")]}
         elif item.get("kind", "") not in seen["kinds"]:
             seen["kinds"].append(item.get("kind", ""))
-    return {session_id: sorted(events.values(), key=lambda e: e.get("seq", 0)) for session_id, events in grouped.items()}
+    return {
+        session_id: sorted(events.values(), key=lambda e: e.get("seq", 0)) for session_id, events in grouped.items()
+    }
 
 
 @admin.register(orm.SkillCandidate)
@@ -123,8 +131,20 @@ class SkillCandidateAdmin(admin.ModelAdmin):
     list_filter = ["status", "action", "app"]
     search_fields = ["name", "session_key"]
     fields = [
-        "name", "action", "status", "conflict", "reason", "session_link", "evidence_view", "diff_view", "files_view",
-        "decided_by", "decided_at", "decision_reason", "revision", "created_at",
+        "name",
+        "action",
+        "status",
+        "conflict",
+        "reason",
+        "session_link",
+        "evidence_view",
+        "diff_view",
+        "files_view",
+        "decided_by",
+        "decided_at",
+        "decision_reason",
+        "revision",
+        "created_at",
     ]
     readonly_fields = fields
     inlines = [GateResultInline, CandidateAuditInline]
@@ -133,7 +153,8 @@ class SkillCandidateAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         decide = path(
-            "<int:candidate_id>/decide/", self.admin_site.admin_view(self.decide_view),
+            "<int:candidate_id>/decide/",
+            self.admin_site.admin_view(self.decide_view),
             name="evolution_app_skillcandidate_decide",
         )
         return [decide, *super().get_urls()]
@@ -144,7 +165,11 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         candidate = self.get_object(request, object_id)
         # Every field is read-only: the page's only writes are the decision buttons.
         context = {"show_save": False, "show_save_and_continue": False, **(extra_context or {})}
-        if candidate is not None and candidate.status == "pending_review" and self.has_change_permission(request, candidate):
+        if (
+            candidate is not None
+            and candidate.status == "pending_review"
+            and self.has_change_permission(request, candidate)
+        ):
             context["decision_form"] = DecisionForm()
             context["decide_url"] = reverse("admin:evolution_app_skillcandidate_decide", args=[candidate.pk])
         return super().change_view(request, object_id, form_url, extra_context=context)
@@ -171,8 +196,11 @@ class SkillCandidateAdmin(admin.ModelAdmin):
             try:
                 if verb == "approve":
                     revision = candidate_approve(candidate=candidate, user=request.user, reason=reason)
-                    self.message_user(request, _("%(name)s: published as revision %(revision)s") % {
-                        "name": candidate.name, "revision": revision.revision})
+                    self.message_user(
+                        request,
+                        _("%(name)s: published as revision %(revision)s")
+                        % {"name": candidate.name, "revision": revision.revision},
+                    )
                 else:
                     candidate_reject(candidate=candidate, user=request.user, reason=reason)
                     self.message_user(request, _("%(name)s: rejected") % {"name": candidate.name})
@@ -208,7 +236,8 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         rows = {
             (e.session_id, e.event_id): e.pk
             for e in sessions.Event.objects.filter(
-                session_id__in=list(grouped), event_id__in=[e["event_id"] for events in grouped.values() for e in events]
+                session_id__in=list(grouped),
+                event_id__in=[e["event_id"] for events in grouped.values() for e in events],
             )
         }
         blocks = []
@@ -221,19 +250,32 @@ class SkillCandidateAdmin(admin.ModelAdmin):
                     # Translators: the session's admin URL, title, id, owner and the number of events cited.
                     _('Session <a href="{}">{}</a> <code>{}</code>, {}, {} event(s) cited'),
                     reverse("admin:sessions_app_session_change", args=[session.pk]),
-                    session.title or _("(untitled)"), session.pk, session.user.get_username(), len(events),
+                    session.title or _("(untitled)"),
+                    session.pk,
+                    session.user.get_username(),
+                    len(events),
                 )
             cells = []
             for item in events:
                 pk = rows.get((session_id, item["event_id"]))
-                link = (format_html('<a href="{}">#{}</a>', reverse("admin:sessions_app_event_change", args=[pk]), item["seq"])
-                        if pk is not None else _("#%(seq)s (gone)") % {"seq": item["seq"]})
+                link = (
+                    format_html(
+                        '<a href="{}">#{}</a>', reverse("admin:sessions_app_event_change", args=[pk]), item["seq"]
+                    )
+                    if pk is not None
+                    else _("#%(seq)s (gone)") % {"seq": item["seq"]}
+                )
                 cells.append((link, ", ".join(k for k in item["kinds"] if k), item.get("excerpt", "")))
-            blocks.append(format_html(
-                "<h4>{}</h4><ul>{}</ul>", heading,
-                format_html_join("", "<li>{} <em>{}</em> <code>{}</code></li>", cells),
-            ))
-        return format_html('<div class="evolution-evidence">{}</div>', format_html_join("", "{}", ((b,) for b in blocks)))
+            blocks.append(
+                format_html(
+                    "<h4>{}</h4><ul>{}</ul>",
+                    heading,
+                    format_html_join("", "<li>{} <em>{}</em> <code>{}</code></li>", cells),
+                )
+            )
+        return format_html(
+            '<div class="evolution-evidence">{}</div>', format_html_join("", "{}", ((b,) for b in blocks))
+        )
 
     @admin.display(description=gettext_lazy("proposed text"))
     def diff_view(self, candidate: orm.SkillCandidate) -> str:
@@ -248,7 +290,8 @@ class SkillCandidateAdmin(admin.ModelAdmin):
     @admin.display(description=gettext_lazy("files"))
     def files_view(self, candidate: orm.SkillCandidate) -> str:
         return format_html_join(
-            "", "<details><summary><code>{}</code></summary><pre>{}</pre></details>",
+            "",
+            "<details><summary><code>{}</code></summary><pre>{}</pre></details>",
             sorted((candidate.files or {}).items()),
         )
 
@@ -257,16 +300,20 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         if "apply" in request.POST and form.is_valid():
             self._apply(request, queryset, verb, form.cleaned_data["reason"])
             return None
-        return TemplateResponse(request, "admin/evolution_app/decide.html", {
-            **self.admin_site.each_context(request),
-            "title": _("Approve skill candidates") if verb == "approve" else _("Reject skill candidates"),
-            "verb": verb,
-            "candidates": queryset,
-            "form": form,
-            "action": verb,
-            "opts": self.model._meta,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-        })
+        return TemplateResponse(
+            request,
+            "admin/evolution_app/decide.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": _("Approve skill candidates") if verb == "approve" else _("Reject skill candidates"),
+                "verb": verb,
+                "candidates": queryset,
+                "form": form,
+                "action": verb,
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
 
     @admin.action(description=gettext_lazy("Approve and publish the selected candidates (with a reason)"))
     def approve(self, request: HttpRequest, queryset: QuerySet[orm.SkillCandidate]) -> HttpResponse | None:

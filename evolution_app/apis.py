@@ -49,13 +49,19 @@ class CandidateOutput(serializers.Serializer):
 
 def _data(candidate: orm.SkillCandidate) -> dict[str, Any]:
     return {
-        "id": candidate.pk, "name": candidate.name, "action": candidate.action, "status": candidate.status,
-        "session_id": candidate.session_key, "conflict": candidate.conflict, "reason": candidate.reason,
+        "id": candidate.pk,
+        "name": candidate.name,
+        "action": candidate.action,
+        "status": candidate.status,
+        "session_id": candidate.session_key,
+        "conflict": candidate.conflict,
+        "reason": candidate.reason,
         "evidence": list(candidate.evidence or []),
         "gate_results": [r.to_dict() for r in candidate.gate_results.all()],
         "files": sorted(candidate.files or {}),
         "decided_by": candidate.decided_by.get_username() if candidate.decided_by else None,
-        "decided_at": candidate.decided_at, "decision_reason": candidate.decision_reason,
+        "decided_at": candidate.decided_at,
+        "decision_reason": candidate.decision_reason,
         "revision": candidate.revision.revision if candidate.revision else None,
         "created_at": candidate.created_at,
     }

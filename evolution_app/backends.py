@@ -39,8 +39,11 @@ def library_sync(app: str) -> list[LibraryEntry]:
     )
     for revision in live.order_by("skill__name"):
         entries[revision.skill.name] = LibraryEntry(
-            name=revision.skill.name, description=revision.description, body=revision.body,
-            origin=_ORIGINS.get(revision.source, "admin"), revision=revision.revision,
+            name=revision.skill.name,
+            description=revision.description,
+            body=revision.body,
+            origin=_ORIGINS.get(revision.source, "admin"),
+            revision=revision.revision,
             files=dict(revision.files or {}),
         )
     folders = FolderSkillRepository(settings.AGENTSITE_SKILLS_ROOTS)
@@ -49,7 +52,10 @@ def library_sync(app: str) -> list[LibraryEntry]:
             continue
         skill = folders.get_sync(summary.name)
         entries[summary.name] = LibraryEntry(
-            name=summary.name, description=summary.description, body=skill.body, origin="fs",
+            name=summary.name,
+            description=summary.description,
+            body=skill.body,
+            origin="fs",
             files=read_skill_files(folders.path(summary.name)),
         )
     return [entries[name] for name in sorted(entries)]
@@ -59,8 +65,12 @@ def user_facts_sync(key: SessionKey) -> UserFacts:
     user = get_user_model().objects.filter(pk=key.user_id).first()
     terms: list[str] = []
     if user is not None:
-        terms += [user.get_username(), getattr(user, "first_name", ""), getattr(user, "last_name", ""),
-                  getattr(user, "email", "")]
+        terms += [
+            user.get_username(),
+            getattr(user, "first_name", ""),
+            getattr(user, "last_name", ""),
+            getattr(user, "email", ""),
+        ]
     memories = sessions.Memory.objects.filter(app=key.app, user_id=key.user_id).values_list("text", flat=True)
     return UserFacts(terms=tuple(t for t in terms if t), memories=tuple(memories[:1000]))
 
@@ -75,13 +85,20 @@ def commit_sync(key: SessionKey, expected_seq: int, record: ReviewRecord) -> boo
             return False
         orm.ReviewCursor.objects.get_or_create(session_id=key.session_id)
         moved = orm.ReviewCursor.objects.filter(session_id=key.session_id, last_seq=expected_seq).update(
-            last_seq=record.to_seq, reviewed_at=timezone.now(), last_status=record.status, last_reason=record.reason,
+            last_seq=record.to_seq,
+            reviewed_at=timezone.now(),
+            last_status=record.status,
+            last_reason=record.reason,
         )
         if not moved:
             return False
         review = orm.Review.objects.create(
-            session_id=key.session_id, from_seq=record.from_seq, to_seq=record.to_seq, status=record.status,
-            reason=record.reason, notes=list(record.notes),
+            session_id=key.session_id,
+            from_seq=record.from_seq,
+            to_seq=record.to_seq,
+            status=record.status,
+            reason=record.reason,
+            notes=list(record.notes),
         )
         for draft in record.candidates:
             candidate_create(app=key.app, session_id=key.session_id, review=review, draft=draft)

@@ -28,8 +28,12 @@ GATE_STATUSES = [("pass", "pass"), ("fail", "fail"), ("hold", "hold"), ("error",
 
 class ReviewCursor(models.Model):
     session = models.OneToOneField(
-        "sessions_app.Session", on_delete=models.CASCADE, primary_key=True, related_name="review_cursor"
-    , verbose_name=_("session"))
+        "sessions_app.Session",
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="review_cursor",
+        verbose_name=_("session"),
+    )
     last_seq = models.PositiveBigIntegerField(default=0, verbose_name=_("last seq"))
     reviewed_at = models.DateTimeField(null=True, blank=True, verbose_name=_("reviewed at"))
     last_status = models.CharField(max_length=32, blank=True, default="", verbose_name=_("last status"))
@@ -44,7 +48,9 @@ class ReviewCursor(models.Model):
 
 
 class Review(models.Model):
-    session = models.ForeignKey("sessions_app.Session", on_delete=models.CASCADE, related_name="reviews", verbose_name=_("session"))
+    session = models.ForeignKey(
+        "sessions_app.Session", on_delete=models.CASCADE, related_name="reviews", verbose_name=_("session")
+    )
     from_seq = models.PositiveBigIntegerField(verbose_name=_("from seq"))
     to_seq = models.PositiveBigIntegerField(verbose_name=_("to seq"))
     status = models.CharField(max_length=32, verbose_name=_("status"))
@@ -66,30 +72,62 @@ class SkillCandidate(models.Model):
     app = models.CharField(max_length=64, db_index=True, verbose_name=_("app"))
     name = models.CharField(max_length=64, verbose_name=_("name"))
     action = models.CharField(max_length=16, choices=ACTIONS, verbose_name=_("action"))
-    status = models.CharField(max_length=16, choices=CANDIDATE_STATUSES, default="pending_review", db_index=True, verbose_name=_("status"))
+    status = models.CharField(
+        max_length=16, choices=CANDIDATE_STATUSES, default="pending_review", db_index=True, verbose_name=_("status")
+    )
     session = models.ForeignKey(
-        "sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="skill_candidates"
-    , verbose_name=_("session"))
-    session_key = models.CharField(max_length=64, blank=True, default="", verbose_name=_("session key"))  # kept when the session is deleted
-    review = models.ForeignKey(Review, null=True, blank=True, on_delete=models.SET_NULL, related_name="candidates", verbose_name=_("review"))
+        "sessions_app.Session",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="skill_candidates",
+        verbose_name=_("session"),
+    )
+    session_key = models.CharField(
+        max_length=64, blank=True, default="", verbose_name=_("session key")
+    )  # kept when the session is deleted
+    review = models.ForeignKey(
+        Review, null=True, blank=True, on_delete=models.SET_NULL, related_name="candidates", verbose_name=_("review")
+    )
     # The live revision an update was based on; a different one live at approval: stale.
     base_revision = models.ForeignKey(
-        "skills_app.SkillRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    , verbose_name=_("base revision"))
-    base_files = models.JSONField(default=dict, blank=True, verbose_name=_("base files"))  # the files it was based on (folder skills too)
+        "skills_app.SkillRevision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("base revision"),
+    )
+    base_files = models.JSONField(
+        default=dict, blank=True, verbose_name=_("base files")
+    )  # the files it was based on (folder skills too)
     files = models.JSONField(default=dict, verbose_name=_("files"))
     spec = models.JSONField(default=dict, verbose_name=_("spec"))
-    evidence = models.JSONField(default=list, blank=True, verbose_name=_("evidence"))  # [{"event_id", "seq", "kind", "excerpt"}]
-    reason = models.TextField(blank=True, default="", verbose_name=_("reason"))  # why the reconciler proposed it this way
+    evidence = models.JSONField(
+        default=list, blank=True, verbose_name=_("evidence")
+    )  # [{"event_id", "seq", "kind", "excerpt"}]
+    reason = models.TextField(
+        blank=True, default="", verbose_name=_("reason")
+    )  # why the reconciler proposed it this way
     conflict = models.TextField(blank=True, default="", verbose_name=_("conflict"))
     decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="decided_skill_candidates"
-    , verbose_name=_("decided by"))
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="decided_skill_candidates",
+        verbose_name=_("decided by"),
+    )
     decided_at = models.DateTimeField(null=True, blank=True, verbose_name=_("decided at"))
     decision_reason = models.TextField(blank=True, default="", verbose_name=_("decision reason"))
     revision = models.ForeignKey(
-        "skills_app.SkillRevision", null=True, blank=True, on_delete=models.SET_NULL, related_name="candidates"
-    , verbose_name=_("revision"))
+        "skills_app.SkillRevision",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="candidates",
+        verbose_name=_("revision"),
+    )
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
@@ -103,13 +141,22 @@ class SkillCandidate(models.Model):
 
 
 class GateResult(models.Model):
-    candidate = models.ForeignKey(SkillCandidate, on_delete=models.CASCADE, related_name="gate_results", verbose_name=_("candidate"))
+    candidate = models.ForeignKey(
+        SkillCandidate, on_delete=models.CASCADE, related_name="gate_results", verbose_name=_("candidate")
+    )
     position = models.PositiveSmallIntegerField(default=0, verbose_name=_("position"))
     gate = models.CharField(max_length=16, verbose_name=_("gate"))
     status = models.CharField(max_length=8, choices=GATE_STATUSES, verbose_name=_("status"))
     detail = models.TextField(blank=True, default="", verbose_name=_("detail"))
     findings = models.JSONField(default=list, blank=True, verbose_name=_("findings"))
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("actor"))
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("actor"),
+    )
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
@@ -125,9 +172,18 @@ class GateResult(models.Model):
 
 
 class CandidateAudit(models.Model):
-    candidate = models.ForeignKey(SkillCandidate, on_delete=models.CASCADE, related_name="audit", verbose_name=_("candidate"))
+    candidate = models.ForeignKey(
+        SkillCandidate, on_delete=models.CASCADE, related_name="audit", verbose_name=_("candidate")
+    )
     action = models.CharField(max_length=32, verbose_name=_("action"))
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("actor"))
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("actor"),
+    )
     comment = models.TextField(blank=True, default="", verbose_name=_("comment"))
     at = models.DateTimeField(auto_now_add=True, verbose_name=_("at"))
 

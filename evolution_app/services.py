@@ -60,17 +60,35 @@ def candidate_create(
             return twin
     status = {"hold": "pending_review", "rejected": "rejected", "publish": "pending_review"}[draft.gates.outcome]
     candidate = orm.SkillCandidate.objects.create(
-        app=app, name=proposal.name, action=proposal.action, status=status, session_id=session_id,
-        session_key=session_id, review=review, base_revision=_live(app, proposal.name) if proposal.base else None,
-        base_files=dict(proposal.base.files) if proposal.base is not None else {}, files=draft.files,
-        spec=proposal.spec.to_dict(), evidence=evidence, reason=proposal.reason, conflict=proposal.conflict,
+        app=app,
+        name=proposal.name,
+        action=proposal.action,
+        status=status,
+        session_id=session_id,
+        session_key=session_id,
+        review=review,
+        base_revision=_live(app, proposal.name) if proposal.base else None,
+        base_files=dict(proposal.base.files) if proposal.base is not None else {},
+        files=draft.files,
+        spec=proposal.spec.to_dict(),
+        evidence=evidence,
+        reason=proposal.reason,
+        conflict=proposal.conflict,
         decision_reason=draft.gates.reason,
     )
-    orm.GateResult.objects.bulk_create([
-        orm.GateResult(candidate=candidate, position=i, gate=r.gate, status=r.status, detail=r.detail,
-                       findings=list(r.findings))
-        for i, r in enumerate(draft.gates.results)
-    ])
+    orm.GateResult.objects.bulk_create(
+        [
+            orm.GateResult(
+                candidate=candidate,
+                position=i,
+                gate=r.gate,
+                status=r.status,
+                detail=r.detail,
+                findings=list(r.findings),
+            )
+            for i, r in enumerate(draft.gates.results)
+        ]
+    )
     candidate_audit(candidate=candidate, action="proposed", comment=proposal.reason)
     if draft.gates.outcome == "rejected":
         candidate_audit(candidate=candidate, action="rejected", comment=draft.gates.reason)
@@ -102,8 +120,12 @@ def _publish(*, candidate: orm.SkillCandidate, user: Any, reason: str) -> skills
         raise CandidateError(candidate.decision_reason)
     gates = [r.to_dict() for r in candidate.gate_results.all()]
     revision = skill_revision_create(
-        app=candidate.app, files=candidate.files, source="evolution", status="pending_review",
-        note=f"evolution candidate #{candidate.pk}: {reason}", gate_results=gates,
+        app=candidate.app,
+        files=candidate.files,
+        source="evolution",
+        status="pending_review",
+        note=f"evolution candidate #{candidate.pk}: {reason}",
+        gate_results=gates,
     )
     revision = skill_revision_publish(revision=revision, user=_actor(user))
     candidate.status = "published"
@@ -112,8 +134,9 @@ def _publish(*, candidate: orm.SkillCandidate, user: Any, reason: str) -> skills
     candidate.decided_at = timezone.now()
     candidate.decision_reason = reason
     candidate.save(update_fields=["status", "revision", "decided_by", "decided_at", "decision_reason", "updated_at"])
-    candidate_audit(candidate=candidate, action="published", user=user,
-                    comment=f"{candidate.name} r{revision.revision}: {reason}")
+    candidate_audit(
+        candidate=candidate, action="published", user=user, comment=f"{candidate.name} r{revision.revision}: {reason}"
+    )
     return revision
 
 
@@ -133,7 +156,11 @@ def candidate_approve(*, candidate: orm.SkillCandidate, user: Any, reason: str) 
     with transaction.atomic():
         locked = _locked_pending(candidate)
         orm.GateResult.objects.create(
-            candidate=locked, position=locked.gate_results.count(), gate="human", status="pass", detail=reason,
+            candidate=locked,
+            position=locked.gate_results.count(),
+            gate="human",
+            status="pass",
+            detail=reason,
             actor=_actor(user),
         )
         candidate_audit(candidate=locked, action="approved", user=user, comment=reason)
@@ -153,7 +180,11 @@ def candidate_reject(*, candidate: orm.SkillCandidate, user: Any, reason: str) -
     with transaction.atomic():
         locked = _locked_pending(candidate)
         orm.GateResult.objects.create(
-            candidate=locked, position=locked.gate_results.count(), gate="human", status="fail", detail=reason,
+            candidate=locked,
+            position=locked.gate_results.count(),
+            gate="human",
+            status="fail",
+            detail=reason,
             actor=_actor(user),
         )
         locked.status = "rejected"

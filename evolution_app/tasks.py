@@ -74,7 +74,9 @@ def build_gates(model: Model | None = None) -> list[Gate]:
             mode = "model" if model.info().provider == "offline" else "scripted"
         if mode != "off":
             replayer = AgentReplayer(
-                agent_factory=replay_agent, library=skill_repository(), mode=mode,
+                agent_factory=replay_agent,
+                library=skill_repository(),
+                mode=mode,
                 model=(model or evolution_model()) if mode == "model" else None,
             )
         gates.append(EffectivenessGate(replayer=replayer))

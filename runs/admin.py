@@ -54,15 +54,24 @@ class RemoteAgentForm(forms.ModelForm):
     is write-only: never rendered back, blank keeps the stored one."""
 
     token = forms.CharField(
-        required=False, strip=True, widget=forms.PasswordInput(render_value=False),
-        label=_("credential"), help_text=_("write-only: sent as 'Authorization: Bearer <credential>' (or in the header "
-                                      "below); leave blank to keep the stored one"),
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+        label=_("credential"),
+        help_text=_(
+            "write-only: sent as 'Authorization: Bearer <credential>' (or in the header "
+            "below); leave blank to keep the stored one"
+        ),
     )
     clear_token = forms.BooleanField(required=False, label=_("remove the stored credential"))
-    url = forms.URLField(max_length=500, assume_scheme="https",
-                         help_text=_("the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json"))
+    url = forms.URLField(
+        max_length=500,
+        assume_scheme="https",
+        help_text=_("the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json"),
+    )
     tool_of = forms.CharField(
-        required=False, help_text=_("comma-separated registered agents that get the tool ask_<name>"),
+        required=False,
+        help_text=_("comma-separated registered agents that get the tool ask_<name>"),
     )
 
     class Meta:
@@ -110,7 +119,9 @@ class RemoteAgentForm(forms.ModelForm):
         token = cleaned.get("token") or ("" if cleaned.get("clear_token") else self.instance.token)
         try:
             self.card = remote_agents.fetch_card(
-                cleaned["url"], token=token, header_name=cleaned.get("header_name", ""),
+                cleaned["url"],
+                token=token,
+                header_name=cleaned.get("header_name", ""),
             )
         except remote_agents.CardError as error:
             self.add_error("url", str(error))
@@ -167,5 +178,9 @@ class RemoteAgentAdmin(admin.ModelAdmin):
         streaming = bool(card.get("capabilities", {}).get("streaming"))
         return format_html(
             "<b>{}</b>: {}<br>skills: {}<br>interfaces: {}<br>streaming: {}",
-            card.get("name", ""), card.get("description", ""), skills, urls, "yes" if streaming else "no",
+            card.get("name", ""),
+            card.get("description", ""),
+            skills,
+            urls,
+            "yes" if streaming else "no",
         )

@@ -34,7 +34,9 @@ ArtifactLookup = Callable[[str, "int | None"], "ArtifactVersion | None"]
 
 
 def attachment_limits() -> AttachmentLimits:
-    return AttachmentLimits(max_bytes=settings.AGENTSITE_UPLOAD_MAX_BYTES, max_count=settings.AGENTSITE_UPLOAD_MAX_COUNT)
+    return AttachmentLimits(
+        max_bytes=settings.AGENTSITE_UPLOAD_MAX_BYTES, max_count=settings.AGENTSITE_UPLOAD_MAX_COUNT
+    )
 
 
 def image_from_url(url: Any, *, field: str, detail: str | None = None, limits: AttachmentLimits) -> ContentPart:
@@ -43,12 +45,21 @@ def image_from_url(url: Any, *, field: str, detail: str | None = None, limits: A
         raise AttachmentError(400, "invalid_image_url", f"{field} must be a non-empty string", field=field)
     if url.startswith("data:"):
         declared, data = decode_data_url(url, field=field)
-        return upload_part(data, limits=limits, field=field, declared=declared, kind="image", detail=detail,
-                           name=f"image.{declared.rsplit('/', 1)[-1]}" if declared.startswith("image/") else "image")
+        return upload_part(
+            data,
+            limits=limits,
+            field=field,
+            declared=declared,
+            kind="image",
+            detail=detail,
+            name=f"image.{declared.rsplit('/', 1)[-1]}" if declared.startswith("image/") else "image",
+        )
     return url_image_part(url, field=field, detail=detail)
 
 
-def file_from_data(data: Any, *, field: str, name: Any = "", declared: Any = "", limits: AttachmentLimits) -> ContentPart:
+def file_from_data(
+    data: Any, *, field: str, name: Any = "", declared: Any = "", limits: AttachmentLimits
+) -> ContentPart:
     """A file given as base64 text or a `data:` URL."""
     if not isinstance(data, str) or not data:
         raise AttachmentError(400, "invalid_file_data", f"{field} must be base64 text or a data URL", field=field)
@@ -57,8 +68,13 @@ def file_from_data(data: Any, *, field: str, name: Any = "", declared: Any = "",
         declared = declared or said
     else:
         raw = decode_base64(data, field=field)
-    return upload_part(raw, limits=limits, field=field, name=name if isinstance(name, str) else "",
-                       declared=declared if isinstance(declared, str) else "")
+    return upload_part(
+        raw,
+        limits=limits,
+        field=field,
+        name=name if isinstance(name, str) else "",
+        declared=declared if isinstance(declared, str) else "",
+    )
 
 
 def openai_parts(content: Any, *, field: str, role: str) -> tuple[ContentPart, ...]:
@@ -74,8 +90,9 @@ def openai_parts(content: Any, *, field: str, role: str) -> tuple[ContentPart, .
         if kind not in ("image_url", "file"):
             continue
         if role != "user":
-            raise AttachmentError(400, "unsupported_content", f"{at}: only a user message may carry images and files",
-                                  field=at)
+            raise AttachmentError(
+                400, "unsupported_content", f"{at}: only a user message may carry images and files", field=at
+            )
         if kind == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
@@ -85,10 +102,17 @@ def openai_parts(content: Any, *, field: str, role: str) -> tuple[ContentPart, .
             file = part.get("file")
             if not isinstance(file, dict) or "file_data" not in file:
                 # A `file_id` names a file uploaded to OpenAI's Files API, which this server does not have.
-                raise AttachmentError(400, "unsupported_content", f"{at}.file must carry file_data (base64 or a data "
-                                      "URL); file_id is not supported", field=f"{at}.file")
-            parts.append(file_from_data(file.get("file_data"), field=f"{at}.file.file_data",
-                                        name=file.get("filename") or "", limits=limits))
+                raise AttachmentError(
+                    400,
+                    "unsupported_content",
+                    f"{at}.file must carry file_data (base64 or a data URL); file_id is not supported",
+                    field=f"{at}.file",
+                )
+            parts.append(
+                file_from_data(
+                    file.get("file_data"), field=f"{at}.file.file_data", name=file.get("filename") or "", limits=limits
+                )
+            )
     check_count(parts, limits=limits, field=field)
     return tuple(parts)
 
@@ -106,7 +130,9 @@ def rest_parts(items: Any, *, field: str, lookup: ArtifactLookup | None) -> tupl
     for number, item in enumerate(items):
         at = f"{field}[{number}]"
         if not isinstance(item, dict) or item.get("type") not in ("image", "file"):
-            raise AttachmentError(400, "invalid", f"{at} must be an object with type 'image' or 'file'", field=f"{at}.type")
+            raise AttachmentError(
+                400, "invalid", f"{at} must be an object with type 'image' or 'file'", field=f"{at}.type"
+            )
         kind = item["type"]
         name, declared = item.get("name") or "", item.get("mime") or ""
         if "artifact" in item:
@@ -116,12 +142,17 @@ def rest_parts(items: Any, *, field: str, lookup: ArtifactLookup | None) -> tupl
         elif "data" in item:
             part = file_from_data(item["data"], field=f"{at}.data", name=name, declared=declared, limits=limits)
             if kind == "image" and part.type != "image":
-                raise AttachmentError(415, "unsupported_media_type", f"{at}.data: the bytes are {part.mime}, not an "
-                                      "image", field=f"{at}.data")
+                raise AttachmentError(
+                    415,
+                    "unsupported_media_type",
+                    f"{at}.data: the bytes are {part.mime}, not an image",
+                    field=f"{at}.data",
+                )
             parts.append(part)
         else:
-            raise AttachmentError(400, "invalid", f"{at} needs data (base64), url (an image) or artifact (a stored "
-                                  "file's name)", field=at)
+            raise AttachmentError(
+                400, "invalid", f"{at} needs data (base64), url (an image) or artifact (a stored file's name)", field=at
+            )
     return tuple(parts)
 
 
@@ -133,14 +164,26 @@ def _stored_artifact(item: dict[str, Any], *, at: str, lookup: ArtifactLookup | 
         raise AttachmentError(400, "invalid", f"{at}.version must be a non-negative integer", field=f"{at}.version")
     info = lookup(name, version) if lookup is not None else None
     if info is None:
-        raise AttachmentError(400, "artifact_not_found", f"{at}.artifact: no artifact {name!r} in this session"
-                              + (f" (version {version})" if version is not None else ""), field=f"{at}.artifact")
+        raise AttachmentError(
+            400,
+            "artifact_not_found",
+            f"{at}.artifact: no artifact {name!r} in this session"
+            + (f" (version {version})" if version is not None else ""),
+            field=f"{at}.artifact",
+        )
     if info.mime not in ALLOWED_TYPES:
-        raise AttachmentError(415, "unsupported_media_type", f"{at}.artifact: {name!r} is {info.mime}; allowed types: "
-                              f"{', '.join(ALLOWED_TYPES)}", field=f"{at}.artifact")
+        raise AttachmentError(
+            415,
+            "unsupported_media_type",
+            f"{at}.artifact: {name!r} is {info.mime}; allowed types: {', '.join(ALLOWED_TYPES)}",
+            field=f"{at}.artifact",
+        )
     return ContentPart(
-        type="image" if info.mime in IMAGE_TYPES else "file", name=name.removeprefix("user:"), mime=info.mime,
-        size=info.size, artifact=ArtifactRef(filename=info.filename, version=info.version),
+        type="image" if info.mime in IMAGE_TYPES else "file",
+        name=name.removeprefix("user:"),
+        mime=info.mime,
+        size=info.size,
+        artifact=ArtifactRef(filename=info.filename, version=info.version),
     )
 
 
@@ -156,9 +199,16 @@ def a2a_file_part(
         return upload_part(data, limits=limits, field=f"{field}.url", name=filename, declared=media_type or declared)
     if url and media_type.startswith("image/"):
         part = url_image_part(url, field=f"{field}.url")
-        return part if not display_name(filename) else ContentPart(type="image", name=display_name(filename), url=part.url)
-    raise AttachmentError(415, "unsupported_media_type", f"{field}.url: only an image (mediaType image/*) is accepted "
-                          "by URL; send other files as raw bytes or a data: URL", field=f"{field}.url")
+        return (
+            part if not display_name(filename) else ContentPart(type="image", name=display_name(filename), url=part.url)
+        )
+    raise AttachmentError(
+        415,
+        "unsupported_media_type",
+        f"{field}.url: only an image (mediaType image/*) is accepted "
+        "by URL; send other files as raw bytes or a data: URL",
+        field=f"{field}.url",
+    )
 
 
 def agui_parts(content: Any, *, field: str) -> tuple[ContentPart, ...]:
@@ -178,22 +228,36 @@ def agui_parts(content: Any, *, field: str) -> tuple[ContentPart, ...]:
         source_type = getattr(source, "type", None)
         if kind not in ("image", "document") or source_type not in ("data", "url"):
             what = f"{kind} content" if kind not in ("image", "document") else f"a {source_type} source"
-            raise AttachmentError(415, "unsupported_media_type", f"{at}: {what} is not supported; send images and "
-                                  "documents with a data or url source", field=at)
+            raise AttachmentError(
+                415,
+                "unsupported_media_type",
+                f"{at}: {what} is not supported; send images and documents with a data or url source",
+                field=at,
+            )
         value, declared = str(getattr(source, "value", "")), str(getattr(source, "mime_type", None) or "")
-        name = str((getattr(part, "metadata", None) or {}).get("filename", "")) if isinstance(
-            getattr(part, "metadata", None), dict) else ""
+        name = (
+            str((getattr(part, "metadata", None) or {}).get("filename", ""))
+            if isinstance(getattr(part, "metadata", None), dict)
+            else ""
+        )
         if source_type == "url":
             if kind == "image" or declared.startswith("image/"):
                 parts.append(image_from_url(value, field=f"{at}.source.value", limits=limits))
                 continue
-            parts.append(a2a_file_part(raw=None, url=value, filename=name, media_type=declared,
-                                       field=f"{at}.source", limits=limits))
+            parts.append(
+                a2a_file_part(
+                    raw=None, url=value, filename=name, media_type=declared, field=f"{at}.source", limits=limits
+                )
+            )
             continue
         part_found = file_from_data(value, field=f"{at}.source.value", name=name, declared=declared, limits=limits)
         if kind == "image" and part_found.type != "image":
-            raise AttachmentError(415, "unsupported_media_type", f"{at}.source.value: the bytes are {part_found.mime}, "
-                                  "not an image", field=f"{at}.source.value")
+            raise AttachmentError(
+                415,
+                "unsupported_media_type",
+                f"{at}.source.value: the bytes are {part_found.mime}, not an image",
+                field=f"{at}.source.value",
+            )
         parts.append(part_found)
     check_count(parts, limits=limits, field=field)
     return tuple(parts)

@@ -22,8 +22,20 @@ from sessions_app.backends import db_call
 from sessions_app.core.events import new_id
 
 _FIELDS = [
-    "status", "started_at", "ended_at", "last_event_at", "heartbeat_at", "error", "answer", "event_count",
-    "model_calls", "tool_calls", "prompt_tokens", "completion_tokens", "output", "trace",
+    "status",
+    "started_at",
+    "ended_at",
+    "last_event_at",
+    "heartbeat_at",
+    "error",
+    "answer",
+    "event_count",
+    "model_calls",
+    "tool_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "output",
+    "trace",
 ]
 
 
@@ -32,8 +44,15 @@ _LIVE = ("queued", "running")
 
 def record_from_row(row: orm.Run) -> RunRecord:
     return RunRecord(
-        id=row.id, app=row.app, user_id=str(row.user_id), session_id=row.session_id, agent=row.agent,
-        request_id=row.request_id, owner=row.owner, status=row.status, created_at=row.created_at,  # type: ignore[arg-type]  # choices are the Literal
+        id=row.id,
+        app=row.app,
+        user_id=str(row.user_id),
+        session_id=row.session_id,
+        agent=row.agent,
+        request_id=row.request_id,
+        owner=row.owner,
+        status=row.status,
+        created_at=row.created_at,  # type: ignore[arg-type]  # choices are the Literal
         **{name: getattr(row, name) for name in _FIELDS if name != "status"},
     )
 
@@ -113,7 +132,12 @@ def _resume(run_id: str, user_id: str, request_id: str, owner: str, at: datetime
     try:
         with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
             won = orm.Run.objects.filter(pk=run_id, user_id=int(user_id), status="requires_action").update(
-                status="running", request_id=request_id, owner=owner, heartbeat_at=at, ended_at=None, error=None,
+                status="running",
+                request_id=request_id,
+                owner=owner,
+                heartbeat_at=at,
+                ended_at=None,
+                error=None,
             )
     except IntegrityError:
         raise DuplicateRequestError(request_id) from None
@@ -122,7 +146,9 @@ def _resume(run_id: str, user_id: str, request_id: str, owner: str, at: datetime
 
 def _abandon(run_id: str, user_id: str, at: datetime, reason: str) -> RunRecord | None:
     won = orm.Run.objects.filter(pk=run_id, user_id=int(user_id), status="requires_action").update(
-        status="cancelled", ended_at=at, error=abandoned_error(reason),
+        status="cancelled",
+        ended_at=at,
+        error=abandoned_error(reason),
     )
     return _get(run_id) if won else None
 
@@ -191,11 +217,19 @@ class DjangoRunStore:
 
 def checkpoint_from_row(row: orm.GraphCheckpoint) -> Checkpoint:
     return Checkpoint(
-        id=row.checkpoint_id, run_id=row.run_id, graph=row.graph, step=row.step, state=row.state,
-        next_nodes=tuple(row.next_nodes), barriers={k: tuple(v) for k, v in row.barriers.items()},
-        writes=row.writes, resume_values={k: tuple(v) for k, v in row.resume_values.items()},
+        id=row.checkpoint_id,
+        run_id=row.run_id,
+        graph=row.graph,
+        step=row.step,
+        state=row.state,
+        next_nodes=tuple(row.next_nodes),
+        barriers={k: tuple(v) for k, v in row.barriers.items()},
+        writes=row.writes,
+        resume_values={k: tuple(v) for k, v in row.resume_values.items()},
         interrupt=PendingInterrupt.from_dict(row.interrupt) if row.interrupt else None,
-        parent_id=row.parent_checkpoint_id or None, resumed_by=row.resumed_by, created_at=row.created_at,
+        parent_id=row.parent_checkpoint_id or None,
+        resumed_by=row.resumed_by,
+        created_at=row.created_at,
     )
 
 
@@ -203,10 +237,19 @@ def _put_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
     stored = checkpoint.replace(id=checkpoint.id or new_id())
     data = stored.to_dict()
     orm.GraphCheckpoint.objects.create(
-        run_id=stored.run_id, checkpoint_id=stored.id, graph=stored.graph, step=stored.step, state=data["state"],
-        next_nodes=data["next_nodes"], barriers=data["barriers"], writes=data["writes"],
-        resume_values=data["resume_values"], interrupt=data["interrupt"], parent_checkpoint_id=stored.parent_id or "",
-        resumed_by=stored.resumed_by, created_at=stored.created_at,
+        run_id=stored.run_id,
+        checkpoint_id=stored.id,
+        graph=stored.graph,
+        step=stored.step,
+        state=data["state"],
+        next_nodes=data["next_nodes"],
+        barriers=data["barriers"],
+        writes=data["writes"],
+        resume_values=data["resume_values"],
+        interrupt=data["interrupt"],
+        parent_checkpoint_id=stored.parent_id or "",
+        resumed_by=stored.resumed_by,
+        created_at=stored.created_at,
     )
     return stored
 

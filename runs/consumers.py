@@ -250,7 +250,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Back-pressure (issue 23): past this many unsent bytes the socket stops taking live
         # events and, once its client has read what was sent, catches up from the ledger.
         self.window = SendWindow.attach(
-            self.base_send, limit_bytes=settings.AGENTSITE_WS_SEND_BUFFER_BYTES, on_resume=self._resume_sending,
+            self.base_send,
+            limit_bytes=settings.AGENTSITE_WS_SEND_BUFFER_BYTES,
+            on_resume=self._resume_sending,
         )
         if self.user is None or not self.user.is_authenticated:
             await self._end(CLOSE_UNAUTHENTICATED)
@@ -284,9 +286,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self._end(CLOSE_UNAUTHENTICATED)
             return
         if self.live_down:
-            await self.send(text_data=json.dumps(_error_frame(
-                "live_unavailable", "live updates are unavailable; this socket follows the saved events instead",
-            )))
+            await self.send(
+                text_data=json.dumps(
+                    _error_frame(
+                        "live_unavailable",
+                        "live updates are unavailable; this socket follows the saved events instead",
+                    )
+                )
+            )
         self.runs_by_request, live = await _runs_and_live(self.session_id)
         # Deltas already streamed before we joined are lost to us: of a run in progress,
         # relay no delta until its next persisted event; its message then comes whole.
@@ -313,8 +320,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 self.window.note_unsent()  # the frames that finish an event after the pause
         except Exception as exc:  # the server's "send on a closed protocol", whatever its class
             self.client_gone = True
-            logger.info("socket of session %s closed under a send (%s): later frames dropped",
-                        getattr(self, "session_id", "?"), type(exc).__name__)
+            logger.info(
+                "socket of session %s closed under a send (%s): later frames dropped",
+                getattr(self, "session_id", "?"),
+                type(exc).__name__,
+            )
 
     async def disconnect(self, code: int) -> None:
         self.client_gone = True
@@ -330,7 +340,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if self.window.pauses:
                 logger.info(
                     "socket of session %s: its client fell behind %d times; at most %d bytes waited unsent (bound %d)",
-                    self.session_id, self.window.pauses, self.window.peak_bytes, self.window.limit_bytes,
+                    self.session_id,
+                    self.window.pauses,
+                    self.window.peak_bytes,
+                    self.window.limit_bytes,
                 )
         for group in (self.group, self.user_group):
             if group is not None:
@@ -368,7 +381,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
             size = self.replay_page
             page = await _events_after(self.session_id, self.last_seq, size)
             for sent, event in enumerate(page):
-                if (until_seq is not None and (event.seq or 0) > until_seq) or (until is not None and event.created_at > until):
+                if (until_seq is not None and (event.seq or 0) > until_seq) or (
+                    until is not None and event.created_at > until
+                ):
                     return
                 if self._behind():
                     # The client is not reading: the rest waits for `_resume_sending`, which
@@ -400,15 +415,27 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Steering (SPEC 1.5): where each queued message went, for a client that showed it
         # as queued.
         if event.extensions.get(QUEUED) and event.extensions.get(QUEUED_ID):
-            await self.send(text_data=json.dumps({
-                "type": "message.consumed", "run_id": run_id, "id": event.extensions[QUEUED_ID],
-                "messageId": event.id, "state": event.extensions[QUEUED],
-            }))
+            await self.send(
+                text_data=json.dumps(
+                    {
+                        "type": "message.consumed",
+                        "run_id": run_id,
+                        "id": event.extensions[QUEUED_ID],
+                        "messageId": event.id,
+                        "state": event.extensions[QUEUED],
+                    }
+                )
+            )
         elif event.is_runner_completion and event.extensions.get(DROPPED):
-            await self.send(text_data=json.dumps({
-                "type": "message.dropped", "run_id": run_id,
-                "ids": [item.get("id") for item in event.extensions[DROPPED] if isinstance(item, dict)],
-            }))
+            await self.send(
+                text_data=json.dumps(
+                    {
+                        "type": "message.dropped",
+                        "run_id": run_id,
+                        "ids": [item.get("id") for item in event.extensions[DROPPED] if isinstance(item, dict)],
+                    }
+                )
+            )
 
     async def _watch_ledger(self) -> None:
         """Re-read the ledger while a run is open and nothing has come live for a while.
@@ -579,9 +606,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except Exception:
             # A bug or an outage must not close the socket (1011): the client hears of it.
             logger.exception("session %s: a client frame failed", self.session_id)
-            await self.send(text_data=json.dumps(_error_frame(
-                "internal_error", "the server could not handle this frame; the socket stays open",
-            )))
+            await self.send(
+                text_data=json.dumps(
+                    _error_frame(
+                        "internal_error",
+                        "the server could not handle this frame; the socket stays open",
+                    )
+                )
+            )
 
     async def _run(self, frame: dict[str, Any]) -> None:
         message: str | Message = _frame_message(frame, empty_ok=bool(frame.get("attachments")))
@@ -642,9 +674,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise FrameError("run_not_active", f"run {run_id!r} already ended", "run_id") from None
         except UsageError as exc:
             raise FrameError("invalid_frame", str(exc), "message") from None
-        await self.send(text_data=json.dumps({
-            "type": "message.queued", "run_id": run_id, "id": queued.id, "message": queued.message.content,
-        }))
+        await self.send(
+            text_data=json.dumps(
+                {
+                    "type": "message.queued",
+                    "run_id": run_id,
+                    "id": queued.id,
+                    "message": queued.message.content,
+                }
+            )
+        )
 
     async def _withdraw(self, frame: dict[str, Any]) -> None:
         run_id = await self._live_run(frame)
@@ -654,9 +693,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise FrameError("run_unreachable", str(exc), "run_id") from None
         except RunNotActiveError:
             raise FrameError("run_not_active", f"run {run_id!r} already ended", "run_id") from None
-        await self.send(text_data=json.dumps({
-            "type": "message.withdrawn", "run_id": run_id, "ids": [item.id for item in withdrawn],
-        }))
+        await self.send(
+            text_data=json.dumps(
+                {
+                    "type": "message.withdrawn",
+                    "run_id": run_id,
+                    "ids": [item.id for item in withdrawn],
+                }
+            )
+        )
 
 
 def _frame_message(frame: dict[str, Any], *, empty_ok: bool = False) -> str:

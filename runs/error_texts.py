@@ -50,7 +50,9 @@ TEMPLATES: tuple[str, ...] = (
     gettext_noop("the frame is not valid JSON: %(detail)s"),
     gettext_noop("a frame must be a JSON object"),
     gettext_noop("type must be a string"),
-    gettext_noop("unknown frame type %(kind)s; expected 'run', 'cancel', 'message', 'withdraw', 'regenerate' or 'edit'"),
+    gettext_noop(
+        "unknown frame type %(kind)s; expected 'run', 'cancel', 'message', 'withdraw', 'regenerate' or 'edit'"
+    ),
     gettext_noop("unknown frame type %(kind)s; expected 'run', 'cancel', 'message' or 'withdraw'"),
     gettext_noop("the server could not handle this frame; the socket stays open"),
     gettext_noop("%(field)s must be a non-empty string"),

@@ -91,8 +91,13 @@ class ChannelLayerSink:
     """
 
     def __init__(
-        self, layer: BaseChannelLayer | None = None, *, pause_s: float = 5.0, timeout_s: float = 2.0,
-        max_queued: int = MAX_QUEUED_EVENTS, max_batch: int = MAX_BATCH_EVENTS,
+        self,
+        layer: BaseChannelLayer | None = None,
+        *,
+        pause_s: float = 5.0,
+        timeout_s: float = 2.0,
+        max_queued: int = MAX_QUEUED_EVENTS,
+        max_batch: int = MAX_BATCH_EVENTS,
     ) -> None:
         self._layer = layer
         self.pause_s = pause_s
@@ -121,8 +126,12 @@ class ChannelLayerSink:
         queue = self._queued.setdefault(group, [])
         if len(queue) >= self.max_queued:
             self._gaps.setdefault(group, set()).add(record.id)
-            logger.warning("session %s: %d live events wait for the channel layer; event %s dropped",
-                           record.session_id, len(queue), event.id)
+            logger.warning(
+                "session %s: %d live events wait for the channel layer; event %s dropped",
+                record.session_id,
+                len(queue),
+                event.id,
+            )
             return
         queue.append((record, event))
         sender = self._senders.get(group)
@@ -157,10 +166,17 @@ class ChannelLayerSink:
                         # the next batch tries again; this one may or may not have arrived.
                         self._gaps.setdefault(group, set()).update(run_id for run_id, _ in message["items"])
                         self._slow_sends += 1
-                        if time.monotonic() - self._slow_logged_at >= self.pause_s:  # one line per pause_s, not per send
+                        if (
+                            time.monotonic() - self._slow_logged_at >= self.pause_s
+                        ):  # one line per pause_s, not per send
                             self._slow_logged_at = time.monotonic()
-                            logger.warning("channel layer: %d sends took over %.0f s (the last to %s); their events "
-                                           "may be lost live", self._slow_sends, self.timeout_s, group)
+                            logger.warning(
+                                "channel layer: %d sends took over %.0f s (the last to %s); their events "
+                                "may be lost live",
+                                self._slow_sends,
+                                self.timeout_s,
+                                group,
+                            )
                             self._slow_sends = 0
                     except Exception as exc:
                         self._paused_until = time.monotonic() + self.pause_s
@@ -169,7 +185,10 @@ class ChannelLayerSink:
                         self._queued.clear()
                         logger.warning(
                             "channel layer unavailable (%s: %s): live events paused for %.0f s; "
-                            "sockets fall back to the ledger", type(exc).__name__, exc, self.pause_s,
+                            "sockets fall back to the ledger",
+                            type(exc).__name__,
+                            exc,
+                            self.pause_s,
                         )
                         return
         finally:
@@ -214,9 +233,14 @@ def _merged(previous: dict[str, Any], data: dict[str, Any]) -> bool:
 def _plain_delta(data: dict[str, Any]) -> bool:
     message = data.get("message")
     return (
-        bool(data.get("partial")) and isinstance(message, dict) and message.get("role") == "assistant"
-        and isinstance(message.get("content"), str) and set(message) <= {"role", "content"}
-        and not data.get("state_delta") and data.get("error") is None and data.get("usage") is None
+        bool(data.get("partial"))
+        and isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and isinstance(message.get("content"), str)
+        and set(message) <= {"role", "content"}
+        and not data.get("state_delta")
+        and data.get("error") is None
+        and data.get("usage") is None
     )
 
 
@@ -240,8 +264,13 @@ class RunUnreachableError(SteeringError):
 
 
 async def request_enqueue(
-    runner: Runner, run_id: str, message: str, *, message_id: str | None = None,
-    layer: BaseChannelLayer | None = None, timeout_s: float = STEER_REPLY_S,
+    runner: Runner,
+    run_id: str,
+    message: str,
+    *,
+    message_id: str | None = None,
+    layer: BaseChannelLayer | None = None,
+    timeout_s: float = STEER_REPLY_S,
 ) -> QueuedMessage:
     """Queue `message` for the run, here if it is ours, else on the process that owns it.
 
@@ -250,23 +279,37 @@ async def request_enqueue(
     message_id = message_id or new_id()
     if not _elsewhere(runner, run_id):
         return runner.enqueue_message(run_id, message, message_id=message_id)
-    reply = await _ask_owner(run_id, {"type": STEER_MESSAGE, "run_id": run_id, "message": message, "id": message_id},
-                             layer=layer, timeout_s=timeout_s)
+    reply = await _ask_owner(
+        run_id,
+        {"type": STEER_MESSAGE, "run_id": run_id, "message": message, "id": message_id},
+        layer=layer,
+        timeout_s=timeout_s,
+    )
     return _queued(reply["queued"])
 
 
 async def request_withdraw(
-    runner: Runner, run_id: str, *, layer: BaseChannelLayer | None = None, timeout_s: float = STEER_REPLY_S,
+    runner: Runner,
+    run_id: str,
+    *,
+    layer: BaseChannelLayer | None = None,
+    timeout_s: float = STEER_REPLY_S,
 ) -> list[QueuedMessage]:
     """Withdraw the run's queued messages, here or on the process that owns it."""
     if not _elsewhere(runner, run_id):
         return runner.cancel_queued(run_id)
-    reply = await _ask_owner(run_id, {"type": STEER_WITHDRAW_MESSAGE, "run_id": run_id}, layer=layer, timeout_s=timeout_s)
+    reply = await _ask_owner(
+        run_id, {"type": STEER_WITHDRAW_MESSAGE, "run_id": run_id}, layer=layer, timeout_s=timeout_s
+    )
     return [_queued(d) for d in reply["dropped"]]
 
 
 async def request_queued(
-    runner: Runner, run_id: str, *, layer: BaseChannelLayer | None = None, timeout_s: float = STEER_REPLY_S,
+    runner: Runner,
+    run_id: str,
+    *,
+    layer: BaseChannelLayer | None = None,
+    timeout_s: float = STEER_REPLY_S,
 ) -> list[QueuedMessage]:
     """The messages queued for the run and not yet taken, here or on the process that owns it."""
     if not _elsewhere(runner, run_id):
@@ -276,8 +319,11 @@ async def request_queued(
 
 
 def _queued(data: dict[str, Any]) -> QueuedMessage:
-    return QueuedMessage(id=data["id"], message=Message(role="user", content=data["message"]),
-                         queued_at=datetime.fromisoformat(data["queued_at"]))
+    return QueuedMessage(
+        id=data["id"],
+        message=Message(role="user", content=data["message"]),
+        queued_at=datetime.fromisoformat(data["queued_at"]),
+    )
 
 
 def _elsewhere(runner: Runner, run_id: str) -> bool:
@@ -285,10 +331,14 @@ def _elsewhere(runner: Runner, run_id: str) -> bool:
     return run_id not in runner.active_run_ids()
 
 
-async def _ask_owner(run_id: str, request: dict[str, Any], *, layer: BaseChannelLayer | None, timeout_s: float) -> dict[str, Any]:
+async def _ask_owner(
+    run_id: str, request: dict[str, Any], *, layer: BaseChannelLayer | None, timeout_s: float
+) -> dict[str, Any]:
     """Broadcast a steering request on the control group and wait for the owner's answer."""
     layer = layer or get_channel_layer()
-    if layer is None or (isinstance(layer, InMemoryChannelLayer) and not getattr(layer, "groups", {}).get(CONTROL_GROUP)):
+    if layer is None or (
+        isinstance(layer, InMemoryChannelLayer) and not getattr(layer, "groups", {}).get(CONTROL_GROUP)
+    ):
         # No other process can hear us (no layer; an in-memory one nobody listens on).
         raise RunNotActiveError(run_id)
     channel = await layer.new_channel("runs.steer.reply.")

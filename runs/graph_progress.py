@@ -42,10 +42,16 @@ def earlier_node_states(*, record: RunRecord) -> dict[str, str]:
     run_id = record.id
     for _ in range(MAX_RESUMES):
         parent = (
-            orm.GraphCheckpoint.objects.filter(run_id=run_id).order_by("id")
-            .values_list("parent_checkpoint_id", flat=True).first()
+            orm.GraphCheckpoint.objects.filter(run_id=run_id)
+            .order_by("id")
+            .values_list("parent_checkpoint_id", flat=True)
+            .first()
         )
-        earlier = orm.GraphCheckpoint.objects.filter(checkpoint_id=parent).values_list("run_id", flat=True).first() if parent else None
+        earlier = (
+            orm.GraphCheckpoint.objects.filter(checkpoint_id=parent).values_list("run_id", flat=True).first()
+            if parent
+            else None
+        )
         if earlier is None or earlier == run_id or earlier in chain:
             break
         chain.append(str(earlier))

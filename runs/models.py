@@ -19,12 +19,26 @@ class Run(models.Model):
 
     id = models.CharField(primary_key=True, max_length=64, verbose_name=_("ID"))
     app = models.CharField(max_length=64, verbose_name=_("app"))
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs", verbose_name=_("user"))
-    session = models.ForeignKey("sessions_app.Session", on_delete=models.CASCADE, related_name="runs", verbose_name=_("session"))
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs", verbose_name=_("user")
+    )
+    session = models.ForeignKey(
+        "sessions_app.Session", on_delete=models.CASCADE, related_name="runs", verbose_name=_("session")
+    )
     agent = models.CharField(max_length=128, verbose_name=_("agent"))
-    request_id = models.CharField(max_length=64, help_text="the client's idempotency key: unique per user", verbose_name=_("request ID"))
-    owner = models.CharField(max_length=128, blank=True, default="", help_text="host:pid:boot of the process running it", verbose_name=_("owner"))
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True, verbose_name=_("status"))
+    request_id = models.CharField(
+        max_length=64, help_text="the client's idempotency key: unique per user", verbose_name=_("request ID")
+    )
+    owner = models.CharField(
+        max_length=128,
+        blank=True,
+        default="",
+        help_text="host:pid:boot of the process running it",
+        verbose_name=_("owner"),
+    )
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True, verbose_name=_("status")
+    )
     created_at = models.DateTimeField(verbose_name=_("created at"))
     started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
     ended_at = models.DateTimeField(null=True, blank=True, verbose_name=_("ended at"))
@@ -37,8 +51,15 @@ class Run(models.Model):
     tool_calls = models.PositiveIntegerField(default=0, verbose_name=_("tool calls"))
     prompt_tokens = models.PositiveIntegerField(default=0, verbose_name=_("prompt tokens"))
     completion_tokens = models.PositiveIntegerField(default=0, verbose_name=_("completion tokens"))
-    output = models.JSONField(null=True, blank=True, help_text="the validated structured answer (output schema)", verbose_name=_("output"))
-    trace = models.JSONField(null=True, blank=True, help_text="the execution trace: model calls, tool calls, durations", verbose_name=_("trace"))
+    output = models.JSONField(
+        null=True, blank=True, help_text="the validated structured answer (output schema)", verbose_name=_("output")
+    )
+    trace = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="the execution trace: model calls, tool calls, durations",
+        verbose_name=_("trace"),
+    )
 
     class Meta:
         verbose_name = _("run")
@@ -68,7 +89,9 @@ class A2ATask(models.Model):
 
     id = models.CharField(primary_key=True, max_length=64, verbose_name=_("ID"))
     context_id = models.CharField(max_length=64, db_index=True, verbose_name=_("context ID"))
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="a2a_tasks", verbose_name=_("user"))
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="a2a_tasks", verbose_name=_("user")
+    )
     agent = models.CharField(max_length=128, verbose_name=_("agent"))
     state = models.CharField(max_length=32, blank=True, default="", verbose_name=_("state"))
     payload = models.JSONField(default=dict, verbose_name=_("payload"))
@@ -100,10 +123,16 @@ class GraphCheckpoint(models.Model):
     state = models.JSONField(default=dict, verbose_name=_("state"))
     next_nodes = models.JSONField(default=list, verbose_name=_("next nodes"))
     barriers = models.JSONField(default=dict, verbose_name=_("barriers"))
-    writes = models.JSONField(default=dict, help_text="updates of the tasks that finished before a pause", verbose_name=_("writes"))
+    writes = models.JSONField(
+        default=dict, help_text="updates of the tasks that finished before a pause", verbose_name=_("writes")
+    )
     resume_values = models.JSONField(default=dict, verbose_name=_("resume values"))
-    interrupt = models.JSONField(null=True, blank=True, help_text="the pending interrupt: id, node, payload, index", verbose_name=_("interrupt"))
-    parent_checkpoint_id = models.CharField(max_length=64, blank=True, default="", verbose_name=_("parent checkpoint ID"))
+    interrupt = models.JSONField(
+        null=True, blank=True, help_text="the pending interrupt: id, node, payload, index", verbose_name=_("interrupt")
+    )
+    parent_checkpoint_id = models.CharField(
+        max_length=64, blank=True, default="", verbose_name=_("parent checkpoint ID")
+    )
     resumed_by = models.CharField(max_length=64, blank=True, default="", verbose_name=_("resumed by"))
     created_at = models.DateTimeField(verbose_name=_("created at"))
 
@@ -128,15 +157,39 @@ class RemoteAgent(models.Model):
     lists.
     """
 
-    name = models.CharField(max_length=64, unique=True, help_text="the agent's name here: 1-64 letters, digits, '_' or '-'", verbose_name=_("name"))
-    url = models.URLField(max_length=500, help_text="the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json", verbose_name=_("URL"))
-    description = models.TextField(blank=True, default="", help_text="blank: the card's description", verbose_name=_("description"))
-    token = models.TextField(blank=True, default="", help_text="sent as `Authorization: Bearer <token>` or in `header_name`", verbose_name=_("token"))
-    header_name = models.CharField(max_length=100, blank=True, default="", help_text="blank: Authorization: Bearer", verbose_name=_("header name"))
-    as_agent = models.BooleanField(default=True, help_text="listed in /api/agents/ and runnable on every surface", verbose_name=_("as agent"))
-    tool_of = models.JSONField(default=list, blank=True, help_text="registered agents that get the tool ask_<name>", verbose_name=_("tool of"))
+    name = models.CharField(
+        max_length=64,
+        unique=True,
+        help_text="the agent's name here: 1-64 letters, digits, '_' or '-'",
+        verbose_name=_("name"),
+    )
+    url = models.URLField(
+        max_length=500,
+        help_text="the remote agent's A2A URL; its card is read from <url>/.well-known/agent-card.json",
+        verbose_name=_("URL"),
+    )
+    description = models.TextField(
+        blank=True, default="", help_text="blank: the card's description", verbose_name=_("description")
+    )
+    token = models.TextField(
+        blank=True,
+        default="",
+        help_text="sent as `Authorization: Bearer <token>` or in `header_name`",
+        verbose_name=_("token"),
+    )
+    header_name = models.CharField(
+        max_length=100, blank=True, default="", help_text="blank: Authorization: Bearer", verbose_name=_("header name")
+    )
+    as_agent = models.BooleanField(
+        default=True, help_text="listed in /api/agents/ and runnable on every surface", verbose_name=_("as agent")
+    )
+    tool_of = models.JSONField(
+        default=list, blank=True, help_text="registered agents that get the tool ask_<name>", verbose_name=_("tool of")
+    )
     enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
-    card = models.JSONField(default=dict, blank=True, help_text="the agent card as fetched and checked on save", verbose_name=_("card"))
+    card = models.JSONField(
+        default=dict, blank=True, help_text="the agent card as fetched and checked on save", verbose_name=_("card")
+    )
     card_fetched_at = models.DateTimeField(null=True, blank=True, verbose_name=_("card fetched at"))
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))

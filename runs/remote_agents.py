@@ -73,8 +73,9 @@ def fetch_card(url: str, *, token: str = "", header_name: str = "") -> dict[str,
     try:
         card = async_to_sync(_fetch)(url, auth_headers(token=token, header_name=header_name))
     except Exception as error:  # the SDK wraps transport and parse errors in several types
-        raise CardError(f"could not fetch the agent card from {url.rstrip('/')}/.well-known/agent-card.json: "
-                        f"{_reason(error)}") from None
+        raise CardError(
+            f"could not fetch the agent card from {url.rstrip('/')}/.well-known/agent-card.json: {_reason(error)}"
+        ) from None
     if not card.name:
         raise CardError("the agent card has no name")
     if not any(interface.url for interface in card.supported_interfaces):
@@ -106,17 +107,27 @@ class RemoteSpec:
     def agent(self) -> A2AAgent:
         card = ParseDict(dict(self.card), AgentCard(), ignore_unknown_fields=True) if self.card else None
         return A2AAgent(
-            name=self.name, url=self.url, description=self.description or (card.description if card else ""),
-            headers=auth_headers(token=self.token, header_name=self.header_name), card=card,
+            name=self.name,
+            url=self.url,
+            description=self.description or (card.description if card else ""),
+            headers=auth_headers(token=self.token, header_name=self.header_name),
+            card=card,
         )
 
 
 def load_specs() -> list[RemoteSpec]:
     """The enabled rows (sync: call from a thread that may use the database)."""
     return [
-        RemoteSpec(name=row.name, url=row.url, description=row.description, token=row.token,
-                   header_name=row.header_name, as_agent=row.as_agent,
-                   tool_of=tuple(str(n) for n in row.tool_of or ()), card=row.card or {})
+        RemoteSpec(
+            name=row.name,
+            url=row.url,
+            description=row.description,
+            token=row.token,
+            header_name=row.header_name,
+            as_agent=row.as_agent,
+            tool_of=tuple(str(n) for n in row.tool_of or ()),
+            card=row.card or {},
+        )
         for row in orm.RemoteAgent.objects.filter(enabled=True).order_by("name")
     ]
 
@@ -138,8 +149,9 @@ class RemoteAgentSync:
         self._runner = weakref.ref(runner)
         self.base_agents = dict(runner.agents)
         # The agents that take tools (LLM agents: a `tools` dict), each with its own tools.
-        self._tool_takers: dict[str, Any] = {name: agent for name, agent in runner.agents.items()
-                                             if isinstance(getattr(agent, "tools", None), dict)}
+        self._tool_takers: dict[str, Any] = {
+            name: agent for name, agent in runner.agents.items() if isinstance(getattr(agent, "tools", None), dict)
+        }
         self._base_tools = {name: dict(agent.tools) for name, agent in self._tool_takers.items()}
         self._lock = threading.Lock()
         self.seen: tuple[int, Any] | None = None

@@ -16,7 +16,9 @@ def run_get(*, user: Any, run_id: str) -> RunRecord | None:
     return record_from_row(row) if row is not None else None
 
 
-def run_list(*, user: Any, session_id: str | None = None, status: str | None = None, limit: int = 50) -> list[RunRecord]:
+def run_list(
+    *, user: Any, session_id: str | None = None, status: str | None = None, limit: int = 50
+) -> list[RunRecord]:
     """The user's runs, newest first, optionally of one session and one status."""
     rows = orm.Run.objects.filter(user=user)
     if session_id:

@@ -27,14 +27,16 @@ def timeline_rows(trace: dict[str, Any]) -> list[dict[str, Any]]:
         level = depth[span["id"]] = depth.get(span.get("parent") or "", -1) + 1
         start = float(span.get("start_ms") or 0.0)
         duration = span.get("duration_ms")
-        rows.append({
-            **span,
-            "depth": level,
-            "indent": level * 16,
-            "left": round(min(100.0, max(0.0, start / total * 100)), 2),
-            "width": round(max(0.5, min(100.0, (duration or 0.0) / total * 100)), 2),
-            "duration_label": "—" if duration is None else f"{duration:.0f} ms",
-        })
+        rows.append(
+            {
+                **span,
+                "depth": level,
+                "indent": level * 16,
+                "left": round(min(100.0, max(0.0, start / total * 100)), 2),
+                "width": round(max(0.5, min(100.0, (duration or 0.0) / total * 100)), 2),
+                "duration_label": "—" if duration is None else f"{duration:.0f} ms",
+            }
+        )
     return rows
 
 
@@ -49,10 +51,14 @@ def run_trace_page(request: HttpRequest, run_id: str) -> HttpResponse:
     # the ledger's end as it is now (node progress is never saved, so nothing before it).
     graph = agent_graph_shape(run_manager().runner.agents.get(record.agent)) is not None
     session = session_selectors.session_get(user=request.user, session_id=record.session_id) if graph else None
-    return render(request, "runs/trace.html", {
-        "run": record,
-        "trace": trace,
-        "rows": timeline_rows(trace) if trace else [],
-        "graph": graph,
-        "after_seq": session.last_seq if session is not None else 0,
-    })
+    return render(
+        request,
+        "runs/trace.html",
+        {
+            "run": record,
+            "trace": trace,
+            "rows": timeline_rows(trace) if trace else [],
+            "graph": graph,
+            "after_seq": session.last_seq if session is not None else 0,
+        },
+    )

@@ -109,7 +109,9 @@ def user_message(*, session: SessionRow, event_id: str) -> Event:
     event = session_selectors.session_event(session=session, event_id=event_id)
     if event is None:
         raise TurnNotFoundError(
-            "not_found", _("event %(event)s not found in this session") % {"event": repr(event_id)}, field="event_id",
+            "not_found",
+            _("event %(event)s not found in this session") % {"event": repr(event_id)},
+            field="event_id",
         )
     if event.author != "user" or event.message is None or event.message.role != "user":
         raise NotEditableError(
@@ -126,7 +128,8 @@ def session_regenerate(*, user: Any, session: SessionRow) -> RedoneTurn:
     target = last_user_message(session=session)
     if target is None or target.message is None:
         raise NothingToRegenerateError(
-            "nothing_to_regenerate", _("session %(session)s has no message to answer again") % {"session": repr(session.id)},
+            "nothing_to_regenerate",
+            _("session %(session)s has no message to answer again") % {"session": repr(session.id)},
         )
     message = Message(role="user", content=target.message.content, parts=target.message.parts)
     return _redo(user=user, session=session, message=message, kind=REGENERATES, of_event=target)
@@ -181,6 +184,7 @@ def _agent_of(*, session: SessionRow, event: Event) -> str | None:
 def _busy(session_id: str) -> TurnConflictError:
     return TurnConflictError(
         "run_active",
-        _("session %(session)s has a reply in progress: wait for it to end, or cancel it") % {"session": repr(session_id)},
+        _("session %(session)s has a reply in progress: wait for it to end, or cancel it")
+        % {"session": repr(session_id)},
         field=None,
     )

@@ -95,12 +95,18 @@ def chat(request: HttpRequest, session_id: str | None = None) -> HttpResponse:
             "websocket": "/ws/sessions/SESSION_ID/",
         },
     }
-    return render(request, "chat/chat.html", {
-        "session": session,
-        "session_first_message": session_selectors.first_user_message(session=session) if session is not None else "",
-        "sessions": sidebar_sessions(user=request.user),
-        "agents": agents,
-        "selected_agent": selected,
-        "suggestions": [gettext(text) for text in SUGGESTIONS],
-        "chat_config": config,
-    })
+    return render(
+        request,
+        "chat/chat.html",
+        {
+            "session": session,
+            "session_first_message": session_selectors.first_user_message(session=session)
+            if session is not None
+            else "",
+            "sessions": sidebar_sessions(user=request.user),
+            "agents": agents,
+            "selected_agent": selected,
+            "suggestions": [gettext(text) for text in SUGGESTIONS],
+            "chat_config": config,
+        },
+    )

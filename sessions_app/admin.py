@@ -41,7 +41,9 @@ def _attachments(event: orm.Event) -> str:
     for part in parts:
         artifact = part.get("artifact") or {}
         if artifact:
-            href = reverse("admin:sessions_app_artifact_changelist") + "?" + urlencode({"q": artifact.get("filename", "")})
+            href = (
+                reverse("admin:sessions_app_artifact_changelist") + "?" + urlencode({"q": artifact.get("filename", "")})
+            )
         else:
             href = part.get("url") or ""
         rows.append((href, part.get("name") or "attachment", part.get("mime") or "image by URL", part.get("size") or 0))
@@ -166,7 +168,19 @@ class MemoryAdmin(admin.ModelAdmin):
     search_fields = ["text", "user__username", "location"]
     list_select_related = ["user"]
     ordering = ["user__username", "-updated_at"]
-    fields = ["id", "app", "user", "kind", "text", "topics", "event_time", "participants", "location", "created_at", "updated_at"]
+    fields = [
+        "id",
+        "app",
+        "user",
+        "kind",
+        "text",
+        "topics",
+        "event_time",
+        "participants",
+        "location",
+        "created_at",
+        "updated_at",
+    ]
     readonly_fields = ["id", "app", "user", "created_at", "updated_at"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -55,19 +55,29 @@ class EventOutput(serializers.Serializer):
     run_id = serializers.CharField(required=False, help_text="runner.completion events: the run")
     status = serializers.CharField(required=False, help_text="runner.completion events: how the run ended")
     final_state_delta = serializers.DictField(
-        required=False, help_text="runner.completion events: the state the run changed, all its deltas merged (SPEC 1.9.2)"
+        required=False,
+        help_text="runner.completion events: the state the run changed, all its deltas merged (SPEC 1.9.2)",
     )
     final_choices = serializers.ListField(
-        child=serializers.DictField(), required=False,
+        child=serializers.DictField(),
+        required=False,
         help_text="runner.completion events: the run's final answer as OpenAI-style choices "
-                  "({index, message, finish_reason, event_id}); absent when it ended without one (SPEC 1.9.2)",
+        "({index, message, finish_reason, event_id}); absent when it ended without one (SPEC 1.9.2)",
     )
     artifact = serializers.DictField(required=False, help_text="a tool result that saved an artifact")
-    queued = serializers.CharField(required=False, help_text="a user message sent into a running run: consumed or carried")
+    queued = serializers.CharField(
+        required=False, help_text="a user message sent into a running run: consumed or carried"
+    )
     queued_id = serializers.CharField(required=False, help_text="the id POST /api/runs/<id>/messages/ answered")
-    queued_dropped = serializers.ListField(required=False, help_text="runner.completion of a cancel: the queued messages it dropped")
-    regenerates = serializers.CharField(required=False, help_text="a user message that answers an earlier one again: its event id")
-    edit_of = serializers.CharField(required=False, help_text="a user message resent with edited text: the original's event id")
+    queued_dropped = serializers.ListField(
+        required=False, help_text="runner.completion of a cancel: the queued messages it dropped"
+    )
+    regenerates = serializers.CharField(
+        required=False, help_text="a user message that answers an earlier one again: its event id"
+    )
+    edit_of = serializers.CharField(
+        required=False, help_text="a user message resent with edited text: the original's event id"
+    )
     invocation_id = serializers.CharField()
     created_at = serializers.DateTimeField()
 
@@ -255,7 +265,15 @@ class SessionEventsApi(APIView):
 class ContextBlockOutput(serializers.Serializer):
     kind = serializers.ChoiceField(
         choices=[
-            "instruction", "pinned", "summary", "gap", "event", "anchor", "restored_call", "context", "placeholder",
+            "instruction",
+            "pinned",
+            "summary",
+            "gap",
+            "event",
+            "anchor",
+            "restored_call",
+            "context",
+            "placeholder",
             "truncated",
         ],
         help_text="what the block is: a ledger event as sent, or what governance put in its place",
@@ -277,7 +295,8 @@ class ContextBlockOutput(serializers.Serializer):
     covered_events = serializers.IntegerField(required=False)
     covered_tokens = serializers.IntegerField(required=False)
     pins = serializers.ListField(
-        child=serializers.DictField(), required=False,
+        child=serializers.DictField(),
+        required=False,
         help_text="pinned block: the active pinned records shown (kind, text, source_event_id, source_seq)",
     )
     omitted = serializers.ListField(child=serializers.DictField(), required=False, help_text="pins over the budget")
@@ -331,7 +350,9 @@ class ContextCallOutput(serializers.Serializer):
     summary = serializers.DictField(allow_null=True, help_text="version, last_seq, tokens, covered_events")
     compaction = serializers.DictField(child=serializers.IntegerField(), help_text="pass0, pass1, pass2, tokens_saved")
     precall = serializers.DictField(allow_null=True, required=False, help_text="pre-call compaction, when it ran")
-    manifest = ContextManifestOutput(allow_null=True, required=False, help_text="how the call carried every ledger event")
+    manifest = ContextManifestOutput(
+        allow_null=True, required=False, help_text="how the call carried every ledger event"
+    )
     pinned = serializers.DictField(allow_null=True, required=False, help_text="pinned block: tokens, shown, omitted")
 
 

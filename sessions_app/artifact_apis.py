@@ -95,12 +95,14 @@ class SessionArtifactListApi(APIView):
         for name in service.list_names_sync(scope):
             versions = service.versions_sync(scope, name)
             if versions:
-                results.append({
-                    "filename": name,
-                    "scope": versions[-1].scope,
-                    "latest": versions[-1].version,
-                    "versions": [_version_data(scope.session_id, v) for v in versions],
-                })
+                results.append(
+                    {
+                        "filename": name,
+                        "scope": versions[-1].scope,
+                        "latest": versions[-1].version,
+                        "versions": [_version_data(scope.session_id, v) for v in versions],
+                    }
+                )
         return Response({"results": results})
 
 
@@ -127,7 +129,10 @@ class SessionArtifactDetailApi(APIView):
         if opened is None:
             if version is None:
                 raise not_found("artifact", filename)
-            message = _("artifact %(name)s version %(version)s not found") % {"name": repr(filename), "version": version}
+            message = _("artifact %(name)s version %(version)s not found") % {
+                "name": repr(filename),
+                "version": version,
+            }
             raise ApplicationError("not_found", message, status_code=404)
         info, handle = opened
         response = FileResponse(
@@ -163,7 +168,9 @@ class SessionArtifactDetailApi(APIView):
             raise _bad_name(exc) from None
         except ArtifactTooLargeError as exc:
             raise ApplicationError("artifact_too_large", str(exc), status_code=413) from None
-        return Response({"filename": info.filename, **_version_data(scope.session_id, info)}, status=status.HTTP_201_CREATED)
+        return Response(
+            {"filename": info.filename, **_version_data(scope.session_id, info)}, status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, session_id: str, filename: str) -> Response:

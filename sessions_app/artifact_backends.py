@@ -46,7 +46,11 @@ SAVE_ATTEMPTS = 50
 
 def info_from_row(row: orm.Artifact) -> ArtifactVersion:
     return ArtifactVersion(
-        filename=row.filename, version=row.version, mime=row.mime, size=row.size, sha256=row.sha256,
+        filename=row.filename,
+        version=row.version,
+        mime=row.mime,
+        size=row.size,
+        sha256=row.sha256,
         created_at=row.created_at,
     )
 
@@ -81,7 +85,9 @@ class DjangoArtifactService:
 
     # -- synchronous operations
 
-    def save_sync(self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None) -> ArtifactVersion:
+    def save_sync(
+        self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None
+    ) -> ArtifactVersion:
         validate_filename(filename)
         check_size(data, self.max_bytes)
         self._check_session(scope)
@@ -100,9 +106,16 @@ class DjangoArtifactService:
                 with transaction.atomic():
                     latest = self._rows(scope, filename).aggregate(latest=Max("version"))["latest"]
                     row = orm.Artifact.objects.create(
-                        app=scope.app, user_id=int(scope.user_id), scope=scope.storage_scope(filename),
-                        session_id=session_id, filename=filename, version=0 if latest is None else latest + 1,
-                        storage_key=key, mime=draft.mime, size=draft.size, sha256=draft.sha256,
+                        app=scope.app,
+                        user_id=int(scope.user_id),
+                        scope=scope.storage_scope(filename),
+                        session_id=session_id,
+                        filename=filename,
+                        version=0 if latest is None else latest + 1,
+                        storage_key=key,
+                        mime=draft.mime,
+                        size=draft.size,
+                        sha256=draft.sha256,
                         created_at=draft.created_at,
                     )
                 return info_from_row(row)
@@ -118,7 +131,9 @@ class DjangoArtifactService:
             return rows.order_by("-version").first()
         return rows.filter(version=version).first()
 
-    def open_sync(self, scope: ArtifactScope, filename: str, *, version: int | None = None) -> tuple[ArtifactVersion, IO[bytes]] | None:
+    def open_sync(
+        self, scope: ArtifactScope, filename: str, *, version: int | None = None
+    ) -> tuple[ArtifactVersion, IO[bytes]] | None:
         """The version's metadata and an open binary file to stream, or None."""
         row = self._row(scope, filename, version)
         if row is None:
@@ -134,9 +149,13 @@ class DjangoArtifactService:
             return Artifact(info=info, data=handle.read())
 
     def list_names_sync(self, scope: ArtifactScope) -> list[str]:
-        names = orm.Artifact.objects.filter(
-            app=scope.app, user_id=int(scope.user_id), scope__in=[f"session:{scope.session_id}", "user"]
-        ).values_list("filename", flat=True).distinct()
+        names = (
+            orm.Artifact.objects.filter(
+                app=scope.app, user_id=int(scope.user_id), scope__in=[f"session:{scope.session_id}", "user"]
+            )
+            .values_list("filename", flat=True)
+            .distinct()
+        )
         return sorted(set(names))
 
     def versions_sync(self, scope: ArtifactScope, filename: str) -> list[ArtifactVersion]:
@@ -153,7 +172,9 @@ class DjangoArtifactService:
     async def _call(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await db_call(func)(*args, **kwargs)
 
-    async def save(self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None) -> ArtifactVersion:
+    async def save(
+        self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None
+    ) -> ArtifactVersion:
         return await self._call(self.save_sync, scope, filename, data, mime=mime)
 
     async def load(self, scope: ArtifactScope, filename: str, *, version: int | None = None) -> Artifact | None:

@@ -99,7 +99,9 @@ def _view(state: Any, app_state: Any, user_state: Any) -> dict[str, Any]:
 
 
 def _merge_scope(
-    model: type[orm.AppState] | type[orm.UserState], where: dict[str, Any], changes: Mapping[str, Any],
+    model: type[orm.AppState] | type[orm.UserState],
+    where: dict[str, Any],
+    changes: Mapping[str, Any],
     deletes: Sequence[str] = (),
 ) -> None:
     """Merge `changes` into (and drop `deletes` from) the scope row `where` names, creating
@@ -136,8 +138,14 @@ def _create(app: str, user_id: str, session_id: str, agent: str, title: str, sta
     try:
         with transaction.atomic():
             row = orm.Session.objects.create(
-                id=session_id, app=app, user_id=int(user_id), agent=agent, title=title, state=initial.session,
-                created_at=now, updated_at=now,
+                id=session_id,
+                app=app,
+                user_id=int(user_id),
+                agent=agent,
+                title=title,
+                state=initial.session,
+                created_at=now,
+                updated_at=now,
             )
             _merge_scopes(app, user_id, initial.app, initial.user)
     except IntegrityError:
@@ -179,7 +187,14 @@ def get_session_sync(
 
 _HEAD_FIELDS = ("app", "user_id", "id", "agent", "title", "state", "last_seq", "created_at", "updated_at")
 _HEAD_SUMMARY_FIELDS = (
-    "filter_key", "text", "cutoff_at", "last_event_id", "last_seq", "updated_at", "version", "covered_events",
+    "filter_key",
+    "text",
+    "cutoff_at",
+    "last_event_id",
+    "last_seq",
+    "updated_at",
+    "version",
+    "covered_events",
     "covered_tokens",
 )
 
@@ -197,8 +212,11 @@ def get_session_head_sync(key: SessionKey, *, known: Mapping[str, Summary] | Non
         condition = ~Q(summaries__text="")
         for summary in known.values():
             # Summaries only advance, and every write stamps a new version or time.
-            condition &= ~Q(summaries__filter_key=summary.filter_key, summaries__version=summary.version,
-                            summaries__updated_at=summary.updated_at)
+            condition &= ~Q(
+                summaries__filter_key=summary.filter_key,
+                summaries__version=summary.version,
+                summaries__updated_at=summary.updated_at,
+            )
         sessions = sessions.annotate(changed=FilteredRelation("summaries", condition=condition))
         relation = "changed"
     rows = list(
@@ -211,9 +229,15 @@ def get_session_head_sync(key: SessionKey, *, known: Mapping[str, Summary] | Non
     head_fields = len(_HEAD_FIELDS) + 2
     fields = dict(zip((*_HEAD_FIELDS, "app_state_view", "user_state_view"), rows[0][:head_fields], strict=True))
     session = Session(
-        app=fields["app"], user_id=str(fields["user_id"]), id=fields["id"], agent=fields["agent"],
-        title=fields["title"], state=_view(fields["state"], fields["app_state_view"], fields["user_state_view"]),
-        last_seq=fields["last_seq"], created_at=fields["created_at"], updated_at=fields["updated_at"],
+        app=fields["app"],
+        user_id=str(fields["user_id"]),
+        id=fields["id"],
+        agent=fields["agent"],
+        title=fields["title"],
+        state=_view(fields["state"], fields["app_state_view"], fields["user_state_view"]),
+        last_seq=fields["last_seq"],
+        created_at=fields["created_at"],
+        updated_at=fields["updated_at"],
     )
     for row in rows:
         summary = dict(zip(_HEAD_SUMMARY_FIELDS, row[head_fields:], strict=True))
@@ -239,9 +263,7 @@ def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: 
         .values("role")[:1]
     )
     head = Subquery(
-        orm.Event.objects.filter(session=row, seq__lte=chosen.last_seq, role="user")
-        .order_by("-seq")
-        .values("seq")[:1]
+        orm.Event.objects.filter(session=row, seq__lte=chosen.last_seq, role="user").order_by("-seq").values("seq")[:1]
     )
     return Case(
         # The boundary ends a turn (or nothing follows it): nothing to anchor.
@@ -279,7 +301,8 @@ def _row_values(event: Event, *, session_id: str, seq: int) -> list[Any]:
     per-value compilation (issue 18: that was half of a step write's time)."""
     row = mapping.event_to_row(event, session_id=session_id, seq=seq, tokens=count_text(event.text))
     return [
-        field.get_db_prep_save(getattr(row, field.attname), connection) if field.name in _ADAPTED
+        field.get_db_prep_save(getattr(row, field.attname), connection)
+        if field.name in _ADAPTED
         else getattr(row, field.attname)
         for field in _EVENT_FIELDS
     ]
@@ -304,7 +327,9 @@ def _append(key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWri
     return _append_checked(key, events, joined)
 
 
-def _append_fast(key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite] = ()) -> list[tuple[Event, bool]]:
+def _append_fast(
+    key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite] = ()
+) -> list[tuple[Event, bool]]:
     """Take n seqs from the session row (its write lock serialises appenders) and insert the
     rows, in one transaction. A duplicate id fails the insert, and the whole transaction
     with it (IntegrityError). On PostgreSQL it is one statement (issue 18: a step write
@@ -316,7 +341,13 @@ def _append_fast(key: SessionKey, events: Sequence[Event], joined: Sequence[Join
         cursor.execute(
             f'UPDATE "{session_table}" SET "last_seq" = "last_seq" + %s, "updated_at" = %s '
             'WHERE "id" = %s AND "app" = %s AND "user_id" = %s RETURNING "last_seq"',
-            [len(events), connection.ops.adapt_datetimefield_value(utcnow()), key.session_id, key.app, _user_pk(key.user_id)],
+            [
+                len(events),
+                connection.ops.adapt_datetimefield_value(utcnow()),
+                key.session_id,
+                key.app,
+                _user_pk(key.user_id),
+            ],
         )
         found = cursor.fetchone()
         if found is None:
@@ -327,7 +358,7 @@ def _append_fast(key: SessionKey, events: Sequence[Event], joined: Sequence[Join
         # A seeded history can be long: batches within the database's parameter limit.
         batch = max(1, min(connection.ops.bulk_batch_size(_EVENT_FIELDS, rows), _ONE_STATEMENT_ROWS))
         for at in range(0, len(rows), batch):
-            chunk = rows[at:at + batch]
+            chunk = rows[at : at + batch]
             placeholders = ", ".join(["(" + ", ".join(["%s"] * len(_EVENT_FIELDS)) + ")"] * len(chunk))
             cursor.execute(
                 f'INSERT INTO "{orm.Event._meta.db_table}" ({_EVENT_COLUMNS}) VALUES {placeholders}',
@@ -352,7 +383,9 @@ def _cast(field: Any) -> str:
     return f"::{field.db_type(connection)}"
 
 
-def _append_one_statement(key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite]) -> list[tuple[Event, bool]]:
+def _append_one_statement(
+    key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite]
+) -> list[tuple[Event, bool]]:
     """PostgreSQL: the seq counter's UPDATE, the joined writes and the INSERT of the rows as
     one statement (data-modifying CTEs), atomic in autocommit. The rows take their seqs
     from the UPDATE's RETURNING; no row comes back when the session is not the key's."""
@@ -376,8 +409,10 @@ def _append_one_statement(key: SessionKey, events: Sequence[Event], joined: Sequ
         params.extend(_row_values(event, session_id=key.session_id, seq=offset))
         rows.append(row_sql)
     select = ", ".join(
-        f'"s"."last_seq" - {count} + "v"."seq"' if f.column == "seq"
-        else f'jsonb_set("v"."payload", \'{{seq}}\', to_jsonb("s"."last_seq" - {count} + "v"."seq"))' if f.column == "payload"
+        f'"s"."last_seq" - {count} + "v"."seq"'
+        if f.column == "seq"
+        else f'jsonb_set("v"."payload", \'{{seq}}\', to_jsonb("s"."last_seq" - {count} + "v"."seq"))'
+        if f.column == "payload"
         else f'"v"."{f.column}"'
         for f in _EVENT_FIELDS
     )
@@ -394,15 +429,15 @@ def _append_one_statement(key: SessionKey, events: Sequence[Event], joined: Sequ
     return [(e.replace(seq=first + i), True) for i, e in enumerate(events)]
 
 
-def _append_checked(key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite] = ()) -> list[tuple[Event, bool]]:
+def _append_checked(
+    key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite] = ()
+) -> list[tuple[Event, bool]]:
     with transaction.atomic():
         # The session row lock serialises appends: seq is the row's counter plus one.
         row = _owned(key).select_for_update().first()
         if row is None:
             raise SessionNotFoundError(f"session {key.session_id!r} not found")
-        stored = {
-            r.event_id: r for r in orm.Event.objects.filter(session=row, event_id__in=[e.id for e in events])
-        }
+        stored = {r.event_id: r for r in orm.Event.objects.filter(session=row, event_id__in=[e.id for e in events])}
         out: list[tuple[Event, bool]] = []
         rows: list[orm.Event] = []
         seq = row.last_seq
@@ -491,7 +526,9 @@ def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
     # stored one changes nothing, whoever else wrote in between. The common case, an
     # existing row advanced, is that one statement (issue 18: it was BEGIN, UPDATE and a
     # SELECT of the row); the row it changed comes back with RETURNING.
-    advanced = _update_returning(mine.filter(last_seq__lt=summary.boundary.last_seq), {**fields, "version": F("version") + 1})
+    advanced = _update_returning(
+        mine.filter(last_seq__lt=summary.boundary.last_seq), {**fields, "version": F("version") + 1}
+    )
     if advanced is not None:
         return mapping.summary_from_row(advanced)
     with transaction.atomic():
@@ -503,7 +540,9 @@ def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
                 return None
             try:
                 with transaction.atomic():
-                    orm.Summary.objects.create(session_id=key.session_id, filter_key=summary.filter_key, version=1, **fields)
+                    orm.Summary.objects.create(
+                        session_id=key.session_id, filter_key=summary.filter_key, version=1, **fields
+                    )
             except IntegrityError:
                 # Created by a concurrent writer (or the lock) since: compare against it.
                 if not mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1):

@@ -27,7 +27,9 @@ def session_of_history(*, user: Any, fingerprint: str) -> HistoryMatch | None:
     rows = list(
         orm.Session.objects.filter(
             app=settings.AGENTSITE_APP, user=user, history_fingerprint=fingerprint, last_seq=F("fingerprint_seq")
-        ).order_by("-updated_at").values_list("id", flat=True)[:2]
+        )
+        .order_by("-updated_at")
+        .values_list("id", flat=True)[:2]
     )
     return HistoryMatch(session_id=rows[0], ambiguous=len(rows) > 1) if rows else None
 

@@ -87,8 +87,13 @@ def _claim(session_id: str, filter_key: str, token: str, ttl_s: float) -> bool:
                 with transaction.atomic():
                     # A summary row without text: only the lease holder until a summary lands.
                     orm.Summary.objects.create(
-                        session_id=session_id, filter_key=filter_key, text="", updated_at=now, version=0,
-                        lease_token=token, lease_until=now + timedelta(seconds=ttl_s),
+                        session_id=session_id,
+                        filter_key=filter_key,
+                        text="",
+                        updated_at=now,
+                        version=0,
+                        lease_token=token,
+                        lease_until=now + timedelta(seconds=ttl_s),
                     )
             except IntegrityError:
                 return False  # created by a concurrent claimer: it holds the lease
@@ -121,4 +126,3 @@ class DatabaseSummaryLock:
 
     async def release(self, key: SessionKey, filter_key: str, token: str) -> None:
         await db_call(_release)(key.session_id, filter_key, token)
-

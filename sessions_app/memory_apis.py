@@ -100,7 +100,6 @@ class MemoryEditInput(_MemoryFields):
 
 
 class MemoryListCreateApi(APIView):
-
     @extend_schema(
         parameters=[
             OpenApiParameter("q", str, description="search words; results ranked best first, with a score"),
@@ -117,9 +116,10 @@ class MemoryListCreateApi(APIView):
         manager = _manager()
         key = _key(request)
         if data.get("q", "").strip():
-            entries = manager.search(key, SearchOptions(
-                query=data["q"], kind=data.get("kind"), kind_fallback=False, max_results=data["limit"]
-            ))
+            entries = manager.search(
+                key,
+                SearchOptions(query=data["q"], kind=data.get("kind"), kind_fallback=False, max_results=data["limit"]),
+            )
         else:
             entries = manager.load(key, limit=data["limit"], kind=data.get("kind"), offset=data["offset"])
         return Response({"results": [e.to_dict() for e in entries], "count": manager.count(key)})
@@ -130,8 +130,11 @@ class MemoryListCreateApi(APIView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         draft = MemoryDraft(
-            text=data["memory"], kind=data.get("kind", "fact"), topics=tuple(data.get("topics", ())),
-            event_time=data.get("event_time"), participants=tuple(data.get("participants", ())),
+            text=data["memory"],
+            kind=data.get("kind", "fact"),
+            topics=tuple(data.get("topics", ())),
+            event_time=data.get("event_time"),
+            participants=tuple(data.get("participants", ())),
             location=data.get("location", ""),
         )
         try:
@@ -153,8 +156,11 @@ class MemoryDetailApi(APIView):
         body.is_valid(raise_exception=True)
         data: dict[str, Any] = dict(body.validated_data)
         changes = {
-            "text": data.get("memory"), "kind": data.get("kind"), "topics": data.get("topics"),
-            "event_time": data.get("event_time"), "participants": data.get("participants"),
+            "text": data.get("memory"),
+            "kind": data.get("kind"),
+            "topics": data.get("topics"),
+            "event_time": data.get("event_time"),
+            "participants": data.get("participants"),
             "location": data.get("location"),
         }
         try:

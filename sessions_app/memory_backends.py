@@ -49,8 +49,17 @@ from sessions_app.core.session import SessionKey
 
 _TSVECTOR = "array_to_tsvector(string_to_array(search_tokens, ' '))"
 _COLUMNS = (
-    "id", "app", "user_id", "kind", "text", "topics", "event_time", "participants", "location",
-    "created_at", "updated_at",
+    "id",
+    "app",
+    "user_id",
+    "kind",
+    "text",
+    "topics",
+    "event_time",
+    "participants",
+    "location",
+    "created_at",
+    "updated_at",
 )
 
 
@@ -70,8 +79,15 @@ def entry_from_row(row: orm.Memory) -> MemoryEntry:
     )
 
 
-def memory_row(key: Any, draft: MemoryDraft, *, tokens: Sequence[str], embedding: Sequence[float] | None,
-               memory_id: str | None = None, at: datetime | None = None) -> orm.Memory:
+def memory_row(
+    key: Any,
+    draft: MemoryDraft,
+    *,
+    tokens: Sequence[str],
+    embedding: Sequence[float] | None,
+    memory_id: str | None = None,
+    at: datetime | None = None,
+) -> orm.Memory:
     """An unsaved row for a draft (also what bulk imports insert)."""
     now = at or utcnow()
     return orm.Memory(
@@ -111,8 +127,9 @@ class DjangoMemoryStore:
     def atomic(self) -> contextlib.AbstractContextManager[Any]:
         return transaction.atomic()
 
-    def insert(self, key: Any, draft: MemoryDraft, *, tokens: Sequence[str],
-               embedding: Sequence[float] | None, limit: int) -> MemoryEntry:
+    def insert(
+        self, key: Any, draft: MemoryDraft, *, tokens: Sequence[str], embedding: Sequence[float] | None, limit: int
+    ) -> MemoryEntry:
         with transaction.atomic():
             # Locking the user's row serialises this user's adds, so two cannot both pass
             # the limit (SQLite serialises every write transaction anyway).
@@ -134,13 +151,24 @@ class DjangoMemoryStore:
             )
         return len(drafts)
 
-    def replace(self, key: Any, memory_id: str, draft: MemoryDraft, *, tokens: Sequence[str],
-                embedding: Sequence[float] | None) -> MemoryEntry | None:
-        updated = self._mine(key).filter(id=memory_id).update(
-            kind=draft.kind, text=draft.text, topics=list(draft.topics), event_time=draft.event_time,
-            participants=list(draft.participants), location=draft.location, search_tokens=" ".join(tokens),
-            token_count=len(tokens), embedding=list(embedding) if embedding is not None else None,
-            updated_at=utcnow(),
+    def replace(
+        self, key: Any, memory_id: str, draft: MemoryDraft, *, tokens: Sequence[str], embedding: Sequence[float] | None
+    ) -> MemoryEntry | None:
+        updated = (
+            self._mine(key)
+            .filter(id=memory_id)
+            .update(
+                kind=draft.kind,
+                text=draft.text,
+                topics=list(draft.topics),
+                event_time=draft.event_time,
+                participants=list(draft.participants),
+                location=draft.location,
+                search_tokens=" ".join(tokens),
+                token_count=len(tokens),
+                embedding=list(embedding) if embedding is not None else None,
+                updated_at=utcnow(),
+            )
         )
         return self.get(key, memory_id) if updated else None
 
@@ -160,7 +188,7 @@ class DjangoMemoryStore:
         rows = self._mine(key).only(*_COLUMNS).order_by("-updated_at", "-id")
         if kind is not None:
             rows = rows.filter(kind=kind)
-        return [entry_from_row(r) for r in rows[offset:offset + limit]]
+        return [entry_from_row(r) for r in rows[offset : offset + limit]]
 
     def count(self, key: Any) -> int:
         return self._mine(key).count()
@@ -192,12 +220,18 @@ class DjangoMemoryStore:
             params.append(_like_pattern(query.phrase))
         if not clauses:
             return [], CorpusStats(documents=0, average_length=0.0, document_frequency={})
-        rows = self._bounded(self._mine(key), query).filter(
-            RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField())
-        ).only(*_COLUMNS, "search_tokens")
+        rows = (
+            self._bounded(self._mine(key), query)
+            .filter(RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField()))
+            .only(*_COLUMNS, "search_tokens")
+        )
         if tsquery:
-            rows = rows.order_by(RawSQL(f"ts_rank({_TSVECTOR}, %s::tsquery)", [tsquery], output_field=FloatField()).desc())
-        candidates = [Candidate(entry=entry_from_row(r), tokens=tuple(r.search_tokens.split())) for r in rows[: query.limit]]
+            rows = rows.order_by(
+                RawSQL(f"ts_rank({_TSVECTOR}, %s::tsquery)", [tsquery], output_field=FloatField()).desc()
+            )
+        candidates = [
+            Candidate(entry=entry_from_row(r), tokens=tuple(r.search_tokens.split())) for r in rows[: query.limit]
+        ]
         # One pass over the user's memories for BM25's statistics.
         frequency_columns = "".join(f", count(*) FILTER (WHERE {_TSVECTOR} @@ %s::tsquery)" for _ in query.tokens)
         with connection.cursor() as cursor:
@@ -208,7 +242,8 @@ class DjangoMemoryStore:
             )
             total, average, *frequencies = cursor.fetchone()
         stats = CorpusStats(
-            documents=int(total), average_length=float(average),
+            documents=int(total),
+            average_length=float(average),
             document_frequency=dict(zip(query.tokens, (int(f) for f in frequencies), strict=True)),
         )
         return candidates, stats

@@ -75,7 +75,10 @@ class ModelMemoryExtractor:
 
     def episode_request(self, request: EpisodeRequest) -> ModelRequest:
         """Stage 2: the eligible exchanges, and only the private episode tool."""
-        messages = (Message(role="system", content=build_episode_prompt(request)), Message(role="user", content=EXTRACT_INSTRUCTION))
+        messages = (
+            Message(role="system", content=build_episode_prompt(request)),
+            Message(role="user", content=EXTRACT_INSTRUCTION),
+        )
         tool = ToolSpec(name=EPISODE_TOOL, description=EPISODE_TOOL_DESCRIPTION, parameters=EPISODE_TOOL_SCHEMA)
         return ModelRequest(messages=messages, tools=(tool,), stream=False, temperature=0.0)
 

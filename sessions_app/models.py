@@ -12,7 +12,9 @@ from django.utils.translation import gettext_lazy as _
 class Session(models.Model):
     id = models.CharField(primary_key=True, max_length=64, verbose_name=_("ID"))
     app = models.CharField(max_length=64, db_index=True, verbose_name=_("app"))
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions", verbose_name=_("user"))
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions", verbose_name=_("user")
+    )
     agent = models.CharField(max_length=128, blank=True, default="", verbose_name=_("agent"))
     title = models.CharField(max_length=200, blank=True, default="", verbose_name=_("title"))
     state = models.JSONField(default=dict, blank=True, verbose_name=_("state"))
@@ -58,7 +60,9 @@ class UserState(models.Model):
     without the prefix)."""
 
     app = models.CharField(max_length=64, verbose_name=_("app"))
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_states", verbose_name=_("user"))
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_states", verbose_name=_("user")
+    )
     state = models.JSONField(default=dict, blank=True, verbose_name=_("state"))
     updated_at = models.DateTimeField(verbose_name=_("updated at"))
 
@@ -155,7 +159,9 @@ class Memory(models.Model):
 
     id = models.CharField(primary_key=True, max_length=64, verbose_name=_("ID"))
     app = models.CharField(max_length=64, verbose_name=_("app"))
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memories", verbose_name=_("user"))
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memories", verbose_name=_("user")
+    )
     kind = models.CharField(max_length=16, choices=KINDS, default="fact", verbose_name=_("kind"))
     text = models.TextField(verbose_name=_("text"))
     topics = models.JSONField(default=list, blank=True, verbose_name=_("topics"))
@@ -186,7 +192,9 @@ class MemoryCursor(models.Model):
     """How far auto memory has read a session's ledger (SPEC 6.3 `memory:last_extract_at`,
     kept here rather than in session state so that no job ever writes an event)."""
 
-    session = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="memory_cursor", verbose_name=_("session"))
+    session = models.OneToOneField(
+        Session, on_delete=models.CASCADE, primary_key=True, related_name="memory_cursor", verbose_name=_("session")
+    )
     last_seq = models.PositiveBigIntegerField(default=0, verbose_name=_("last seq"))
     extracted_at = models.DateTimeField(null=True, blank=True, verbose_name=_("extracted at"))
 
@@ -202,10 +210,14 @@ class Artifact(models.Model):
     """One version of a named file (SPEC 7); the bytes live on `storages["artifacts"]`."""
 
     app = models.CharField(max_length=64, verbose_name=_("app"))
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("user"))
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("user")
+    )
     # "session:<id>" for session-scoped names, "user" for names starting with `user:`.
     scope = models.CharField(max_length=80, verbose_name=_("scope"))
-    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("session"))
+    session = models.ForeignKey(
+        Session, null=True, blank=True, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("session")
+    )
     filename = models.CharField(max_length=255, verbose_name=_("filename"))
     version = models.PositiveIntegerField(verbose_name=_("version"))
     storage_key = models.CharField(max_length=1024, verbose_name=_("storage key"))
@@ -219,7 +231,9 @@ class Artifact(models.Model):
         verbose_name_plural = _("artifacts")
         ordering = ["filename", "version"]
         constraints = [
-            models.UniqueConstraint(fields=["app", "user", "scope", "filename", "version"], name="artifact_unique_version"),
+            models.UniqueConstraint(
+                fields=["app", "user", "scope", "filename", "version"], name="artifact_unique_version"
+            ),
         ]
 
     def __str__(self) -> str:

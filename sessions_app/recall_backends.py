@@ -51,7 +51,8 @@ def _events_in_range(key: SessionKey, first_seq: int, last_seq: int, limit: int)
     if ledger_last is None:
         raise AnchorNotFoundError(f"session {key.session_id!r} not found")
     rows = (
-        search._session_events(key).filter(seq__gte=first_seq, seq__lte=last_seq, role__in=RECALL_ROLES)
+        search._session_events(key)
+        .filter(seq__gte=first_seq, seq__lte=last_seq, role__in=RECALL_ROLES)
         .exclude(text="")
         .order_by("seq")
         .values_list("payload", "seq", "event_id")
@@ -69,7 +70,8 @@ def _events_in_range(key: SessionKey, first_seq: int, last_seq: int, limit: int)
 
 def _superseded_spans(key: SessionKey) -> tuple[tuple[int, int], ...]:
     rows = (
-        search._session_events(key).filter(author="user", role="user")
+        search._session_events(key)
+        .filter(author="user", role="user")
         .order_by("seq")
         .values_list("payload", "seq", "event_id")
     )
@@ -100,7 +102,9 @@ class DjangoRecallIndex:
     async def find_tool_result(self, key: SessionKey, tool_call_id: str) -> Event | None:
         return await db_call(search.find_tool_result)(key, tool_call_id)
 
-    async def find_tool_call(self, key: SessionKey, tool_call_id: str, *, before_seq: int | None = None) -> Event | None:
+    async def find_tool_call(
+        self, key: SessionKey, tool_call_id: str, *, before_seq: int | None = None
+    ) -> Event | None:
         """The latest event (before `before_seq`) whose message made the call `tool_call_id`."""
         return await db_call(search.find_tool_call)(key, tool_call_id, before_seq)
 

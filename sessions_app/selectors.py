@@ -39,8 +39,9 @@ def session_of_another(*, user: Any, session_id: str) -> bool:
 def session_owner_id(*, session_id: str) -> int | None:
     """Who owns a session of this app (None: no such session). For a caller that has no
     user yet to scope by (a protocol checking whose context an id names)."""
-    return orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list(
-        "user_id", flat=True).first()
+    return (
+        orm.Session.objects.filter(app=settings.AGENTSITE_APP, id=session_id).values_list("user_id", flat=True).first()
+    )
 
 
 def session_list_with_first_message(*, user: Any, limit: int) -> QuerySet[orm.Session]:
@@ -85,7 +86,9 @@ def request_user_event_id(*, session_id: str, request_id: str) -> str | None:
     """The id of the user message one request wrote to a session, if it wrote one."""
     found: str | None = (
         orm.Event.objects.filter(session_id=session_id, request_id=request_id, role="user", author="user")
-        .order_by("seq").values_list("event_id", flat=True).first()
+        .order_by("seq")
+        .values_list("event_id", flat=True)
+        .first()
     )
     return found
 
@@ -110,8 +113,10 @@ def requests_spanning(*, session_id: str, after_seq: int) -> set[str]:
     """Request ids with ledger events at or before `after_seq` and after it (runs a client
     saw start before it disconnected and that went on after), in one grouped query."""
     spans = (
-        orm.Event.objects.filter(session_id=session_id).exclude(request_id="")
-        .values("request_id").annotate(first=Min("seq"), last=Max("seq"))
+        orm.Event.objects.filter(session_id=session_id)
+        .exclude(request_id="")
+        .values("request_id")
+        .annotate(first=Min("seq"), last=Max("seq"))
         .filter(first__lte=after_seq, last__gt=after_seq)
     )
     return {row["request_id"] for row in spans}
@@ -122,6 +127,7 @@ def requests_first_seq(*, session_id: str, request_ids: list[str]) -> dict[str, 
     `request_ids` that wrote one."""
     rows = (
         orm.Event.objects.filter(session_id=session_id, request_id__in=request_ids)
-        .values("request_id").annotate(first=Min("seq"))
+        .values("request_id")
+        .annotate(first=Min("seq"))
     )
     return {row["request_id"]: row["first"] for row in rows}

@@ -18,8 +18,14 @@ def session_create(*, user: Any, agent: str, title: str = "", state: dict[str, A
     """`state`: the new session's own initial state (the caller has checked its keys)."""
     now = utcnow()
     return orm.Session.objects.create(
-        id=new_id(), app=settings.AGENTSITE_APP, user=user, agent=agent, title=title, state=state or {},
-        created_at=now, updated_at=now,
+        id=new_id(),
+        app=settings.AGENTSITE_APP,
+        user=user,
+        agent=agent,
+        title=title,
+        state=state or {},
+        created_at=now,
+        updated_at=now,
     )
 
 

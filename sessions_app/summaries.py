@@ -14,8 +14,9 @@ from sessions_app.core.session import SessionKey
 from sessions_app.core.summary import ForkParent, SummaryJob, SummaryOutcome
 
 
-def session_summarize(*, session_id: str, filter_key: str, last_seq: int,
-                      parent: Mapping[str, Any] | None = None) -> SummaryOutcome | None:
+def session_summarize(
+    *, session_id: str, filter_key: str, last_seq: int, parent: Mapping[str, Any] | None = None
+) -> SummaryOutcome | None:
     """Run the summary job for (session, filter key, last seq); None when the session is gone.
 
     Idempotent: once the stored summary covers `last_seq`, running it again does nothing.
@@ -27,20 +28,29 @@ def session_summarize(*, session_id: str, filter_key: str, last_seq: int,
     if row is None:
         return None
     key = SessionKey(app=row.app, user_id=str(row.user_id), session_id=row.id)
-    job = SummaryJob(key=key, filter_key=filter_key, last_seq=last_seq,
-                     parent=ForkParent.from_dict(parent) if parent else None)
+    job = SummaryJob(
+        key=key, filter_key=filter_key, last_seq=last_seq, parent=ForkParent.from_dict(parent) if parent else None
+    )
     return async_to_sync(summary_engine().run_job)(DjangoSessionService(), job)
 
 
-def summary_job_enqueue(*, session_id: str, filter_key: str, last_seq: int, queue: str | None = None,
-                        parent: Mapping[str, Any] | None = None) -> None:
+def summary_job_enqueue(
+    *,
+    session_id: str,
+    filter_key: str,
+    last_seq: int,
+    queue: str | None = None,
+    parent: Mapping[str, Any] | None = None,
+) -> None:
     """Send the job once the current transaction commits (at once outside of one), with the
     fork parent it may summarize from (JSON, SPEC 3.6) when there is one."""
     from sessions_app.tasks import session_summarize_task
 
     def send() -> None:
         options = {"queue": queue} if queue else {}
-        args = (session_id, filter_key, last_seq) if parent is None else (session_id, filter_key, last_seq, dict(parent))
+        args = (
+            (session_id, filter_key, last_seq) if parent is None else (session_id, filter_key, last_seq, dict(parent))
+        )
         session_summarize_task.apply_async(args=args, **options)
 
     transaction.on_commit(send)
@@ -88,13 +98,17 @@ def context_report(*, session: orm.Session) -> dict[str, Any]:
         "model": agent.model_name,
         "context_window": preview.window if preview is not None else None,
         "filter_key": runner.app,
-        "boundary": None if summary is None or summary.boundary is None else {
+        "boundary": None
+        if summary is None or summary.boundary is None
+        else {
             "last_seq": summary.boundary.last_seq,
             "last_event_id": summary.boundary.last_event_id,
             "cutoff_at": summary.boundary.cutoff_at.isoformat(),
         },
         "blocks": preview.blocks() if preview is not None else [],
-        "totals": None if preview is None else {
+        "totals": None
+        if preview is None
+        else {
             "sent_tokens": preview.sent_tokens,
             "raw_tokens": preview.raw_tokens,
             "saved_tokens": max(0, preview.raw_tokens - preview.sent_tokens),

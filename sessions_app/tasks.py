@@ -23,14 +23,16 @@ carries small messages well, and the job then sends the bounded standalone reque
 
 
 @shared_task(bind=True, name="sessions_app.session_summarize_task", max_retries=BUSY_MAX_RETRIES, acks_late=True)
-def session_summarize_task(self: Task, session_id: str, filter_key: str, last_seq: int,
-                           parent: Mapping[str, Any] | None = None) -> str:
+def session_summarize_task(
+    self: Task, session_id: str, filter_key: str, last_seq: int, parent: Mapping[str, Any] | None = None
+) -> str:
     """Summarize (session, filter key) up to at least `last_seq`; retried while another
     summariser holds the lock. Returns what happened (`updated`, `covered`, ...).
 
     `parent`: the request the job may fork from (`ForkParent.to_dict`, SPEC 3.6)."""
-    outcome = summaries.session_summarize(session_id=session_id, filter_key=filter_key, last_seq=last_seq,
-                                          parent=parent)
+    outcome = summaries.session_summarize(
+        session_id=session_id, filter_key=filter_key, last_seq=last_seq, parent=parent
+    )
     if outcome is None:
         return "missing"
     if outcome.primary.reason == "busy":
@@ -59,7 +61,10 @@ class CelerySummaryScheduler:
 
     async def enqueue(self, job: SummaryJob) -> None:
         await db_call(summaries.summary_job_enqueue)(
-            session_id=job.key.session_id, filter_key=job.filter_key, last_seq=job.last_seq, queue=self.queue,
+            session_id=job.key.session_id,
+            filter_key=job.filter_key,
+            last_seq=job.last_seq,
+            queue=self.queue,
             parent=_portable_parent(job) if self._forks() else None,
         )
 

@@ -76,7 +76,11 @@ def link_redone_turns(rows: list[dict[str, Any]], session: Any) -> None:
             continue
         target = selectors.session_event(session=session, event_id=target_id)
         if target is not None and target.seq is not None:
-            row["redo"] = {"kind": kind, "seq": target.seq, "href": f"?after_seq={max(0, target.seq - 1)}#event-{target.seq}"}
+            row["redo"] = {
+                "kind": kind,
+                "seq": target.seq,
+                "href": f"?after_seq={max(0, target.seq - 1)}#event-{target.seq}",
+            }
 
 
 @login_required
@@ -91,13 +95,17 @@ def session_ledger(request: HttpRequest, session_id: str) -> HttpResponse:
     events, more = selectors.event_page(session=session, after_seq=after_seq, limit=LEDGER_PAGE)
     rows = [ledger_row(event_data(e)) for e in events]
     link_redone_turns(rows, session)
-    return render(request, "sessions/ledger.html", {
-        "session": session,
-        "rows": rows,
-        "after_seq": after_seq,
-        "next_after_seq": rows[-1]["seq"] if more and rows else None,
-        "roles": sorted({r["role"] for r in rows}),
-        "authors": sorted({r["author"] for r in rows}),
-        "tools": sorted({t for r in rows for t in r["tools"]}),
-        "event_total": session.events.count(),
-    })
+    return render(
+        request,
+        "sessions/ledger.html",
+        {
+            "session": session,
+            "rows": rows,
+            "after_seq": after_seq,
+            "next_after_seq": rows[-1]["seq"] if more and rows else None,
+            "roles": sorted({r["role"] for r in rows}),
+            "authors": sorted({r["author"] for r in rows}),
+            "tools": sorted({t for r in rows for t in r["tools"]}),
+            "event_total": session.events.count(),
+        },
+    )

@@ -62,12 +62,33 @@ class SkillRevisionAdmin(admin.ModelAdmin):
     list_filter = ["status", "source"]
     search_fields = ["skill__name", "description"]
     fields = [
-        "skill", "revision", "status", "source", "description", "body", "files_view", "gate_results_view", "note",
-        "approved_by", "approved_at", "published_at", "created_at",
+        "skill",
+        "revision",
+        "status",
+        "source",
+        "description",
+        "body",
+        "files_view",
+        "gate_results_view",
+        "note",
+        "approved_by",
+        "approved_at",
+        "published_at",
+        "created_at",
     ]
     readonly_fields = [
-        "skill", "revision", "status", "source", "description", "body", "files_view", "gate_results_view",
-        "approved_by", "approved_at", "published_at", "created_at",
+        "skill",
+        "revision",
+        "status",
+        "source",
+        "description",
+        "body",
+        "files_view",
+        "gate_results_view",
+        "approved_by",
+        "approved_at",
+        "published_at",
+        "created_at",
     ]
     actions = ["publish"]
 
@@ -80,7 +101,8 @@ class SkillRevisionAdmin(admin.ModelAdmin):
         if not files:
             return "-"
         return format_html_join(
-            "", "<details><summary><code>{}</code> ({} chars)</summary><pre>{}</pre></details>",
+            "",
+            "<details><summary><code>{}</code> ({} chars)</summary><pre>{}</pre></details>",
             ((path, len(text), text) for path, text in files),
         )
 

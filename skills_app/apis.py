@@ -27,7 +27,8 @@ from skills_app.core.skill import SkillError, doc_paths
 def _visible(request: Request) -> QuerySet[orm.SkillRevision]:
     return orm.SkillRevision.objects.select_related("skill").filter(
         Q(skill__owner__isnull=True) | Q(skill__owner=request.user),
-        skill__app=settings.AGENTSITE_APP, status="published",
+        skill__app=settings.AGENTSITE_APP,
+        status="published",
     )
 
 
@@ -72,10 +73,18 @@ class SkillListApi(APIView):
     def get(self, request: Request) -> Response:
         results = {r.skill.name: _revision_data(r, detail=False) for r in _visible(request)}
         for summary in _folders().summaries_sync():
-            results.setdefault(summary.name, {
-                "name": summary.name, "description": summary.description, "source": "fs", "origin": "fs",
-                "revision": None, "shared": True, "published_at": None,
-            })
+            results.setdefault(
+                summary.name,
+                {
+                    "name": summary.name,
+                    "description": summary.description,
+                    "source": "fs",
+                    "origin": "fs",
+                    "revision": None,
+                    "shared": True,
+                    "published_at": None,
+                },
+            )
         return Response({"results": [SkillOutput(results[name]).data for name in sorted(results)]})
 
 
@@ -83,14 +92,28 @@ class SkillDetailApi(APIView):
     @extend_schema(responses=SkillDetailOutput)
     def get(self, request: Request, name: str) -> Response:
         # The user's own skill of that name first, then the shared one.
-        revision = _visible(request).filter(skill__name=name).order_by(F("skill__owner_id").asc(nulls_last=True)).first()
+        revision = (
+            _visible(request).filter(skill__name=name).order_by(F("skill__owner_id").asc(nulls_last=True)).first()
+        )
         if revision is not None:
             return Response(SkillDetailOutput(_revision_data(revision, detail=True)).data)
         try:
             skill = _folders().get_sync(name)
         except SkillError:
             raise not_found("skill", name) from None
-        return Response(SkillDetailOutput({
-            "name": skill.name, "description": skill.description, "source": "fs", "origin": "fs", "revision": None,
-            "shared": True, "published_at": None, "body": skill.body, "docs": skill.docs, "files": sorted(skill.files),
-        }).data)
+        return Response(
+            SkillDetailOutput(
+                {
+                    "name": skill.name,
+                    "description": skill.description,
+                    "source": "fs",
+                    "origin": "fs",
+                    "revision": None,
+                    "shared": True,
+                    "published_at": None,
+                    "body": skill.body,
+                    "docs": skill.docs,
+                    "files": sorted(skill.files),
+                }
+            ).data
+        )

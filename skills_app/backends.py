@@ -36,17 +36,18 @@ class DjangoSkillRepository:
     def summaries_sync(self) -> list[SkillSummary]:
         rows = (
             orm.Skill.objects.filter(app=self.app, owner__isnull=True, revisions__status="published")
-            .prefetch_related(_published()).order_by("name")
+            .prefetch_related(_published())
+            .order_by("name")
         )
         return [
-            SkillSummary(name=row.name, description=row.live[0].description, source="db")
-            for row in rows if row.live
+            SkillSummary(name=row.name, description=row.live[0].description, source="db") for row in rows if row.live
         ]
 
     def get_sync(self, name: str) -> Skill:
         revision = (
             orm.SkillRevision.objects.select_related("skill")
-            .filter(skill__app=self.app, skill__owner__isnull=True, skill__name=name, status="published").first()
+            .filter(skill__app=self.app, skill__owner__isnull=True, skill__name=name, status="published")
+            .first()
         )
         if revision is None:
             raise SkillNotFoundError(name)

@@ -13,7 +13,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-SOURCE_CHOICES = [("fs", "imported from a folder"), ("evolution", "learned by evolution"), ("admin", "written in the admin")]
+SOURCE_CHOICES = [
+    ("fs", "imported from a folder"),
+    ("evolution", "learned by evolution"),
+    ("admin", "written in the admin"),
+]
 STATUS_CHOICES = [
     ("draft", "draft"),
     ("pending_review", "pending review"),
@@ -28,8 +32,13 @@ class Skill(models.Model):
     name = models.CharField(max_length=64, verbose_name=_("name"))
     # None: every user of the app may use it; else only this user (and staff in the admin).
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="skills"
-    , verbose_name=_("owner"))
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="skills",
+        verbose_name=_("owner"),
+    )
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
@@ -55,12 +64,19 @@ class SkillRevision(models.Model):
     # Every file of the skill, SKILL.md included: {"relative/path": "text"}.
     files = models.JSONField(default=dict, blank=True, verbose_name=_("files"))
     source = models.CharField(max_length=16, choices=SOURCE_CHOICES, default="admin", verbose_name=_("source"))
-    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="draft", db_index=True, verbose_name=_("status"))
+    status = models.CharField(
+        max_length=16, choices=STATUS_CHOICES, default="draft", db_index=True, verbose_name=_("status")
+    )
     gate_results = models.JSONField(default=list, blank=True, verbose_name=_("gate results"))
     note = models.TextField(blank=True, default="", verbose_name=_("note"))
     approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="approved_skill_revisions"
-    , verbose_name=_("approved by"))
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_skill_revisions",
+        verbose_name=_("approved by"),
+    )
     approved_at = models.DateTimeField(null=True, blank=True, verbose_name=_("approved at"))
     published_at = models.DateTimeField(null=True, blank=True, verbose_name=_("published at"))
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))

@@ -49,8 +49,14 @@ def skill_revision_create(
         skill = _locked(skill.pk)
         latest = skill.revisions.aggregate(latest=Max("revision"))["latest"] or 0
         revision = orm.SkillRevision.objects.create(
-            skill=skill, revision=latest + 1, description=parsed.description, body=parsed.body, files=dict(files),
-            source=source, status="draft" if status == "published" else status, note=note,
+            skill=skill,
+            revision=latest + 1,
+            description=parsed.description,
+            body=parsed.body,
+            files=dict(files),
+            source=source,
+            status="draft" if status == "published" else status,
+            note=note,
             gate_results=list(gate_results or []),
         )
         if status == "published":
@@ -102,7 +108,10 @@ def skill_import_folders(*, app: str, roots: list[str]) -> list[orm.SkillRevisio
         latest = skill.revisions.order_by("-revision").first() if skill is not None else None
         if latest is not None and latest.files == files:
             continue
-        imported.append(skill_revision_create(app=app, files=files, source="fs", status="published",
-                                              note="imported from the skill folder"))
+        imported.append(
+            skill_revision_create(
+                app=app, files=files, source="fs", status="published", note="imported from the skill folder"
+            )
+        )
         logger.info("imported skill %r from its folder", summary.name)
     return imported

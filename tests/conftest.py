@@ -52,9 +52,13 @@ def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
         return
     for spec in specs:
         broker, cache = worker_redis_dbs(url, spec.id)
-        spec.env.update({
-            "REDIS_URL": _redis_db(url, broker), "AGENTSITE_CACHE_REDIS_DB": str(cache), "AGENTSITE_TEST_REDIS_URL": url,
-        })
+        spec.env.update(
+            {
+                "REDIS_URL": _redis_db(url, broker),
+                "AGENTSITE_CACHE_REDIS_DB": str(cache),
+                "AGENTSITE_TEST_REDIS_URL": url,
+            }
+        )
 
 
 def _is_loopback(url: str | None) -> bool:
@@ -163,7 +167,6 @@ def _release_worker_connections(request: pytest.FixtureRequest) -> Iterator[None
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-
 
 
 @pytest.fixture(scope="session")

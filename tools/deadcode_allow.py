@@ -15,12 +15,19 @@ from sessions_app.artifact_apis import _AnyAccept
 
 USED_BY_FRAMEWORKS = (
     ObjectJSONParser,  # settings.REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"], by dotted path
-    json_404, json_500,  # agentsite.urls handler404/handler500, by dotted path
+    json_404,
+    json_500,  # agentsite.urls handler404/handler500, by dotted path
     malformed_request_middleware,  # settings.MIDDLEWARE, by dotted path
     AgentsiteCallContextBuilder.build_user,  # a2a-sdk's CallContextBuilder hook
-    SessionConsumer.run_event, SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
-    _AnyAccept.select_parser, _AnyAccept.select_renderer,  # DRF content negotiation
+    SessionConsumer.run_event,
+    SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
+    _AnyAccept.select_parser,
+    _AnyAccept.select_renderer,  # DRF content negotiation
     StateGraph.add_agent_node,  # public graph API, docs/graphs.md
-    SendWindow.pauseProducing, SendWindow.resumeProducing, SendWindow.stopProducing,  # Twisted's IPushProducer
-    support_agent, general_agent, troubleshoot_agent,  # settings.AGENTSITE_AGENTS, as module:factory
+    SendWindow.pauseProducing,
+    SendWindow.resumeProducing,
+    SendWindow.stopProducing,  # Twisted's IPushProducer
+    support_agent,
+    general_agent,
+    troubleshoot_agent,  # settings.AGENTSITE_AGENTS, as module:factory
 )

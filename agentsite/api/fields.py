@@ -46,5 +46,7 @@ class ObjectJSONParser(JSONParser):
                 raise ParseError(f"JSON parse error - {exc.problem}") from None
             raise ApplicationError(exc.code, exc.message(), field=exc.field()) from None
         if not isinstance(data, dict):
-            raise ApplicationError("invalid", _("the body must be a JSON object, got %(type)s") % {"type": type(data).__name__})
+            raise ApplicationError(
+                "invalid", _("the body must be a JSON object, got %(type)s") % {"type": type(data).__name__}
+            )
         return data

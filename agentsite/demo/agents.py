@@ -88,7 +88,10 @@ def build_support_agent(
 
 def build_general_agent(model: Model, governance: ContextGovernance | None = None) -> LLMAgent:
     return LLMAgent(
-        name="general", model=model, instruction=GENERAL_INSTRUCTION, description=GENERAL_DESCRIPTION,
+        name="general",
+        model=model,
+        instruction=GENERAL_INSTRUCTION,
+        description=GENERAL_DESCRIPTION,
         governance=governance,
     )
 
@@ -105,7 +108,11 @@ def build_demo_agents(
     """The demo's agents, the default (support) first, both governed by `governance`;
     `skills` go to the support agent."""
     support = build_support_agent(
-        model, governance, extra_tools=extra_tools, extra_instruction=extra_instruction, memory_preload=memory_preload,
+        model,
+        governance,
+        extra_tools=extra_tools,
+        extra_instruction=extra_instruction,
+        memory_preload=memory_preload,
         skills=skills,
     )
     return [support, build_general_agent(model, governance)]

@@ -86,8 +86,11 @@ class Redactor:
         text = _KEY.sub(lambda m: count("api key", SECRET_MASK), text)
         text = _BEARER.sub(lambda m: count("bearer token", f"{m.group(1)} {SECRET_MASK}"), text)
         text = _PAIR.sub(
-            lambda m: m.group(0) if m.group("value").strip("\"'") == SECRET_MASK
-            else count("secret", f"{m.group('key')}{m.group('sep')}{SECRET_MASK}"),
+            lambda m: (
+                m.group(0)
+                if m.group("value").strip("\"'") == SECRET_MASK
+                else count("secret", f"{m.group('key')}{m.group('sep')}{SECRET_MASK}")
+            ),
             text,
         )
 
@@ -111,7 +114,9 @@ class Redactor:
                 arguments, seen = self.redact_text(call.arguments)
                 found.update(seen)
                 calls.append(replace(call, arguments=arguments) if seen else call)
-            changed = content != message.content or any(a is not b for a, b in zip(calls, message.tool_calls, strict=True))
+            changed = content != message.content or any(
+                a is not b for a, b in zip(calls, message.tool_calls, strict=True)
+            )
             messages.append(replace(message, content=content, tool_calls=tuple(calls)) if changed else message)
         if not found:
             return request, found
@@ -153,7 +158,7 @@ class ApprovalPolicy:
         """Whether `text` approves `tool`: 'approve restart_service' (also 'I approve ...'),
         not 'do not approve restart_service'."""
         for match in re.finditer(rf"(?i)\bapproved?\b[^.\n]*\b{re.escape(tool)}\b", text):
-            if not re.search(r"(?i)\b(?:not|never|don't|do\s+not)\s+$", text[:match.start()]):
+            if not re.search(r"(?i)\b(?:not|never|don't|do\s+not)\s+$", text[: match.start()]):
                 return True
         return False
 
@@ -162,10 +167,12 @@ class ApprovalPolicy:
             return None
         if self.approved(context.invocation.message.content, call.name):
             return None
-        return Veto(reason=(
-            f"{call.name} is destructive and needs the user's approval. Nothing was done. Ask the user to "
-            f"reply 'approve {call.name}' if they want it run, then call it again."
-        ))
+        return Veto(
+            reason=(
+                f"{call.name} is destructive and needs the user's approval. Nothing was done. Ask the user to "
+                f"reply 'approve {call.name}' if they want it run, then call it again."
+            )
+        )
 
 
 __all__ = ["ApprovalPolicy", "Redactor", "describe", "luhn_valid"]

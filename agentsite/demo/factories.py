@@ -18,8 +18,12 @@ def support_agent(context: AgentContext) -> LLMAgent:
     """The support agent: demo tools, the service tools, skills, and the process's context
     policy (the demo profile, agentsite/demo/profile.py, while AGENTSITE_DEMO_GOVERNANCE is on)."""
     return build_support_agent(
-        context.model, context.governance, extra_tools=context.service_tools,
-        extra_instruction=context.service_instruction, memory_preload=context.memory_preload, skills=context.skills,
+        context.model,
+        context.governance,
+        extra_tools=context.service_tools,
+        extra_instruction=context.service_instruction,
+        memory_preload=context.memory_preload,
+        skills=context.skills,
         session_recall=context.session_recall,
     )
 
@@ -33,4 +37,3 @@ def troubleshoot_agent(context: AgentContext) -> GraphAgent:
     """The troubleshooting graph (issue 8), checkpointed where the context says (the
     database in the site, so any process can resume a paused run, also after a restart)."""
     return build_troubleshoot_agent(checkpoints=context.checkpoints)
-

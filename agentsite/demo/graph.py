@@ -44,8 +44,15 @@ APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "send", "lgt
 
 def schema() -> StateSchema:
     return StateSchema.of(
-        messages="append", user_input="overwrite", service="overwrite", host="overwrite", logs="overwrite",
-        certificate="overwrite", diagnosis="overwrite", report="overwrite", decision="overwrite",
+        messages="append",
+        user_input="overwrite",
+        service="overwrite",
+        host="overwrite",
+        logs="overwrite",
+        certificate="overwrite",
+        diagnosis="overwrite",
+        report="overwrite",
+        decision="overwrite",
     )
 
 
@@ -124,31 +131,35 @@ async def draft_report(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, 
     diagnosis = state.get("diagnosis") or {}
     certificate = state.get("certificate") if isinstance(state.get("certificate"), Mapping) else {}
     findings = list(diagnosis.get("findings") or [])
-    report = "\n".join([
-        f"**Draft incident report: {state.get('service')} ({state.get('host')})**",
-        "",
-        f"Summary: {findings[0] if findings else 'no problem found'}.",
-        "",
-        "Evidence:",
-        *_evidence_lines(state),
-        "",
-        "Root cause: " + ("; ".join(findings) if findings else "unknown") + ".",
-        "",
-        "Fix:",
-        *(f"{i}. {step}" for i, step in enumerate(_fix_steps(certificate or {}), start=1)),
-    ])
+    report = "\n".join(
+        [
+            f"**Draft incident report: {state.get('service')} ({state.get('host')})**",
+            "",
+            f"Summary: {findings[0] if findings else 'no problem found'}.",
+            "",
+            "Evidence:",
+            *_evidence_lines(state),
+            "",
+            "Root cause: " + ("; ".join(findings) if findings else "unknown") + ".",
+            "",
+            "Fix:",
+            *(f"{i}. {step}" for i, step in enumerate(_fix_steps(certificate or {}), start=1)),
+        ]
+    )
     await ctx.say(report)
     return {"report": report}
 
 
 def approve(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
     """Pause for a human: approve or reject the draft (asked first: nothing runs twice)."""
-    answer = ctx.interrupt({
-        "question": "Approve this incident report? Approve to make it final, reject to discard it.",
-        "kind": "approval",
-        "options": ["approve", "reject"],
-        "report": state.get("report"),
-    })
+    answer = ctx.interrupt(
+        {
+            "question": "Approve this incident report? Approve to make it final, reject to discard it.",
+            "kind": "approval",
+            "options": ["approve", "reject"],
+            "report": state.get("report"),
+        }
+    )
     return {"decision": _decision(answer)}
 
 
@@ -173,7 +184,11 @@ async def publish(state: Mapping[str, Any], ctx: NodeContext) -> None:
 
 async def discard(state: Mapping[str, Any], ctx: NodeContext) -> None:
     comment = (state.get("decision") or {}).get("comment")
-    reason = f" Reason given: {comment}" if comment and comment.lower() not in APPROVE_WORDS | {"reject", "rejected", "no"} else ""
+    reason = (
+        f" Reason given: {comment}"
+        if comment and comment.lower() not in APPROVE_WORDS | {"reject", "rejected", "no"}
+        else ""
+    )
     await ctx.say(f"Rejected: the draft report was discarded and nothing was filed.{reason}")
 
 
@@ -191,13 +206,18 @@ def build_troubleshoot_graph() -> StateGraph:
     graph = StateGraph(GRAPH_NAME, schema())
     graph.add_node("plan", plan, description="pick the service and host")
     graph.add_tool_node(
-        "collect_logs", FunctionTool(search_logs), output_key="logs",
+        "collect_logs",
+        FunctionTool(search_logs),
+        output_key="logs",
         args=lambda s: {"service": s["service"], "query": LOG_QUERY, "level": "WARN", "limit": 20},
         description="search the service's log for TLS and certificate trouble",
     )
     graph.add_tool_node(
-        "check_certificate", FunctionTool(inspect_certificate), output_key="certificate",
-        args=lambda s: {"host": s["host"]}, description="inspect the host's certificate",
+        "check_certificate",
+        FunctionTool(inspect_certificate),
+        output_key="certificate",
+        args=lambda s: {"host": s["host"]},
+        description="inspect the host's certificate",
     )
     graph.add_node("decide", decide, description="weigh the evidence")
     graph.add_node("draft_report", draft_report, description="write the incident report")
@@ -224,6 +244,10 @@ def build_troubleshoot_agent(
     Its approval pause routes the session's next message back to it (docs/routing.md): a
     reply such as "approve" answers it on every surface, besides the resume endpoint."""
     return GraphAgent(
-        name=GRAPH_NAME, graph=build_troubleshoot_graph(), description=DESCRIPTION, checkpoints=checkpoints,
-        governance=governance, await_user_reply=True,
+        name=GRAPH_NAME,
+        graph=build_troubleshoot_graph(),
+        description=DESCRIPTION,
+        checkpoints=checkpoints,
+        governance=governance,
+        await_user_reply=True,
     )

@@ -47,12 +47,14 @@ def _key(label: str) -> ec.EllipticCurvePrivateKey:
 
 
 def _name(common_name: str, unit: str) -> x509.Name:
-    return x509.Name([
-        x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Example Corp"),
-        x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit),
-        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-    ])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Example Corp"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _utc(text: str) -> datetime:
@@ -104,9 +106,7 @@ def _issue(
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()), critical=False)
     )
     if dns_names:
         builder = builder.add_extension(
@@ -149,16 +149,25 @@ def build_pki() -> dict[str, bytes]:
         ca_path_length=0,
     )
     checkout = _leaf(
-        "checkout.example.com", issuer=intermediate, serial=0x3001,
-        not_before="2026-01-05T00:00:00", not_after="2037-01-05T00:00:00",
+        "checkout.example.com",
+        issuer=intermediate,
+        serial=0x3001,
+        not_before="2026-01-05T00:00:00",
+        not_after="2037-01-05T00:00:00",
     )
     payments = _leaf(
-        "payments.internal.example.com", issuer=intermediate, serial=0x3002,
-        not_before="2025-11-14T00:00:00", not_after="2026-11-14T00:00:00",
+        "payments.internal.example.com",
+        issuer=intermediate,
+        serial=0x3002,
+        not_before="2025-11-14T00:00:00",
+        not_after="2026-11-14T00:00:00",
     )
     auth = _leaf(
-        "auth.example.com", issuer=intermediate, serial=0x3003,
-        not_before="2026-02-01T00:00:00", not_after="2037-02-01T00:00:00",
+        "auth.example.com",
+        issuer=intermediate,
+        serial=0x3003,
+        not_before="2026-02-01T00:00:00",
+        not_after="2037-02-01T00:00:00",
     )
 
     def pem(*issued: _Issued) -> bytes:

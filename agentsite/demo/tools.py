@@ -74,9 +74,9 @@ def load_logs() -> tuple[LogLine, ...]:
         for raw in path.read_text(encoding="utf-8").splitlines():
             match = _LOG_LINE.match(raw.strip())
             if match:
-                lines.append(LogLine(
-                    timestamp=match["ts"], service=path.stem, level=match["level"], message=match["message"]
-                ))
+                lines.append(
+                    LogLine(timestamp=match["ts"], service=path.stem, level=match["level"], message=match["message"])
+                )
     return tuple(sorted(lines, key=lambda line: line.timestamp))
 
 
@@ -200,9 +200,9 @@ def lookup_ticket(ticket_id: str | None = None, query: str = "") -> dict[str, An
     terms = _query_terms(query)
     scored: list[tuple[int, dict[str, Any]]] = []
     for ticket in tickets:
-        haystack = " ".join([
-            ticket["title"], ticket.get("resolution") or "", ticket.get("service") or "", " ".join(ticket["tags"])
-        ]).lower()
+        haystack = " ".join(
+            [ticket["title"], ticket.get("resolution") or "", ticket.get("service") or "", " ".join(ticket["tags"])]
+        ).lower()
         hits = sum(1 for term in terms if any(form in haystack for form in _term_forms(term)))
         if terms and hits == 0:
             continue
@@ -401,8 +401,11 @@ async def scan_fleet(context: ToolContext, scope: Literal["fleet"]) -> dict[str,
         context.report_progress(step, total, f"{index + 1}/{len(hosts)} hosts scanned")
     problems = [r["host"] for r in reports if r["status"] != "ok"]
     return {
-        "scope": scope, "hosts_scanned": len(reports), "hosts_with_problems": len(problems),
-        "problem_hosts": problems, "hosts": reports,
+        "scope": scope,
+        "hosts_scanned": len(reports),
+        "hosts_with_problems": len(problems),
+        "problem_hosts": problems,
+        "hosts": reports,
     }
 
 
@@ -427,6 +430,9 @@ DESTRUCTIVE_TOOLS = frozenset({"restart_service"})
 def support_tools() -> list[FunctionTool]:
     """The support agent's tools, in the order they are offered to the model."""
     return [
-        FunctionTool(search_logs), FunctionTool(lookup_ticket), FunctionTool(inspect_certificate),
-        FunctionTool(scan_fleet), FunctionTool(restart_service),
+        FunctionTool(search_logs),
+        FunctionTool(lookup_ticket),
+        FunctionTool(inspect_certificate),
+        FunctionTool(scan_fleet),
+        FunctionTool(restart_service),
     ]

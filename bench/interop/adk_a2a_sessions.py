@@ -38,8 +38,9 @@ def _kind(part: types.Part) -> str:
 async def main(url: str, token: str, agent_name: str, mode: str, *messages: str) -> None:
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
         factory = ClientFactory(ClientConfig(httpx_client=http, streaming=mode == "stream"))
-        agent = RemoteA2aAgent(name="remote", agent_card=f"{url}/a2a/{agent_name}/.well-known/agent-card.json",
-                               a2a_client_factory=factory)
+        agent = RemoteA2aAgent(
+            name="remote", agent_card=f"{url}/a2a/{agent_name}/.well-known/agent-card.json", a2a_client_factory=factory
+        )
         sessions = InMemorySessionService()
         runner = Runner(app_name="check", agent=agent, session_service=sessions)
         session = await sessions.create_session(app_name="check", user_id="u")
@@ -49,11 +50,21 @@ async def main(url: str, token: str, agent_name: str, mode: str, *messages: str)
                 pass
         stored = await sessions.get_session(app_name="check", user_id="u", session_id=session.id)
     assert stored is not None
-    rows = [(event.author, _kind(part), (part.text or "")[:70].replace("\n", " "))
-            for event in stored.events for part in ((event.content.parts if event.content else None) or [])]
-    print(json.dumps({"mode": mode, "events": len(stored.events),
-                      "agent_text_parts": sum(1 for a, k, _ in rows if a == "remote" and k == "text"),
-                      "thoughts": sum(1 for _, k, _ in rows if k == "thought")}))
+    rows = [
+        (event.author, _kind(part), (part.text or "")[:70].replace("\n", " "))
+        for event in stored.events
+        for part in ((event.content.parts if event.content else None) or [])
+    ]
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "events": len(stored.events),
+                "agent_text_parts": sum(1 for a, k, _ in rows if a == "remote" and k == "text"),
+                "thoughts": sum(1 for _, k, _ in rows if k == "thought"),
+            }
+        )
+    )
     for row in rows:
         print("  ", row)
 

@@ -65,7 +65,9 @@ class DjangoCounter:
             # run's row inserted with its user message, its record updated with its last
             # step), so rows written on PostgreSQL leave out those two per turn.
             verb = sql.lstrip()[:7].upper()
-            writes = verb.startswith(("INSERT", "UPDATE", "DELETE")) or (verb.startswith("WITH") and " INSERT INTO " in sql)
+            writes = verb.startswith(("INSERT", "UPDATE", "DELETE")) or (
+                verb.startswith("WITH") and " INSERT INTO " in sql
+            )
             return max(cursor.cursor.rowcount, 0) if writes else 0
 
         def counted_execute(cursor: Any, sql: str, params: Any = None) -> Any:
@@ -115,9 +117,7 @@ class DjangoCounter:
 
 def request_size(request: Any) -> int:
     """Characters of a ModelRequest: message texts, tool-call names and arguments."""
-    return sum(
-        len(m.content) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls) for m in request.messages
-    )
+    return sum(len(m.content) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls) for m in request.messages)
 
 
 class AgentsiteDriver:

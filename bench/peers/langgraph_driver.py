@@ -53,13 +53,17 @@ class FakeChatModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> FakeChatModel:
         return self  # the script decides the calls; the tool schemas are not needed
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         size = sum(_message_size(m) for m in messages)
         index = self.recorder.record(size)
         kind, value = workload.step_for(index, self.recorder.turn)
         if kind == "call":
             call_id = f"call_{self.recorder.turn}_{index}"
-            message = AIMessage(content="", tool_calls=[{"name": workload.TOOL_NAME, "args": {"q": value}, "id": call_id}])
+            message = AIMessage(
+                content="", tool_calls=[{"name": workload.TOOL_NAME, "args": {"q": value}, "id": call_id}]
+            )
         else:
             message = AIMessage(content=value)
         return ChatResult(generations=[ChatGeneration(message=message)])

@@ -64,7 +64,9 @@ class FakeModel(Model):
     def __init__(self, recorder: workload.Recorder) -> None:
         self.recorder = recorder
 
-    async def get_response(self, system_instructions: str | None, input: str | list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
+    async def get_response(
+        self, system_instructions: str | None, input: str | list[Any], *args: Any, **kwargs: Any
+    ) -> ModelResponse:
         item = _output(self.recorder, request_size(system_instructions, input))
         return ModelResponse(output=[item], usage=Usage(), response_id=None)
 
@@ -105,7 +107,9 @@ class OpenAIDriver:
         return session
 
     async def turn(self, session: Any, number: int) -> None:
-        result = await Runner.run(self.agent, workload.user_message(number), session=session, run_config=self.run_config)
+        result = await Runner.run(
+            self.agent, workload.user_message(number), session=session, run_config=self.run_config
+        )
         if result.final_output != workload.answer(number):
             raise RuntimeError(f"turn {number}: the agent answered {result.final_output!r}")
 

@@ -22,7 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-DRIVERS = {"agentsite": "agentsite_driver", "adk": "adk_driver", "langgraph": "langgraph_driver", "openai": "openai_driver"}
+DRIVERS = {
+    "agentsite": "agentsite_driver",
+    "adk": "adk_driver",
+    "langgraph": "langgraph_driver",
+    "openai": "openai_driver",
+}
 
 
 async def _profile(driver: object, skip: int, count: int, interval: float) -> str:

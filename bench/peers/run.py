@@ -72,7 +72,9 @@ class Runtime:
 RUNTIMES = (
     Runtime(name="agentsite-sqlite-off", driver="agentsite_driver.py", config="sqlite-off", agentsite=True),
     Runtime(name="agentsite-sqlite-on", driver="agentsite_driver.py", config="sqlite-on", agentsite=True),
-    Runtime(name="agentsite-pg-off", driver="agentsite_driver.py", config="postgres-off", agentsite=True, postgres=True),
+    Runtime(
+        name="agentsite-pg-off", driver="agentsite_driver.py", config="postgres-off", agentsite=True, postgres=True
+    ),
     Runtime(name="agentsite-pg-on", driver="agentsite_driver.py", config="postgres-on", agentsite=True, postgres=True),
     Runtime(name="adk-memory", driver="adk_driver.py", config="memory"),
     Runtime(name="adk-db", driver="adk_driver.py", config="db"),
@@ -207,8 +209,12 @@ def play(
             played += size
             round_number += 1
             if played % 50 == 0 or played == n:
-                progress = ", ".join(f"{c.runtime.name} {statistics.median(c.chunks[-1]):.0f}" for c in order if not c.stopped)
-                print(f"  N={n}: {played}/{n} turns; median ms of the last chunk: {progress}", file=sys.stderr, flush=True)
+                progress = ", ".join(
+                    f"{c.runtime.name} {statistics.median(c.chunks[-1]):.0f}" for c in order if not c.stopped
+                )
+                print(
+                    f"  N={n}: {played}/{n} turns; median ms of the last chunk: {progress}", file=sys.stderr, flush=True
+                )
         for child in order:
             child.send({"stop": True})
             child.done = child.read(CHUNK_TIMEOUT_S)
@@ -271,7 +277,10 @@ def summarize(child: Child) -> dict[str, Any]:
         "growth": round(statistics.median(late) / statistics.median(early), 3),
         "statements_per_turn": [per_turn("statements", records[:size]), per_turn("statements", records[n - size :])],
         "rows_read_per_turn": [per_turn("rows_read", records[:size]), per_turn("rows_read", records[n - size :])],
-        "rows_written_per_turn": [per_turn("rows_written", records[:size]), per_turn("rows_written", records[n - size :])],
+        "rows_written_per_turn": [
+            per_turn("rows_written", records[:size]),
+            per_turn("rows_written", records[n - size :]),
+        ],
         "chars_first": calls[0],
         "chars_median": statistics.median(calls),
         "chars_last": calls[-1],
@@ -315,7 +324,9 @@ def _pair(values: list[float | None]) -> str:
     return "n/a" if values[0] is None else f"{values[0]:.0f}->{values[1]:.0f}"
 
 
-def report_n(n: int, summaries: dict[str, dict[str, Any]], ratios: dict[str, dict[str, float]], skipped: dict[str, str]) -> list[str]:
+def report_n(
+    n: int, summaries: dict[str, dict[str, Any]], ratios: dict[str, dict[str, float]], skipped: dict[str, str]
+) -> list[str]:
     size = min(WINDOW, n // 2)
     lines = [
         f"N = {n} turns (one session per runtime; 4 model calls and 3 lookups per turn). Latency in ms;",
@@ -340,11 +351,17 @@ def report_n(n: int, summaries: dict[str, dict[str, Any]], ratios: dict[str, dic
     lines += [f"  {name:<22} {s['runtime']}: {s['storage']} ({s['version']})" for name, s in summaries.items()]
     if ratios:
         peers = list(next(iter(ratios.values())))
-        lines += ["", "Agentsite / peer, per-turn latency, paired chunk by chunk (median of per-chunk ratios; < 1 = Agentsite faster):"]
+        lines += [
+            "",
+            "Agentsite / peer, per-turn latency, paired chunk by chunk (median of per-chunk ratios; < 1 = Agentsite faster):",
+        ]
         lines.append(f"{'':<22} " + " ".join(f"{p:>18}" for p in peers))
         for name, row in ratios.items():
             lines.append(f"{name:<22} " + " ".join(f"{'x' + format(row[p], '.2f'):>18}" for p in peers))
-    lines += ["", "Context shape (answering call of each turn): first drop, bounded after it, linear fit over the session:"]
+    lines += [
+        "",
+        "Context shape (answering call of each turn): first drop, bounded after it, linear fit over the session:",
+    ]
     for name, s in summaries.items():
         lines.append(
             f"  {name:<22} first drop at turn {s['first_drop_turn'] or '-':>4}, bounded ratio {_num(s['bounded_ratio'], 2):>5}, "
@@ -360,64 +377,91 @@ def verdicts(summaries: dict[str, dict[str, Any]], ratios: dict[str, dict[str, f
     if durable:
         fastest = min(durable, key=lambda k: durable[k]["p50_ms"])
         for name, storage, limit in (
-            ("agentsite-sqlite-off", "SQLite", TARGET_SPEED), ("agentsite-sqlite-on", "SQLite", TARGET_SPEED),
-            ("agentsite-pg-off", "PostgreSQL", TARGET_SPEED_POSTGRES), ("agentsite-pg-on", "PostgreSQL", TARGET_SPEED_POSTGRES),
+            ("agentsite-sqlite-off", "SQLite", TARGET_SPEED),
+            ("agentsite-sqlite-on", "SQLite", TARGET_SPEED),
+            ("agentsite-pg-off", "PostgreSQL", TARGET_SPEED_POSTGRES),
+            ("agentsite-pg-on", "PostgreSQL", TARGET_SPEED_POSTGRES),
         ):
             if name in ratios:
                 ratio = ratios[name][fastest]
-                out.append({
-                    "target": f"median per-turn overhead at N={n} on {storage} <= {limit} x fastest durable peer",
-                    "runtime": name, "against": fastest, "value": ratio, "met": ratio <= limit,
-                    "text": f"{name}: x{ratio:.2f} of {fastest} (p50 {summaries[name]['p50_ms']:.1f} vs "
-                    f"{summaries[fastest]['p50_ms']:.1f} ms)",
-                })
+                out.append(
+                    {
+                        "target": f"median per-turn overhead at N={n} on {storage} <= {limit} x fastest durable peer",
+                        "runtime": name,
+                        "against": fastest,
+                        "value": ratio,
+                        "met": ratio <= limit,
+                        "text": f"{name}: x{ratio:.2f} of {fastest} (p50 {summaries[name]['p50_ms']:.1f} vs "
+                        f"{summaries[fastest]['p50_ms']:.1f} ms)",
+                    }
+                )
     for name, s in summaries.items():
         # The issue's targets on the store's work hold with governance on.
         if s["runtime"] != "Agentsite" or not name.endswith("-on") or s["statements_per_turn"][0] is None:
             continue
         first, last = s["statements_per_turn"]
         worst = max(first, last)
-        out.append({
-            "target": f"statements per turn <= {TARGET_STATEMENTS}",
-            "runtime": name, "value": worst, "met": worst <= TARGET_STATEMENTS,
-            "text": f"{name}: {first:.1f} (first ten) -> {last:.1f} (last ten)",
-        })
+        out.append(
+            {
+                "target": f"statements per turn <= {TARGET_STATEMENTS}",
+                "runtime": name,
+                "value": worst,
+                "met": worst <= TARGET_STATEMENTS,
+                "text": f"{name}: {first:.1f} (first ten) -> {last:.1f} (last ten)",
+            }
+        )
         read_first, read_last = s["rows_read_per_turn"]
         growth = read_last / read_first if read_first else None
-        out.append({
-            "target": f"rows read per turn flat (last ten / first ten <= {TARGET_RATIO})",
-            "runtime": name, "value": growth, "met": growth is not None and growth <= TARGET_RATIO,
-            "text": f"{name}: {read_first:.0f} -> {read_last:.0f} rows (x{_num(growth, 2)})",
-        })
+        out.append(
+            {
+                "target": f"rows read per turn flat (last ten / first ten <= {TARGET_RATIO})",
+                "runtime": name,
+                "value": growth,
+                "met": growth is not None and growth <= TARGET_RATIO,
+                "text": f"{name}: {read_first:.0f} -> {read_last:.0f} rows (x{_num(growth, 2)})",
+            }
+        )
     adk = summaries.get("adk-db")
     for name, s in summaries.items():
         if s["runtime"] == "Agentsite":
             grows = f"; adk-db x{adk['growth']:.2f}" if adk else ""
-            out.append({
-                "target": f"growth ratio (last ten / first ten p50) <= {TARGET_RATIO}",
-                "runtime": name, "value": s["growth"], "met": s["growth"] <= TARGET_RATIO,
-                "text": f"{name}: x{s['growth']:.2f} ({s['early_p50_ms']:.1f} -> {s['late_p50_ms']:.1f} ms){grows}",
-            })
+            out.append(
+                {
+                    "target": f"growth ratio (last ten / first ten p50) <= {TARGET_RATIO}",
+                    "runtime": name,
+                    "value": s["growth"],
+                    "met": s["growth"] <= TARGET_RATIO,
+                    "text": f"{name}: x{s['growth']:.2f} ({s['early_p50_ms']:.1f} -> {s['late_p50_ms']:.1f} ms){grows}",
+                }
+            )
     for name in ("agentsite-sqlite-on", "agentsite-pg-on"):
         s = summaries.get(name)
         if s is None:
             continue
         flat = s["bounded_ratio"] is not None and s["bounded_ratio"] <= TARGET_RATIO
-        out.append({
-            "target": "governance on: chars per call flat after the first summary",
-            "runtime": name, "value": s["bounded_ratio"], "met": flat,
-            "text": f"{name}: first drop at turn {s['first_drop_turn']}, bounded ratio {_num(s['bounded_ratio'], 2)}, "
-            f"max {s['chars_max']} chars",
-        })
+        out.append(
+            {
+                "target": "governance on: chars per call flat after the first summary",
+                "runtime": name,
+                "value": s["bounded_ratio"],
+                "met": flat,
+                "text": f"{name}: first drop at turn {s['first_drop_turn']}, bounded ratio {_num(s['bounded_ratio'], 2)}, "
+                f"max {s['chars_max']} chars",
+            }
+        )
     for name, s in summaries.items():
         if s["runtime"] != "Agentsite" and s["first_drop_turn"] is None:
             linear = s["chars_r2"] >= 0.99 and s["chars_slope_per_turn"] > 0
-            out.append({
-                "target": "peers without compaction grow linearly",
-                "runtime": name, "value": s["chars_r2"], "met": linear,
-                "text": f"{name}: {s['chars_slope_per_turn']:.0f} chars/turn, R² {s['chars_r2']:.3f}, "
-                f"{s['chars_first']} -> {s['chars_last']} chars",
-            })
+            out.append(
+                {
+                    "target": "peers without compaction grow linearly",
+                    "runtime": name,
+                    "value": s["chars_r2"],
+                    "met": linear,
+                    "text": f"{name}: {s['chars_slope_per_turn']:.0f} chars/turn, R² {s['chars_r2']:.3f}, "
+                    f"{s['chars_first']} -> {s['chars_last']} chars",
+                }
+            )
     return out
 
 
@@ -436,8 +480,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", default="50,200", help="comma-separated session lengths (default 50,200)")
     parser.add_argument("--chunk", type=int, default=10, help="turns per chunk of the round-robin (default 10)")
     parser.add_argument("--runtimes", default=",".join(r.name for r in RUNTIMES), help="comma-separated (default: all)")
-    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
-                        help=f"seconds of turns per runtime and N before it stops (default {DEFAULT_BUDGET_S:.0f})")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        help=f"seconds of turns per runtime and N before it stops (default {DEFAULT_BUDGET_S:.0f})",
+    )
     parser.add_argument("--postgres-url", default=DEFAULT_POSTGRES_URL, help="dropped and recreated for each N")
     parser.add_argument("--peers-python", type=Path, default=DEFAULT_PEERS_PYTHON, help="python of the peers' venv")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder for JSON, CSV and PNG")
@@ -465,7 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"N={n}: starting {len(runtimes)} runtimes ...", file=sys.stderr, flush=True)
         workdir = Path(tempfile.mkdtemp(prefix=f"agentsite-peers-{n}-"))
         try:
-            children, skipped = play(runtimes, n, args.chunk, args.budget, args.peers_python, args.postgres_url, workdir)
+            children, skipped = play(
+                runtimes, n, args.chunk, args.budget, args.peers_python, args.postgres_url, workdir
+            )
         except RuntimeError as exc:
             print(f"FAILED: {exc}", file=sys.stderr)
             print(f"(logs kept in {workdir})", file=sys.stderr)
@@ -486,9 +536,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         for name, child in children.items():
             for t in child.turns:
-                csv_rows.append([n, name, t["turn"], t["ms"], *t["chars"], t["statements"], t["rows_read"], t["rows_written"]])
+                csv_rows.append(
+                    [n, name, t["turn"], t["ms"], *t["chars"], t["statements"], t["rows_read"], t["rows_written"]]
+                )
         lines = report_n(n, summaries, ratios, skipped)
-        lines += ["", "Targets:"] + [f"  {'MET   ' if v['met'] else 'MISSED'} {v['target']}: {v['text']}" for v in checks]
+        lines += ["", "Targets:"] + [
+            f"  {'MET   ' if v['met'] else 'MISSED'} {v['target']}: {v['text']}" for v in checks
+        ]
         printed += [*lines, ""]
         print()
         print("\n".join(lines), flush=True)
@@ -510,17 +564,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "peers.json").write_text(json.dumps(document, indent=1) + "\n")
     with (out / "turns.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["n", "runtime", "turn", "ms", "chars_call1", "chars_call2", "chars_call3", "chars_call4",
-                         "statements", "rows_read", "rows_written"])
+        writer.writerow(
+            [
+                "n",
+                "runtime",
+                "turn",
+                "ms",
+                "chars_call1",
+                "chars_call2",
+                "chars_call3",
+                "chars_call4",
+                "statements",
+                "rows_read",
+                "rows_written",
+            ]
+        )
         writer.writerows(csv_rows)
-    (out / "report.txt").write_text(f"{created} {before['platform']}, {before['cpu_count']} CPUs\n\n" + "\n".join(printed))
+    (out / "report.txt").write_text(
+        f"{created} {before['platform']}, {before['cpu_count']} CPUs\n\n" + "\n".join(printed)
+    )
     if not args.no_charts:
         drawn = subprocess.run([str(args.peers_python), str(PEERS / "charts.py"), str(out / "peers.json")], check=False)
         if drawn.returncode != 0:
             print("charts: failed (see above)", file=sys.stderr)
             return 1
     shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
-    print(f"Results in {shown}/ (peers.json, turns.csv, report.txt, *.png); {time.perf_counter() - started:.0f}s in all")
+    print(
+        f"Results in {shown}/ (peers.json, turns.csv, report.txt, *.png); {time.perf_counter() - started:.0f}s in all"
+    )
     return 0
 
 

@@ -19,11 +19,36 @@ from sessions_app.core.events import Event
 
 # SPEC 9.2: a user message right after an assistant message, with one of these markers.
 CORRECTION_MARKERS = (
-    "no,", "no.", "wrong", "actually", "instead", "not what i", "that's incorrect", "that is incorrect",
-    "please fix", "try again", "不对", "错了", "不是", "应该是", "重新",
+    "no,",
+    "no.",
+    "wrong",
+    "actually",
+    "instead",
+    "not what i",
+    "that's incorrect",
+    "that is incorrect",
+    "please fix",
+    "try again",
+    "不对",
+    "错了",
+    "不是",
+    "应该是",
+    "重新",
 )
 FUTURE_MARKERS = ("next time", "going forward", "from now on", "by default", "reuse", "always", "以后", "下次", "默认")
-WORKFLOW_MARKERS = ("workflow", "steps", "template", "format", "schema", "fields", "rule", "procedure", "流程", "步骤", "格式")
+WORKFLOW_MARKERS = (
+    "workflow",
+    "steps",
+    "template",
+    "format",
+    "schema",
+    "fields",
+    "rule",
+    "procedure",
+    "流程",
+    "步骤",
+    "格式",
+)
 ERROR_MARKERS = ("error:", "failed:", "exception:", "traceback")
 _SKILL_WRITE_TOOLS = re.compile(r"write|edit|patch|file|save", re.I)
 _SHELL_TOOLS = re.compile(r"exec|shell|bash|run", re.I)
@@ -46,8 +71,12 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Evidence:
-        return cls(event_id=str(data["event_id"]), seq=int(data.get("seq", 0)), kind=data.get("kind", "tool_call"),
-                   excerpt=str(data.get("excerpt", "")))
+        return cls(
+            event_id=str(data["event_id"]),
+            seq=int(data.get("seq", 0)),
+            kind=data.get("kind", "tool_call"),
+            excerpt=str(data.get("excerpt", "")),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,11 +143,19 @@ class ReviewDelta:
         """The evidence record of a ledger event of this delta (None for an unknown id)."""
         for step in self.tool_steps:
             if step.call_event_id == event_id:
-                return Evidence(event_id=event_id, seq=step.call_seq, kind="tool_call",
-                                excerpt=f"{step.name}({_short_args(step.arguments)})")
+                return Evidence(
+                    event_id=event_id,
+                    seq=step.call_seq,
+                    kind="tool_call",
+                    excerpt=f"{step.name}({_short_args(step.arguments)})",
+                )
             if step.result_event_id == event_id:
-                return Evidence(event_id=event_id, seq=step.result_seq, kind="tool_result",
-                                excerpt=f"{step.name} -> {_clip(step.result, 160)}")
+                return Evidence(
+                    event_id=event_id,
+                    seq=step.result_seq,
+                    kind="tool_result",
+                    excerpt=f"{step.name} -> {_clip(step.result, 160)}",
+                )
         for special in (self.correction, self.recovered_error):
             if special is not None and special.event_id == event_id:
                 return special
@@ -207,8 +244,13 @@ def scan_delta(events: Sequence[Event]) -> ReviewDelta:
         if message is None:
             continue
         entry = TranscriptEntry(
-            event_id=event.id, seq=seq, role=message.role, author=event.author, text=message.content,
-            tool_name=message.tool_name or "", tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
+            event_id=event.id,
+            seq=seq,
+            role=message.role,
+            author=event.author,
+            text=message.content,
+            tool_name=message.tool_name or "",
+            tool_calls=tuple((c.name, c.arguments) for c in message.tool_calls),
         )
         transcript.append(entry)
         if message.role == "assistant":
@@ -230,19 +272,30 @@ def scan_delta(events: Sequence[Event]) -> ReviewDelta:
             asked = steps.get(call_id)
             if asked is not None:
                 steps[call_id] = ToolStep(
-                    name=asked.name, arguments=asked.arguments, call_event_id=asked.call_event_id, call_seq=asked.call_seq,
-                    result_event_id=event.id, result_seq=seq, result=message.content, failed=failed,
+                    name=asked.name,
+                    arguments=asked.arguments,
+                    call_event_id=asked.call_event_id,
+                    call_seq=asked.call_seq,
+                    result_event_id=event.id,
+                    result_seq=seq,
+                    result=message.content,
+                    failed=failed,
                 )
             if failed and pending_error is None:
-                pending_error = Evidence(event_id=event.id, seq=seq, kind="recovered_error",
-                                         excerpt=f"{message.tool_name or 'tool'} -> {_clip(message.content, 160)}")
+                pending_error = Evidence(
+                    event_id=event.id,
+                    seq=seq,
+                    kind="recovered_error",
+                    excerpt=f"{message.tool_name or 'tool'} -> {_clip(message.content, 160)}",
+                )
             # Tool messages never decide what "right after an assistant message" means.
         elif message.role == "user":
             if message.content.strip():
                 user_requests.append(entry)
                 if correction is None and last_conversational_role == "assistant" and is_correction(message.content):
-                    correction = Evidence(event_id=event.id, seq=seq, kind="correction",
-                                          excerpt=_clip(message.content, 160))
+                    correction = Evidence(
+                        event_id=event.id, seq=seq, kind="correction", excerpt=_clip(message.content, 160)
+                    )
             last_conversational_role = "user"
     return ReviewDelta(
         first_seq=min(seqs) if seqs else 0,

@@ -68,11 +68,18 @@ class ReviewRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status, "from_seq": self.from_seq, "to_seq": self.to_seq, "reason": self.reason,
+            "status": self.status,
+            "from_seq": self.from_seq,
+            "to_seq": self.to_seq,
+            "reason": self.reason,
             "notes": list(self.notes),
             "candidates": [
-                {"name": c.proposal.name, "action": c.proposal.action, "outcome": c.gates.outcome,
-                 "conflict": c.proposal.conflict}
+                {
+                    "name": c.proposal.name,
+                    "action": c.proposal.action,
+                    "outcome": c.gates.outcome,
+                    "conflict": c.proposal.conflict,
+                }
                 for c in self.candidates
             ],
         }
@@ -132,24 +139,50 @@ class EvolutionEngine:
         if not delta.has_conversation:
             return ReviewRecord(from_seq=cursor, to_seq=cursor, status="no_conversation")
         if delta.wrote_skill:
-            return await self._commit(key, cursor, ReviewRecord(
-                from_seq=cursor, to_seq=delta.last_seq, status="skipped",
-                reason="the agent wrote a SKILL.md itself in this delta",
-            ))
+            return await self._commit(
+                key,
+                cursor,
+                ReviewRecord(
+                    from_seq=cursor,
+                    to_seq=delta.last_seq,
+                    status="skipped",
+                    reason="the agent wrote a SKILL.md itself in this delta",
+                ),
+            )
         review, why = self.policy.decide(delta)
         if not review:
-            return await self._commit(key, cursor, ReviewRecord(
-                from_seq=cursor, to_seq=delta.last_seq, status="skipped", reason=why,
-            ))
+            return await self._commit(
+                key,
+                cursor,
+                ReviewRecord(
+                    from_seq=cursor,
+                    to_seq=delta.last_seq,
+                    status="skipped",
+                    reason=why,
+                ),
+            )
         library = await self.store.library(key)
-        decision = await self.reviewer.review(ReviewInput(
-            app=key.app, user_id=key.user_id, session_id=key.session_id, delta=delta, existing=tuple(library),
-        ))
+        decision = await self.reviewer.review(
+            ReviewInput(
+                app=key.app,
+                user_id=key.user_id,
+                session_id=key.session_id,
+                delta=delta,
+                existing=tuple(library),
+            )
+        )
         if decision.skip_reason or decision.empty:
-            return await self._commit(key, cursor, ReviewRecord(
-                from_seq=cursor, to_seq=delta.last_seq, status="skipped",
-                reason=f"reviewer: {decision.skip_reason or 'nothing to learn'}", notes=decision.dropped,
-            ))
+            return await self._commit(
+                key,
+                cursor,
+                ReviewRecord(
+                    from_seq=cursor,
+                    to_seq=delta.last_seq,
+                    status="skipped",
+                    reason=f"reviewer: {decision.skip_reason or 'nothing to learn'}",
+                    notes=decision.dropped,
+                ),
+            )
         reconciled = reconcile(
             decision, library, facts=await self.store.user_facts(key), waiting=await self.store.waiting(key)
         )
@@ -161,17 +194,36 @@ class EvolutionEngine:
             if proposal.base is not None and dict(proposal.base.files) == files:
                 notes.append(f"{proposal.name!r}: the library already holds these files; nothing to change")
                 continue
-            gates = await run_gates(self.gates, GateContext(
-                proposal=proposal, files=files, delta=delta, library_names=names,
-            ))
-            drafts.append(CandidateDraft(
-                proposal=proposal, files=files, gates=gates, evidence=tuple(pick_evidence(delta, proposal.spec.evidence)),
-            ))
+            gates = await run_gates(
+                self.gates,
+                GateContext(
+                    proposal=proposal,
+                    files=files,
+                    delta=delta,
+                    library_names=names,
+                ),
+            )
+            drafts.append(
+                CandidateDraft(
+                    proposal=proposal,
+                    files=files,
+                    gates=gates,
+                    evidence=tuple(pick_evidence(delta, proposal.spec.evidence)),
+                )
+            )
         reason = f"evidence gate: {why}"
-        return await self._commit(key, cursor, ReviewRecord(
-            from_seq=cursor, to_seq=delta.last_seq, status="reviewed", reason=reason, notes=tuple(notes),
-            candidates=tuple(drafts),
-        ))
+        return await self._commit(
+            key,
+            cursor,
+            ReviewRecord(
+                from_seq=cursor,
+                to_seq=delta.last_seq,
+                status="reviewed",
+                reason=reason,
+                notes=tuple(notes),
+                candidates=tuple(drafts),
+            ),
+        )
 
     async def _commit(self, key: SessionKey, cursor: int, record: ReviewRecord) -> ReviewRecord:
         if await self.store.commit(key, expected_seq=cursor, record=record):
@@ -199,8 +251,13 @@ class InMemoryReviewStore:
         return self.facts
 
     async def waiting(self, key: SessionKey) -> set[str]:
-        return {c.proposal.name for rs in self.records.values() for r in rs for c in r.candidates
-                if c.gates.outcome == "hold"}
+        return {
+            c.proposal.name
+            for rs in self.records.values()
+            for r in rs
+            for c in r.candidates
+            if c.gates.outcome == "hold"
+        }
 
     async def commit(self, key: SessionKey, *, expected_seq: int, record: ReviewRecord) -> bool:
         if self.cursors.get(key.session_id, 0) != expected_seq:

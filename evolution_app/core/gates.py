@@ -110,7 +110,10 @@ class SpecGate:
 # -- Safety --------------------------------------------------------------------------------------------
 
 _ANYWHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("destructive: rm -rf of the root or home", re.compile(r"\brm\s+(?:-[a-zA-Z]*[rf][a-zA-Z]*\s+)+(?:/(?=[\s'\";&|)]|$)|/\*|~(?=[/\s'\";]|$)|\$HOME)", re.M)),
+    (
+        "destructive: rm -rf of the root or home",
+        re.compile(r"\brm\s+(?:-[a-zA-Z]*[rf][a-zA-Z]*\s+)+(?:/(?=[\s'\";&|)]|$)|/\*|~(?=[/\s'\";]|$)|\$HOME)", re.M),
+    ),
     ("destructive: raw disk write", re.compile(r"\bdd\s+[^\n]*of=/dev/(?:sd|nvme|hd|disk)")),
     ("destructive: filesystem format", re.compile(r"\bmkfs(?:\.\w+)?\s")),
     ("destructive: fork bomb", re.compile(r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:")),
@@ -123,13 +126,19 @@ _ANYWHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("secret: private key block", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
     ("secret: GitHub token", re.compile(r"\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}")),
     ("secret: OpenAI-style key", re.compile(r"\bsk-[A-Za-z0-9_-]{20,}")),
-    ("secret: credential assignment", re.compile(
-        r"(?i)\b(?:api[_-]?key|secret|token|password|passwd)\b\s*[:=]\s*['\"][^'\"\s]{6,}['\"]")),
-    ("prompt injection", re.compile(
-        r"(?i)ignore (?:all |any |the )?(?:previous|prior|above|earlier) (?:instructions|messages|rules)|"
-        r"disregard (?:all |any |the )?(?:previous|prior|above|system)|\byou are now\b|"
-        r"reveal (?:the |your )?(?:system prompt|instructions)|\bjailbreak\b|\bdo anything now\b|"
-        r"<\|im_start\|>|<\|system\|>|\bnew system instructions?\b")),
+    (
+        "secret: credential assignment",
+        re.compile(r"(?i)\b(?:api[_-]?key|secret|token|password|passwd)\b\s*[:=]\s*['\"][^'\"\s]{6,}['\"]"),
+    ),
+    (
+        "prompt injection",
+        re.compile(
+            r"(?i)ignore (?:all |any |the )?(?:previous|prior|above|earlier) (?:instructions|messages|rules)|"
+            r"disregard (?:all |any |the )?(?:previous|prior|above|system)|\byou are now\b|"
+            r"reveal (?:the |your )?(?:system prompt|instructions)|\bjailbreak\b|\bdo anything now\b|"
+            r"<\|im_start\|>|<\|system\|>|\bnew system instructions?\b"
+        ),
+    ),
 )
 # Network use: in scripts, and in the shell commands (code spans and blocks) of the
 # instructions; prose that mentions "the network" is fine.
@@ -137,9 +146,13 @@ _NETWORK: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("network: download piped to a shell", re.compile(r"\b(?:curl|wget)\b[^\n|]*\|\s*(?:sudo\s+)?(?:ba|z)?sh\b")),
     ("network: curl/wget", re.compile(r"\b(?:curl|wget)\s")),
     ("network: netcat/ssh/scp", re.compile(r"\b(?:nc|ncat|ssh|scp|rsync|telnet|ftp)\s+\S")),
-    ("network: Python HTTP or sockets", re.compile(
-        r"\bimport\s+(?:requests|httpx|socket|urllib3|aiohttp)\b|\bfrom\s+(?:requests|httpx|urllib\.request|http\.client|"
-        r"socket|aiohttp)\b|\burllib\.request\b|\bhttp\.client\b|\bsocket\.socket\(")),
+    (
+        "network: Python HTTP or sockets",
+        re.compile(
+            r"\bimport\s+(?:requests|httpx|socket|urllib3|aiohttp)\b|\bfrom\s+(?:requests|httpx|urllib\.request|http\.client|"
+            r"socket|aiohttp)\b|\burllib\.request\b|\bhttp\.client\b|\bsocket\.socket\("
+        ),
+    ),
     ("network: URL in code", re.compile(r"\b(?:https?|ftp)://")),
 )
 _CODE = re.compile(r"```[\s\S]*?```|`[^`\n]+`")
@@ -152,8 +165,11 @@ def safety_findings(files: Mapping[str, str]) -> list[str]:
         for label, pattern in _ANYWHERE:
             if (m := pattern.search(text)) is not None:
                 findings.append(f"{path}: {label} ({m.group(0)[:60]!r})")
-        code = text if path != SKILL_FILE and not path.lower().endswith((".md", ".txt")) \
+        code = (
+            text
+            if path != SKILL_FILE and not path.lower().endswith((".md", ".txt"))
             else "\n".join(_CODE.findall(text))
+        )
         for label, pattern in _NETWORK:
             if (m := pattern.search(code)) is not None:
                 findings.append(f"{path}: {label} ({m.group(0)[:60]!r})")
@@ -170,8 +186,12 @@ class SafetyGate:
     async def check(self, context: GateContext) -> GateResult:
         findings = safety_findings(context.files)
         if findings:
-            return GateResult(gate="safety", status="fail", detail=f"{len(findings)} finding(s)", findings=tuple(findings))
-        return GateResult(gate="safety", status="pass", detail="no network use, destructive command, secret or injection")
+            return GateResult(
+                gate="safety", status="fail", detail=f"{len(findings)} finding(s)", findings=tuple(findings)
+            )
+        return GateResult(
+            gate="safety", status="pass", detail="no network use, destructive command, secret or injection"
+        )
 
 
 # -- Effectiveness -------------------------------------------------------------------------------------
@@ -239,7 +259,9 @@ class EffectivenessGate:
             why = delta.errors[0] if delta.errors else "no final answer"
             return GateResult(gate="effectiveness", status="fail", detail=f"the evidence run did not succeed: {why}")
         if self.replayer is None:
-            return GateResult(gate="effectiveness", status="pass", detail="the evidence run succeeded; no replay configured")
+            return GateResult(
+                gate="effectiveness", status="pass", detail="the evidence run succeeded; no replay configured"
+            )
         baseline = await self.replayer.replay(context, with_candidate=False)
         outcome = await self.replayer.replay(context, with_candidate=True)
         terms = evidence_terms(delta)
@@ -251,18 +273,26 @@ class EffectivenessGate:
         if not outcome.answer.strip():
             findings.append("the replay with the candidate gave no answer")
         if outcome.tool_errors > baseline.tool_errors:
-            findings.append(f"more failed tool calls: {outcome.tool_errors} with the candidate, "
-                            f"{baseline.tool_errors} without")
-        lost = [tool for tool in dict.fromkeys(baseline.succeeded_tools)
-                if outcome.succeeded_tools.count(tool) < baseline.succeeded_tools.count(tool)]
+            findings.append(
+                f"more failed tool calls: {outcome.tool_errors} with the candidate, {baseline.tool_errors} without"
+            )
+        lost = [
+            tool
+            for tool in dict.fromkeys(baseline.succeeded_tools)
+            if outcome.succeeded_tools.count(tool) < baseline.succeeded_tools.count(tool)
+        ]
         if lost:
             findings.append(f"tool calls lost: {', '.join(lost)} succeeded without the candidate, not with it")
         missed = set(coverage(outcome.answer, terms)) - set(coverage(baseline.answer, terms))
         if missed:
-            findings.append(f"the answer covers less of the evidence: {', '.join(t for t in terms if t in missed)} "
-                            f"missing with the candidate")
-        detail = (f"with the candidate: {_summary(outcome, terms)}; without: {_summary(baseline, terms)}; "
-                  f"recorded run: {delta.tool_call_count} tool call(s), {sum(1 for s in delta.tool_steps if s.failed)} failed")
+            findings.append(
+                f"the answer covers less of the evidence: {', '.join(t for t in terms if t in missed)} "
+                f"missing with the candidate"
+            )
+        detail = (
+            f"with the candidate: {_summary(outcome, terms)}; without: {_summary(baseline, terms)}; "
+            f"recorded run: {delta.tool_call_count} tool call(s), {sum(1 for s in delta.tool_steps if s.failed)} failed"
+        )
         if findings:
             return GateResult(gate="effectiveness", status="fail", detail=detail, findings=tuple(findings))
         return GateResult(gate="effectiveness", status="pass", detail=detail)
@@ -271,8 +301,10 @@ class EffectivenessGate:
 def _summary(outcome: ReplayOutcome, terms: Sequence[str]) -> str:
     covered = len(terms) - len(coverage(outcome.answer, terms))
     state = "" if outcome.completed else " (did not complete)"
-    return (f"{outcome.tool_calls} tool call(s), {outcome.tool_errors} failed, "
-            f"{covered}/{len(terms)} evidence term(s) in the answer{state}")
+    return (
+        f"{outcome.tool_calls} tool call(s), {outcome.tool_errors} failed, "
+        f"{covered}/{len(terms)} evidence term(s) in the answer{state}"
+    )
 
 
 # -- Human ---------------------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def _words(name: str) -> set[str]:
 
 
 def _superset_of(name: str, existing: str) -> bool:
-    return name == existing or (name.startswith(existing) and bool(_VARIANT.match(name[len(existing):])))
+    return name == existing or (name.startswith(existing) and bool(_VARIANT.match(name[len(existing) :])))
 
 
 def _sibling(name: str, existing: str) -> bool:
@@ -189,7 +189,9 @@ def reconcile(
         base = by_name.get(update.name)
         spec = replace(update.spec, name=update.name)
         if base is None:
-            add(Proposal(action="create", spec=spec, reason=f"update of an unknown skill {update.name!r} made a create"))
+            add(
+                Proposal(action="create", spec=spec, reason=f"update of an unknown skill {update.name!r} made a create")
+            )
         else:
             add(Proposal(action="update", spec=spec, base=base, reason=update.reason or "reviewer's update"))
     for spec in decision.skills:
@@ -197,6 +199,9 @@ def reconcile(
         if base is None:
             add(Proposal(action="create", spec=spec, reason="new skill"))
         else:
-            add(Proposal(action="update", spec=replace(spec, name=base.name), base=base, reason=f"near-duplicate: {why}"))
+            add(
+                Proposal(
+                    action="update", spec=replace(spec, name=base.name), base=base, reason=f"near-duplicate: {why}"
+                )
+            )
     return Reconciled(proposals=tuple(proposals), notes=tuple(notes))
-

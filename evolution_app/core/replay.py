@@ -58,8 +58,10 @@ def recorded_turns(delta: ReviewDelta) -> list[ScriptStep]:
         if entry.role != "assistant" or not started:
             continue
         if entry.tool_calls:
-            calls = tuple(ToolCall(id=f"replay_{len(steps)}_{i}", name=name, arguments=arguments)
-                          for i, (name, arguments) in enumerate(entry.tool_calls))
+            calls = tuple(
+                ToolCall(id=f"replay_{len(steps)}_{i}", name=name, arguments=arguments)
+                for i, (name, arguments) in enumerate(entry.tool_calls)
+            )
             steps.append(ScriptStep(tool_calls=calls))
         elif entry.text.strip():
             steps.append(ScriptStep.answer(entry.text))
@@ -141,6 +143,11 @@ class AgentReplayer:
         first = model.requests[0] if model.requests else None
         seen = first is not None and any(candidate.name in m.content for m in first.messages if m.role == "system")
         return ReplayOutcome(
-            completed=bool(answer) and not error, answer=answer, tool_calls=tool_calls, tool_errors=tool_errors,
-            skill_seen=seen, error=error, succeeded_tools=tuple(succeeded),
+            completed=bool(answer) and not error,
+            answer=answer,
+            tool_calls=tool_calls,
+            tool_errors=tool_errors,
+            skill_seen=seen,
+            error=error,
+            succeeded_tools=tuple(succeeded),
         )

@@ -166,7 +166,9 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
-def _spec(data: Any, valid_ids: frozenset[str], dropped: list[str], *, force_name: str | None = None) -> SkillSpec | None:
+def _spec(
+    data: Any, valid_ids: frozenset[str], dropped: list[str], *, force_name: str | None = None
+) -> SkillSpec | None:
     if not isinstance(data, Mapping):
         raise ReviewError(f"a skill spec must be an object, got {data!r}")
     text = {k: data.get(k) for k in ("name", "description", "when_to_use")}
@@ -185,8 +187,11 @@ def _spec(data: Any, valid_ids: frozenset[str], dropped: list[str], *, force_nam
     script = None
     raw_script = data.get("script")
     if raw_script:
-        if not isinstance(raw_script, Mapping) or not isinstance(raw_script.get("path"), str) \
-                or not isinstance(raw_script.get("content"), str):
+        if (
+            not isinstance(raw_script, Mapping)
+            or not isinstance(raw_script.get("path"), str)
+            or not isinstance(raw_script.get("content"), str)
+        ):
             raise ReviewError(f"skill {name!r}: script must be {{path, content}}, got {raw_script!r}")
         path = raw_script["path"].strip().removeprefix("scripts/")
         if not valid_script_path(path):
@@ -198,8 +203,13 @@ def _spec(data: Any, valid_ids: frozenset[str], dropped: list[str], *, force_nam
         dropped.append(f"skill {name!r} cites no event of the transcript (cited {list(cited)!r})")
         return None
     return SkillSpec(
-        name=sanitize_name(name), description=description, when_to_use=when, steps=steps,
-        pitfalls=_strings(data.get("pitfalls"), "pitfalls"), script=script, evidence=evidence,
+        name=sanitize_name(name),
+        description=description,
+        when_to_use=when,
+        steps=steps,
+        pitfalls=_strings(data.get("pitfalls"), "pitfalls"),
+        script=script,
+        evidence=evidence,
     )
 
 
@@ -231,8 +241,13 @@ def parse_decision(data: Any, *, valid_ids: frozenset[str]) -> ReviewDecision:
         if spec is not None and spec.name not in taken:
             skills.append(spec)
             taken.add(spec.name)
-    decision = ReviewDecision(skip_reason=skip.strip(), skills=tuple(skills), updates=tuple(updates),
-                              deletions=deletions, dropped=tuple(dropped))
+    decision = ReviewDecision(
+        skip_reason=skip.strip(),
+        skills=tuple(skills),
+        updates=tuple(updates),
+        deletions=deletions,
+        dropped=tuple(dropped),
+    )
     if decision.skip_reason and not decision.empty:
         raise ReviewError(f"skip_reason {decision.skip_reason!r} given together with skills to change")
     return decision
@@ -244,7 +259,7 @@ def first_json_object(text: str) -> Any:
     decoder = json.JSONDecoder()
     for match in re.finditer(r"\{", text):
         try:
-            value, _ = decoder.raw_decode(text[match.start():])
+            value, _ = decoder.raw_decode(text[match.start() :])
         except ValueError:
             continue
         return value
@@ -285,8 +300,10 @@ class ModelReviewer:
 
     def request(self, request: ReviewInput) -> ModelRequest:
         return ModelRequest(
-            messages=(Message(role="system", content=REVIEW_PROMPT),
-                      Message(role="user", content=build_review_prompt(request))),
+            messages=(
+                Message(role="system", content=REVIEW_PROMPT),
+                Message(role="user", content=build_review_prompt(request)),
+            ),
             tools=(ToolSpec(name=REVIEW_TOOL, description="Submit the skill review.", parameters=REVIEW_SCHEMA),),
             stream=False,
             temperature=0.0,
@@ -349,13 +366,17 @@ class HeuristicReviewer:
             uses = sum(1 for s in succeeded if s.name == tool)
             with_params = f" with {', '.join(params)}" if params else ""
             steps.append(f"Call `{tool}`{with_params}" + (f" ({uses} calls were needed)" if uses > 1 else "") + ".")
-        steps.append("Answer from the tool results only: quote each result you rely on, then give the cause and the fix.")
+        steps.append(
+            "Answer from the tool results only: quote each result you rely on, then give the cause and the fix."
+        )
         pitfalls = []
         failed = [s for s in delta.tool_steps if s.failed]
         for step in failed:
             pitfalls.append(f"`{step.name}` can fail; check its arguments and call it again before concluding.")
         if delta.correction is not None:
-            pitfalls.append("The user corrected an earlier answer: confirm the result against the tools before answering.")
+            pitfalls.append(
+                "The user corrected an earlier answer: confirm the result against the tools before answering."
+            )
         first_request = delta.user_requests[0].text if delta.user_requests else ""
         task = generalize(first_request)[:160]
         evidence = [s.call_event_id for s in succeeded] + [s.result_event_id for s in succeeded]

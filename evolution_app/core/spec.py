@@ -55,8 +55,12 @@ class SkillSpec:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "name": self.name, "description": self.description, "when_to_use": self.when_to_use,
-            "steps": list(self.steps), "pitfalls": list(self.pitfalls), "evidence": list(self.evidence),
+            "name": self.name,
+            "description": self.description,
+            "when_to_use": self.when_to_use,
+            "steps": list(self.steps),
+            "pitfalls": list(self.pitfalls),
+            "evidence": list(self.evidence),
         }
         if self.script is not None:
             data["script"] = self.script.to_dict()
@@ -108,9 +112,22 @@ def render_files(spec: SkillSpec) -> dict[str, str]:
         f"description: {_one_line(spec.description)}",
     ]
     if spec.script is not None:
-        lines.append(f"command: python scripts/{spec.script.path}" if spec.script.path.endswith(".py")
-                     else f"command: sh scripts/{spec.script.path}")
-    lines += ["---", f"# {_title(spec.name)}", "", "## When to use", "", _one_line(spec.when_to_use), "", "## Steps", ""]
+        lines.append(
+            f"command: python scripts/{spec.script.path}"
+            if spec.script.path.endswith(".py")
+            else f"command: sh scripts/{spec.script.path}"
+        )
+    lines += [
+        "---",
+        f"# {_title(spec.name)}",
+        "",
+        "## When to use",
+        "",
+        _one_line(spec.when_to_use),
+        "",
+        "## Steps",
+        "",
+    ]
     lines += [f"{i}. {_one_line(step)}" for i, step in enumerate(spec.steps, 1)]
     if spec.pitfalls:
         lines += ["", "## Pitfalls", ""]

@@ -54,10 +54,18 @@ NOTE_MAX_NAMES = 20
 # FILE_TOKEN_ESTIMATE), the rest cut with a marker: the budget counts a fixed estimate.
 TEXT_FILE_MAX_CHARS = 4096
 _EXTENSIONS = {
-    "image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp", "application/pdf": "pdf",
-    "text/plain": "txt", "text/csv": "csv", "application/json": "json",
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+    "application/pdf": "pdf",
+    "text/plain": "txt",
+    "text/csv": "csv",
+    "application/json": "json",
 }
-_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,(?P<data>.*)$", re.S)
+_DATA_URL = re.compile(
+    r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,(?P<data>.*)$", re.S
+)
 
 
 class AttachmentError(ValueError):
@@ -134,8 +142,14 @@ def decode_base64(text: str, *, field: str) -> bytes:
 
 
 def upload_part(
-    data: bytes, *, limits: AttachmentLimits, field: str, name: str = "", declared: str = "",
-    kind: Literal["image", "file"] | None = None, detail: str | None = None,
+    data: bytes,
+    *,
+    limits: AttachmentLimits,
+    field: str,
+    name: str = "",
+    declared: str = "",
+    kind: Literal["image", "file"] | None = None,
+    detail: str | None = None,
 ) -> ContentPart:
     """A checked upload (bytes held in memory until the Runner stores them).
 
@@ -143,7 +157,9 @@ def upload_part(
     """
     if len(data) > limits.max_bytes:
         raise AttachmentError(
-            413, "attachment_too_large", f"{field} is {len(data)} bytes, more than the limit of {limits.max_bytes} bytes",
+            413,
+            "attachment_too_large",
+            f"{field} is {len(data)} bytes, more than the limit of {limits.max_bytes} bytes",
             field=field,
         )
     if not data:
@@ -153,21 +169,22 @@ def upload_part(
         allowed = IMAGE_TYPES if kind == "image" else ALLOWED_TYPES
         found = "not one of them" if mime is None else mime
         raise AttachmentError(
-            415, "unsupported_media_type",
-            f"{field}: the bytes are {found}; allowed types: {', '.join(allowed)}", field=field,
+            415,
+            "unsupported_media_type",
+            f"{field}: the bytes are {found}; allowed types: {', '.join(allowed)}",
+            field=field,
         )
     part_type: Literal["image", "file"] = "image" if mime in IMAGE_TYPES else "file"
-    return ContentPart(type=part_type, name=display_name(name), mime=mime, size=len(data), detail=_detail(detail),
-                       data=data)
+    return ContentPart(
+        type=part_type, name=display_name(name), mime=mime, size=len(data), detail=_detail(detail), data=data
+    )
 
 
 def display_name(name: str) -> str:
     """A client's file name as the ledger keeps it: control and format characters and lone
     surrogates dropped (no database text column takes a NUL), blanks trimmed, at most 200
     characters. It is a label: the artifact's name is made apart (`artifact_name`)."""
-    kept = "".join(
-        c for c in name if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp")
-    )
+    kept = "".join(c for c in name if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp"))
     return kept.strip()[:200]
 
 
@@ -180,15 +197,21 @@ def url_image_part(url: str, *, field: str, detail: str | None = None) -> Conten
     """An image the client gave by http(s) URL: passed to the model as it is, not fetched."""
     if not re.match(r"^https?://[\x21-\x7e]+$", url) or len(url) > 2048:
         # Printable ASCII only (a client percent-encodes the rest): nothing the ledger cannot store.
-        raise AttachmentError(400, "invalid_image_url", f"{field} must be an http(s) URL (printable ASCII, at most "
-                              "2048 characters) or a data URL", field=field)
+        raise AttachmentError(
+            400,
+            "invalid_image_url",
+            f"{field} must be an http(s) URL (printable ASCII, at most 2048 characters) or a data URL",
+            field=field,
+        )
     return ContentPart(type="image", name=url.rsplit("/", 1)[-1][:100] or "image", url=url, detail=_detail(detail))
 
 
 def check_count(parts: Sequence[object], *, limits: AttachmentLimits, field: str) -> None:
     if len(parts) > limits.max_count:
         raise AttachmentError(
-            413, "too_many_attachments", f"{field} has {len(parts)} attachments; the limit is {limits.max_count}",
+            413,
+            "too_many_attachments",
+            f"{field} has {len(parts)} attachments; the limit is {limits.max_count}",
             field=field,
         )
 
@@ -219,10 +242,15 @@ async def store_attachments(message: Message, *, artifacts: ArtifactService, sco
             continue
         filename = artifact_name(part, index)
         info = await artifacts.save(scope, filename, part.data, mime=part.mime)
-        stored.append(dataclasses.replace(
-            part, name=part.name or filename, artifact=ArtifactRef(filename=info.filename, version=info.version),
-            size=info.size, data=None,
-        ))
+        stored.append(
+            dataclasses.replace(
+                part,
+                name=part.name or filename,
+                artifact=ArtifactRef(filename=info.filename, version=info.version),
+                size=info.size,
+                data=None,
+            )
+        )
     return dataclasses.replace(message, parts=tuple(stored))
 
 
@@ -336,5 +364,7 @@ async def with_attachment_bytes(request: ModelRequest, invocation: Invocation) -
         return request
     session = invocation.session
     scope = ArtifactScope(app=invocation.app, user_id=session.user_id, session_id=session.id)
-    messages = await load_attachments(request.messages, artifacts=invocation.services.get(ARTIFACT_SERVICE), scope=scope)
+    messages = await load_attachments(
+        request.messages, artifacts=invocation.services.get(ARTIFACT_SERVICE), scope=scope
+    )
     return dataclasses.replace(request, messages=messages)

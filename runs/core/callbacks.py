@@ -167,16 +167,34 @@ class Callbacks:
 
     def __add__(self, other: Callbacks) -> Callbacks:
         """These callbacks, then `other`'s, point by point."""
-        return Callbacks(**{
-            name: (*getattr(self, name), *getattr(other, name))
-            for name in ("before_model", "after_model", "before_tool", "after_tool", "on_event", "before_run",
-                         "after_run")
-        })
+        return Callbacks(
+            **{
+                name: (*getattr(self, name), *getattr(other, name))
+                for name in (
+                    "before_model",
+                    "after_model",
+                    "before_tool",
+                    "after_tool",
+                    "on_event",
+                    "before_run",
+                    "after_run",
+                )
+            }
+        )
 
     @property
     def empty(self) -> bool:
-        return not any((self.before_model, self.after_model, self.before_tool, self.after_tool, self.on_event,
-                        self.before_run, self.after_run))
+        return not any(
+            (
+                self.before_model,
+                self.after_model,
+                self.before_tool,
+                self.after_tool,
+                self.on_event,
+                self.before_run,
+                self.after_run,
+            )
+        )
 
 
 NO_CALLBACKS = Callbacks()

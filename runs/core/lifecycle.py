@@ -82,8 +82,10 @@ class Lifecycle:
             if not dead and last_sign >= stale_before:
                 continue
             reason = (
-                "this process no longer runs it" if ours
-                else "its process ended" if dead
+                "this process no longer runs it"
+                if ours
+                else "its process ended"
+                if dead
                 else f"no heartbeat since {last_sign.isoformat()}"
             )
             interrupted = await self.runner.run_store.interrupt(record.id, at=now, reason=f"run interrupted: {reason}")
@@ -100,14 +102,17 @@ class Lifecycle:
         if session is None:
             return
         error = EventError(type="interrupted", message=(record.error or {}).get("message", "run interrupted"))
-        await self.runner.session_service.append_event(session, Event(
-            author=record.app,
-            object=OBJECT_RUNNER_COMPLETION,
-            done=True,
-            request_id=record.request_id,
-            error=error,
-            extensions={"run_id": record.id, "status": "interrupted"},
-        ))
+        await self.runner.session_service.append_event(
+            session,
+            Event(
+                author=record.app,
+                object=OBJECT_RUNNER_COMPLETION,
+                done=True,
+                request_id=record.request_id,
+                error=error,
+                extensions={"run_id": record.id, "status": "interrupted"},
+            ),
+        )
 
     async def run_forever(self) -> None:
         while True:

@@ -82,25 +82,41 @@ class OutputSpec:
             raise SchemaError(f"max_retries must be between 0 and {MAX_OUTPUT_RETRIES}, got {self.max_retries!r}")
 
     @classmethod
-    def of(cls, schema: Mapping[str, Any] | type[Any], *, name: str | None = None, strict: bool = False,
-           max_retries: int = DEFAULT_OUTPUT_RETRIES) -> OutputSpec:
+    def of(
+        cls,
+        schema: Mapping[str, Any] | type[Any],
+        *,
+        name: str | None = None,
+        strict: bool = False,
+        max_retries: int = DEFAULT_OUTPUT_RETRIES,
+    ) -> OutputSpec:
         """A spec from a JSON Schema dict or a pydantic model class (its `model_json_schema`)."""
         if isinstance(schema, type):
             to_schema: Callable[[], Mapping[str, Any]] | None = getattr(schema, "model_json_schema", None)
             if to_schema is None:
                 raise SchemaError(f"{schema.__name__} is not a pydantic model (no model_json_schema)")
-            return cls(kind="json_schema", schema=dict(to_schema()), name=name or schema.__name__, strict=strict,
-                       max_retries=max_retries, model_class=schema)
+            return cls(
+                kind="json_schema",
+                schema=dict(to_schema()),
+                name=name or schema.__name__,
+                strict=strict,
+                max_retries=max_retries,
+                model_class=schema,
+            )
         if not isinstance(schema, Mapping):
             raise SchemaError(f"a schema must be a JSON object, got {type(schema).__name__}")
-        return cls(kind="json_schema", schema=dict(schema), name=name or "output", strict=strict, max_retries=max_retries)
+        return cls(
+            kind="json_schema", schema=dict(schema), name=name or "output", strict=strict, max_retries=max_retries
+        )
 
     def check(self, text: str) -> Any:
         """The answer's JSON value when it is valid output; `OutputMismatch` naming each problem."""
         try:
             value = json.loads(_strip_fence(text))
         except json.JSONDecodeError as exc:
-            raise OutputMismatch([f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]) from None
+            raise OutputMismatch(
+                [f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+            ) from None
         if self.kind == "json_object" or self.schema is None:
             if not isinstance(value, dict):
                 raise OutputMismatch([f"the answer must be a JSON object, got {_json_type(value)}"])
@@ -129,8 +145,12 @@ class OutputSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (run records, docs); `model_class` stays in code."""
-        data: dict[str, Any] = {"kind": self.kind, "name": self.name, "strict": self.strict,
-                                "max_retries": self.max_retries}
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "strict": self.strict,
+            "max_retries": self.max_retries,
+        }
         if self.schema is not None:
             data["schema"] = dict(self.schema)
         return data
@@ -152,8 +172,9 @@ def check_schema(schema: Any) -> None:
     # A reference outside the schema would be fetched while validating: never across the network.
     for path, ref in _refs(schema, ()):
         if not ref.startswith("#"):
-            raise SchemaError(f"invalid JSON Schema at {_where(path)}: only local references ('#/...') are allowed, "
-                              f"got {ref!r}")
+            raise SchemaError(
+                f"invalid JSON Schema at {_where(path)}: only local references ('#/...') are allowed, got {ref!r}"
+            )
 
 
 def _refs(node: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
@@ -181,8 +202,9 @@ def output_from_response_format(value: Any, *, param: str = "response_format") -
     if kind == "json_object":
         return OutputSpec(kind="json_object")
     if kind != "json_schema":
-        raise SchemaError(f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
-                          param=f"{param}.type")
+        raise SchemaError(
+            f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}", param=f"{param}.type"
+        )
     spec = value.get("json_schema")
     if not isinstance(spec, Mapping):
         raise SchemaError(f"{param}.json_schema must be an object with name and schema", param=f"{param}.json_schema")
@@ -191,8 +213,10 @@ def output_from_response_format(value: Any, *, param: str = "response_format") -
         raise SchemaError(f"{param}.json_schema.strict must be a boolean", param=f"{param}.json_schema.strict")
     name = spec.get("name", "output")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise SchemaError(f"{param}.json_schema.name must be 1-64 letters, digits, '_' or '-', got {name!r}",
-                          param=f"{param}.json_schema.name")
+        raise SchemaError(
+            f"{param}.json_schema.name must be 1-64 letters, digits, '_' or '-', got {name!r}",
+            param=f"{param}.json_schema.name",
+        )
     schema = spec.get("schema")
     if schema is None:
         raise SchemaError(f"{param}.json_schema.schema is required", param=f"{param}.json_schema.schema")

@@ -66,8 +66,7 @@ class RunStore(Protocol):
         """Write the record's status, timings, error and counters."""
         ...
 
-    async def get(self, run_id: str) -> RunRecord | None:
-        ...
+    async def get(self, run_id: str) -> RunRecord | None: ...
 
     async def heartbeat(self, run_ids: Sequence[str], *, at: datetime) -> None:
         """Record that these runs are alive in their owner process."""
@@ -143,7 +142,9 @@ class InMemoryRunStore:
     async def heartbeat(self, run_ids: Sequence[str], *, at: datetime) -> None:
         for run_id in run_ids:
             if run_id in self._runs:
-                self._runs[run_id] = self._runs[run_id].replace(heartbeat_at=max_dt(self._runs[run_id].heartbeat_at, at))
+                self._runs[run_id] = self._runs[run_id].replace(
+                    heartbeat_at=max_dt(self._runs[run_id].heartbeat_at, at)
+                )
 
     async def running(self) -> list[RunRecord]:
         return [r for r in self._runs.values() if not r.finished]
@@ -152,7 +153,9 @@ class InMemoryRunStore:
         record = self._runs.get(run_id)
         if record is None or record.finished:
             return None
-        record = record.replace(status="interrupted", ended_at=at, error={"type": "interrupted", "message": reason, "code": None})
+        record = record.replace(
+            status="interrupted", ended_at=at, error={"type": "interrupted", "message": reason, "code": None}
+        )
         self._runs[run_id] = record
         return record
 
@@ -162,8 +165,9 @@ class InMemoryRunStore:
             return None
         if any(r.request_id == request_id and r.user_id == user_id and r.id != run_id for r in self._runs.values()):
             raise DuplicateRequestError(request_id)
-        record = record.replace(status="running", request_id=request_id, owner=owner, heartbeat_at=at, ended_at=None,
-                                error=None)
+        record = record.replace(
+            status="running", request_id=request_id, owner=owner, heartbeat_at=at, ended_at=None, error=None
+        )
         self._runs[run_id] = record
         return record
 

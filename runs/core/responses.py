@@ -48,8 +48,12 @@ METADATA_VALUE_MAX = 512
 
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
 _STATUSES: dict[str, ResponseStatus] = {
-    "queued": "queued", "running": "in_progress", "completed": "completed", "failed": "failed",
-    "cancelled": "cancelled", "interrupted": "incomplete",
+    "queued": "queued",
+    "running": "in_progress",
+    "completed": "completed",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "interrupted": "incomplete",
 }
 _ROLES = ("user", "assistant", "system", "developer")
 # A reasoning model's own notes, which clients resend: dropped, nothing our agents' models read.
@@ -89,8 +93,12 @@ class ResponseEcho:
     store: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "metadata": dict(self.metadata), "tools": [dict(t) for t in self.tools],
-                "text_format": dict(self.text_format)}
+        return {
+            **asdict(self),
+            "metadata": dict(self.metadata),
+            "tools": [dict(t) for t in self.tools],
+            "text_format": dict(self.text_format),
+        }
 
     @classmethod
     def from_value(cls, value: Any) -> ResponseEcho:
@@ -116,7 +124,7 @@ def run_id_of(value: str) -> str | None:
     """The run a response id names; None for a value that is not a response id."""
     if not value.startswith(RESPONSE_PREFIX) or len(value) == len(RESPONSE_PREFIX):
         return None
-    return value[len(RESPONSE_PREFIX):]
+    return value[len(RESPONSE_PREFIX) :]
 
 
 def input_messages(raw: Any) -> ResponsesInput:
@@ -153,11 +161,17 @@ def input_messages(raw: Any) -> ResponsesInput:
             message = _function_output(item, at)
             calls_of = None
         elif kind == "item_reference":
-            raise ResponsesInputError(f"{at}: item_reference is not supported; send the item itself, or continue "
-                                      "with previous_response_id", param=f"{at}.type", code="unsupported_input")
+            raise ResponsesInputError(
+                f"{at}: item_reference is not supported; send the item itself, or continue with previous_response_id",
+                param=f"{at}.type",
+                code="unsupported_input",
+            )
         else:
-            raise ResponsesInputError(f"{at}.type must be 'message', 'function_call' or 'function_call_output', "
-                                      f"got {kind!r}", param=f"{at}.type", code="unsupported_input")
+            raise ResponsesInputError(
+                f"{at}.type must be 'message', 'function_call' or 'function_call_output', got {kind!r}",
+                param=f"{at}.type",
+                code="unsupported_input",
+            )
         messages.append(message)
         origins.append(index)
     if not messages:
@@ -194,22 +208,32 @@ def _part(part: Any, at: str) -> dict[str, Any]:
         return {"type": "text", "text": refusal}
     if kind == "input_image":
         if part.get("file_id") is not None or part.get("image_url") is None:
-            raise ResponsesInputError(f"{at} must carry image_url (a URL or a data URL); file_id is not supported "
-                                      "(this server has no Files API)", param=f"{at}.image_url", code="unsupported_content")
+            raise ResponsesInputError(
+                f"{at} must carry image_url (a URL or a data URL); file_id is not supported "
+                "(this server has no Files API)",
+                param=f"{at}.image_url",
+                code="unsupported_content",
+            )
         image: dict[str, Any] = {"url": part.get("image_url")}
         if isinstance(part.get("detail"), str):
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
     if kind == "input_file":
         if part.get("file_data") is None:
-            raise ResponsesInputError(f"{at} must carry file_data (base64 or a data URL); file_id and file_url are "
-                                      "not supported", param=f"{at}.file_data", code="unsupported_content")
+            raise ResponsesInputError(
+                f"{at} must carry file_data (base64 or a data URL); file_id and file_url are not supported",
+                param=f"{at}.file_data",
+                code="unsupported_content",
+            )
         file: dict[str, Any] = {"file_data": part.get("file_data")}
         if part.get("filename") is not None:
             file["filename"] = part.get("filename")
         return {"type": "file", "file": file}
-    raise ResponsesInputError(f"{at}.type must be 'input_text', 'input_image', 'input_file', 'output_text' or "
-                              f"'refusal', got {kind!r}", param=f"{at}.type", code="unsupported_content")
+    raise ResponsesInputError(
+        f"{at}.type must be 'input_text', 'input_image', 'input_file', 'output_text' or 'refusal', got {kind!r}",
+        param=f"{at}.type",
+        code="unsupported_content",
+    )
 
 
 def _function_call(item: Mapping[str, Any], at: str) -> dict[str, Any]:
@@ -231,8 +255,11 @@ def _function_output(item: Mapping[str, Any], at: str) -> dict[str, Any]:
         texts = []
         for number, part in enumerate(output):
             if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
-                raise ResponsesInputError(f"{at}.output[{number}] must be an input_text part (a tool result is text)",
-                                          param=f"{at}.output[{number}]", code="unsupported_content")
+                raise ResponsesInputError(
+                    f"{at}.output[{number}] must be an input_text part (a tool result is text)",
+                    param=f"{at}.output[{number}]",
+                    code="unsupported_content",
+                )
             texts.append(part["text"])
         output = "".join(texts)
     if not isinstance(output, str):
@@ -255,8 +282,11 @@ def responses_tools(raw: Any) -> tuple[ToolSpec, ...]:
             if not isinstance(item, dict):
                 raise ResponsesInputError(f"{at} must be an object", param=at)
             if item.get("type") != "function":
-                raise ResponsesInputError(f"{at}.type must be 'function' (hosted tools are not available here), got "
-                                          f"{item.get('type')!r}", param=f"{at}.type", code="unsupported_tool")
+                raise ResponsesInputError(
+                    f"{at}.type must be 'function' (hosted tools are not available here), got {item.get('type')!r}",
+                    param=f"{at}.type",
+                    code="unsupported_tool",
+                )
             specs.append(client_tool_spec(item.get("name"), item.get("description"), item.get("parameters"), at=at))
         check_unique(specs, lambda i: f"tools[{i}].name")
     except ClientToolError as exc:
@@ -271,12 +301,16 @@ def responses_tool_choice(raw: Any) -> ToolChoice | None:
     if raw in ("auto", "none", "required"):
         return ToolChoice(mode=raw)
     if not isinstance(raw, dict) or raw.get("type") != "function":
-        raise ResponsesInputError("tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
-                                  param="tool_choice", code="invalid_tool_choice")
+        raise ResponsesInputError(
+            "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
+            param="tool_choice",
+            code="invalid_tool_choice",
+        )
     name = raw.get("name")
     if not isinstance(name, str) or not name:
-        raise ResponsesInputError("tool_choice.name must be a non-empty string", param="tool_choice.name",
-                                  code="invalid_tool_choice")
+        raise ResponsesInputError(
+            "tool_choice.name must be a non-empty string", param="tool_choice.name", code="invalid_tool_choice"
+        )
     return ToolChoice(mode="function", name=name)
 
 
@@ -300,8 +334,9 @@ def responses_output(text: Any) -> tuple[OutputSpec | None, dict[str, Any]]:
         spec = output_from_response_format(as_chat, param="text.format")
     except SchemaError as exc:
         param = (exc.param or "text.format").replace(".json_schema", "")
-        raise ResponsesInputError(str(exc).replace("text.format.json_schema", "text.format"), param=param,
-                                  code="invalid_text_format") from None
+        raise ResponsesInputError(
+            str(exc).replace("text.format.json_schema", "text.format"), param=param, code="invalid_text_format"
+        ) from None
     return spec, dict(fmt)
 
 
@@ -315,18 +350,26 @@ def responses_metadata(raw: Any) -> dict[str, str]:
         raise ResponsesInputError(f"metadata has {len(raw)} keys; the limit is {METADATA_MAX_KEYS}", param="metadata")
     for key, value in raw.items():
         if len(key) > METADATA_KEY_MAX:
-            raise ResponsesInputError(f"metadata key {key[:20]!r}... is longer than {METADATA_KEY_MAX} characters",
-                                      param="metadata")
+            raise ResponsesInputError(
+                f"metadata key {key[:20]!r}... is longer than {METADATA_KEY_MAX} characters", param="metadata"
+            )
         if not isinstance(value, str) or len(value) > METADATA_VALUE_MAX:
-            raise ResponsesInputError(f"metadata[{key!r}] must be a string of at most {METADATA_VALUE_MAX} characters",
-                                      param=f"metadata.{key}")
+            raise ResponsesInputError(
+                f"metadata[{key!r}] must be a string of at most {METADATA_VALUE_MAX} characters",
+                param=f"metadata.{key}",
+            )
     return dict(raw)
 
 
 def tool_wire(spec: ToolSpec) -> dict[str, Any]:
     """A client tool as a Responses tool definition (echoed in the response)."""
-    return {"type": "function", "name": spec.name, "description": spec.description,
-            "parameters": dict(spec.parameters), "strict": False}
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": dict(spec.parameters),
+        "strict": False,
+    }
 
 
 def message_item_id(run_id: str, request_id: str) -> str:
@@ -337,8 +380,13 @@ def message_item_id(run_id: str, request_id: str) -> str:
 
 def message_item(item_id: str, text: str, *, status: str = "completed") -> dict[str, Any]:
     """The answer as an output message item."""
-    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
-            "content": [text_part(text)] if status == "completed" else []}
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": status,
+        "content": [text_part(text)] if status == "completed" else [],
+    }
 
 
 def text_part(text: str) -> dict[str, Any]:
@@ -347,8 +395,14 @@ def text_part(text: str) -> dict[str, Any]:
 
 def call_item(call: ToolCall, *, arguments: str | None = None, status: str = "completed") -> dict[str, Any]:
     """A call of a client tool the run waits on, as a `function_call` output item."""
-    return {"id": f"{CALL_ITEM_PREFIX}{call.id}", "type": "function_call", "status": status, "call_id": call.id,
-            "name": call.name, "arguments": call.arguments if arguments is None else arguments}
+    return {
+        "id": f"{CALL_ITEM_PREFIX}{call.id}",
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments if arguments is None else arguments,
+    }
 
 
 def output_items(item_id: str, text: str, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
@@ -362,23 +416,48 @@ def response_status(run_status: str) -> ResponseStatus:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    return {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "input_tokens": prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def response_object(*, run_id: str, model: str, created_at: float, status: ResponseStatus, echo: ResponseEcho,
-                    output: Sequence[Mapping[str, Any]] = (), usage: Mapping[str, Any] | None = None,
-                    error: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def response_object(
+    *,
+    run_id: str,
+    model: str,
+    created_at: float,
+    status: ResponseStatus,
+    echo: ResponseEcho,
+    output: Sequence[Mapping[str, Any]] = (),
+    usage: Mapping[str, Any] | None = None,
+    error: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """A response object as OpenAI's `Response` reads it."""
     return {
-        "id": response_id(run_id), "object": "response", "created_at": int(created_at), "status": status,
-        "model": model, "output": [dict(item) for item in output], "error": dict(error) if error else None,
+        "id": response_id(run_id),
+        "object": "response",
+        "created_at": int(created_at),
+        "status": status,
+        "model": model,
+        "output": [dict(item) for item in output],
+        "error": dict(error) if error else None,
         "incomplete_details": {"reason": "interrupted"} if status == "incomplete" else None,
-        "instructions": echo.instructions, "previous_response_id": echo.previous_response_id,
-        "metadata": dict(echo.metadata), "tools": [dict(t) for t in echo.tools], "tool_choice": echo.tool_choice,
-        "text": {"format": dict(echo.text_format)}, "store": echo.store, "parallel_tool_calls": True,
-        "temperature": None, "top_p": None, "truncation": "disabled", "usage": dict(usage) if usage else None,
+        "instructions": echo.instructions,
+        "previous_response_id": echo.previous_response_id,
+        "metadata": dict(echo.metadata),
+        "tools": [dict(t) for t in echo.tools],
+        "tool_choice": echo.tool_choice,
+        "text": {"format": dict(echo.text_format)},
+        "store": echo.store,
+        "parallel_tool_calls": True,
+        "temperature": None,
+        "top_p": None,
+        "truncation": "disabled",
+        "usage": dict(usage) if usage else None,
     }
 
 
@@ -404,21 +483,30 @@ class ResponseStream:
         return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     def start(self, response: Mapping[str, Any]) -> list[str]:
-        return [self._event("response.created", response=dict(response)),
-                self._event("response.in_progress", response=dict(response))]
+        return [
+            self._event("response.created", response=dict(response)),
+            self._event("response.in_progress", response=dict(response)),
+        ]
 
     def text(self, delta: str) -> list[str]:
         lines = []
         item_id = self.item_id
         if not self._opened:
             self._opened = True
-            lines += [self._event("response.output_item.added", output_index=0,
-                                  item=message_item(item_id, "", status="in_progress")),
-                      self._event("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
-                                  part=text_part(""))]
+            lines += [
+                self._event(
+                    "response.output_item.added", output_index=0, item=message_item(item_id, "", status="in_progress")
+                ),
+                self._event(
+                    "response.content_part.added", item_id=item_id, output_index=0, content_index=0, part=text_part("")
+                ),
+            ]
         self.text_so_far.append(delta)
-        lines.append(self._event("response.output_text.delta", item_id=item_id, output_index=0, content_index=0,
-                                 delta=delta, logprobs=[]))
+        lines.append(
+            self._event(
+                "response.output_text.delta", item_id=item_id, output_index=0, content_index=0, delta=delta, logprobs=[]
+            )
+        )
         return lines
 
     def finish(self, response: Mapping[str, Any], calls: Sequence[ToolCall]) -> list[str]:
@@ -427,22 +515,38 @@ class ResponseStream:
             text = "".join(self.text_so_far)
             item_id = self.item_id
             lines += [
-                self._event("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=text,
-                            logprobs=[]),
-                self._event("response.content_part.done", item_id=item_id, output_index=0, content_index=0,
-                            part=text_part(text)),
+                self._event(
+                    "response.output_text.done",
+                    item_id=item_id,
+                    output_index=0,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=text_part(text)
+                ),
                 self._event("response.output_item.done", output_index=0, item=message_item(item_id, text)),
             ]
             self._outputs = 1
         for call in calls:
             index, item_id = self._outputs, f"{CALL_ITEM_PREFIX}{call.id}"
             lines += [
-                self._event("response.output_item.added", output_index=index,
-                            item=call_item(call, arguments="", status="in_progress")),
-                self._event("response.function_call_arguments.delta", item_id=item_id, output_index=index,
-                            delta=call.arguments),
-                self._event("response.function_call_arguments.done", item_id=item_id, output_index=index,
-                            name=call.name, arguments=call.arguments),
+                self._event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item=call_item(call, arguments="", status="in_progress"),
+                ),
+                self._event(
+                    "response.function_call_arguments.delta", item_id=item_id, output_index=index, delta=call.arguments
+                ),
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item_id,
+                    output_index=index,
+                    name=call.name,
+                    arguments=call.arguments,
+                ),
                 self._event("response.output_item.done", output_index=index, item=call_item(call)),
             ]
             self._outputs += 1

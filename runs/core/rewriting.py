@@ -46,7 +46,9 @@ def normalize_role(message: Message) -> Message:
     return message
 
 
-async def rewrite_user_message(rewriter: UserMessageRewriter, context: RewriteContext, message: Message) -> list[Message]:
+async def rewrite_user_message(
+    rewriter: UserMessageRewriter, context: RewriteContext, message: Message
+) -> list[Message]:
     """The current-turn messages the rewriter makes of `message`; `UsageError` when it returns
     none, a message without a payload last, a tool message, or a last message that is not
     the user's."""

@@ -95,7 +95,10 @@ class Route:
         checkpoint = value.get("checkpoint_id")
         extra = value.get("extra")
         return cls(
-            path=path, kind=kind, run_id=str(value.get("run_id") or ""), question=str(value.get("question") or ""),
+            path=path,
+            kind=kind,
+            run_id=str(value.get("run_id") or ""),
+            question=str(value.get("question") or ""),
             checkpoint_id=checkpoint if isinstance(checkpoint, str) and checkpoint else None,
             extra=dict(extra) if isinstance(extra, Mapping) else {},
         )
@@ -146,7 +149,9 @@ class RouteDecision:
         if self.route is not None:
             note["path"] = self.route.path
         return Event(
-            author=author, object=OBJECT_STATE_UPDATE, state_delta={ROUTE_STATE_KEY: None},
+            author=author,
+            object=OBJECT_STATE_UPDATE,
+            state_delta={ROUTE_STATE_KEY: None},
             extensions={ROUTE_EXTENSION: note},
         )
 
@@ -167,7 +172,11 @@ def lookup(agents: Mapping[str, Agent], path: str) -> list[Agent] | None:
 
 
 def resolve_route(
-    state: Mapping[str, Any], agents: Mapping[str, Agent], *, requested: str | None, user_turn: bool = True,
+    state: Mapping[str, Any],
+    agents: Mapping[str, Agent],
+    *,
+    requested: str | None,
+    user_turn: bool = True,
 ) -> RouteDecision:
     """SPEC 1.2 step 6: what the session's pending route means for a run that starts now.
 

@@ -308,9 +308,16 @@ class Runner:
             if self.user_message_rewriter is not None and not tool_results:
                 # SPEC 1.2 step 8: the rewritten messages are the current turn; the last
                 # is the invocation message.
-                turn = await rewrite_user_message(self.user_message_rewriter, RewriteContext(
-                    user_id=user_id, session_id=session.id, agent_name=chosen.name, state=dict(session.state),
-                ), msg)
+                turn = await rewrite_user_message(
+                    self.user_message_rewriter,
+                    RewriteContext(
+                        user_id=user_id,
+                        session_id=session.id,
+                        agent_name=chosen.name,
+                        state=dict(session.state),
+                    ),
+                    msg,
+                )
                 msg = turn[-1]
                 turn_extensions = {**dict(turn_extensions or {}), REWRITTEN: True}
             paused = await self._paused_run(session, turn, agent=chosen.name) if tool_results and not created else None
@@ -335,29 +342,43 @@ class Runner:
             # Issue 18: when nothing is written before the user message, the run's row is
             # inserted with it (one commit less); a duplicate request id then fails that write.
             join = paused is None and self._joins_create(session, turn, seed)
-            record = await (self._resume(invocation, user_id=user_id) if paused is not None
-                            else self._register(invocation, user_id=user_id, agent=chosen.name, defer=join))
+            record = await (
+                self._resume(invocation, user_id=user_id)
+                if paused is not None
+                else self._register(invocation, user_id=user_id, agent=chosen.name, defer=join)
+            )
             self._steering[record.id] = steering
         except BaseException:
             if created:
                 # A refused start leaves no session behind (a duplicate request id, a bad agent).
                 await self._drop_session(session)
             raise
-        handle = RunHandle(record=record, invocation=invocation, agent=chosen, steering=steering,
-                           _earlier_trace=paused.trace if paused is not None else None)
-        handle._trace = TraceRecorder(run_id=record.id, agent=chosen.name, branch=invocation.branch,
-                                      started_at=utcnow() if paused is not None else record.started_at or utcnow())
+        handle = RunHandle(
+            record=record,
+            invocation=invocation,
+            agent=chosen,
+            steering=steering,
+            _earlier_trace=paused.trace if paused is not None else None,
+        )
+        handle._trace = TraceRecorder(
+            run_id=record.id,
+            agent=chosen.name,
+            branch=invocation.branch,
+            started_at=utcnow() if paused is not None else record.started_at or utcnow(),
+        )
         if self._persists_interrupted(options):
             handle._streamed = {}
         try:
             # Uploaded images and files become artifacts of the session first: the ledger
             # references them, never holds their bytes (issue 20, item 3).
-            turn = await store_turn_attachments(turn, services=self.services, app=self.app, user_id=user_id,
-                                                session_id=session.id)
+            turn = await store_turn_attachments(
+                turn, services=self.services, app=self.app, user_id=user_id, session_id=session.id
+            )
             invocation.message = turn[-1]
             if seed and session.last_seq == 0:
-                seed = await store_turn_attachments(seed, services=self.services, app=self.app, user_id=user_id,
-                                                    session_id=session.id)
+                seed = await store_turn_attachments(
+                    seed, services=self.services, app=self.app, user_id=user_id, session_id=session.id
+                )
             # 4. persist the user message before the agent starts (never emitted by the loop);
             # seed history a client sent along goes first, only into an empty session (SPEC 1.4)
             opening: list[Event] = []
@@ -368,16 +389,30 @@ class Runner:
                 opening.append(abandoned)
             if seed and session.last_seq == 0:
                 # as earlier turns of their own, not as part of this run (runs.core.context.seeding)
-                opening.extend(seeded_events(seed, agent=chosen.name, branch=invocation.branch, filter_key=invocation.filter_key,
-                                             own_tools=own_tool_names(chosen) | {t.name for t in options.client_tools}))
+                opening.extend(
+                    seeded_events(
+                        seed,
+                        agent=chosen.name,
+                        branch=invocation.branch,
+                        filter_key=invocation.filter_key,
+                        own_tools=own_tool_names(chosen) | {t.name for t in options.client_tools},
+                    )
+                )
             for current in turn:
                 # A tool result is authored by the agent whose call it answers (SPEC 1.4).
                 turn_event = (
-                    Event(author=chosen.name, object=OBJECT_TOOL_RESPONSE, message=current,
-                          extensions=dict(turn_extensions or {}))
+                    Event(
+                        author=chosen.name,
+                        object=OBJECT_TOOL_RESPONSE,
+                        message=current,
+                        extensions=dict(turn_extensions or {}),
+                    )
                     if current.role == "tool"
-                    else Event(author="user" if current.role == "user" else chosen.name, message=current,
-                               extensions=dict(turn_extensions or {}))
+                    else Event(
+                        author="user" if current.role == "user" else chosen.name,
+                        message=current,
+                        extensions=dict(turn_extensions or {}),
+                    )
                 )
                 opening.append(invocation.stamp(turn_event))
             if (route_note := routed.note(author=chosen.name)) is not None:
@@ -573,9 +608,7 @@ class Runner:
 
     # -- phases -----------------------------------------------------------------------------
 
-    async def _open_session(
-        self, *, user_id: str, session_id: str | None, agent: str | None
-    ) -> tuple[Session, bool]:
+    async def _open_session(self, *, user_id: str, session_id: str | None, agent: str | None) -> tuple[Session, bool]:
         """The session to run in, and whether this call created it."""
         if session_id:
             key = SessionKey(app=self.app, user_id=user_id, session_id=session_id)
@@ -615,9 +648,16 @@ class Runner:
         self._starting.add(invocation.run_id)
         try:
             record = RunRecord(
-                id=invocation.run_id, app=self.app, user_id=user_id, session_id=invocation.session.id,
-                agent=agent, request_id=invocation.request_id, owner=self.owner, status="running",
-                started_at=utcnow(), heartbeat_at=utcnow(),
+                id=invocation.run_id,
+                app=self.app,
+                user_id=user_id,
+                session_id=invocation.session.id,
+                agent=agent,
+                request_id=invocation.request_id,
+                owner=self.owner,
+                status="running",
+                started_at=utcnow(),
+                heartbeat_at=utcnow(),
             )
             return record if defer else await self.run_store.create(record)
         except BaseException:
@@ -630,7 +670,9 @@ class Runner:
         stores can share a transaction, and nothing else is written between the row and
         the message (no paused run to abandon, no upload to store), so that a duplicate
         request id, found by that write, has still changed nothing."""
-        if not getattr(self.session_service, "joins_writes", False) or not isinstance(self.run_store, JoinableRunCreate):
+        if not getattr(self.session_service, "joins_writes", False) or not isinstance(
+            self.run_store, JoinableRunCreate
+        ):
             return False
         completion = next((e for e in reversed(session.events) if e.is_runner_completion), None)
         if completion is not None and completion.extensions.get("status") == REQUIRES_ACTION:
@@ -661,8 +703,9 @@ class Runner:
             self._active_requests.discard(request)
             self._starting.discard(handle.run_id)
             self._steering.pop(handle.run_id, None)
-            logger.warning("run %s: its record could not be created after its start failed", handle.run_id,
-                           exc_info=True)
+            logger.warning(
+                "run %s: its record could not be created after its start failed", handle.run_id, exc_info=True
+            )
             return False
 
     async def _paused_run(self, session: Session, results: Sequence[Message], *, agent: str) -> RunRecord | None:
@@ -676,7 +719,12 @@ class Runner:
         if not waiting or not {r.tool_call_id for r in results} <= waiting:
             return None
         record = await self.run_store.get(str(completion.extensions.get("run_id") or ""))
-        if record is None or record.status != REQUIRES_ACTION or record.agent != agent or record.session_id != session.id:
+        if (
+            record is None
+            or record.status != REQUIRES_ACTION
+            or record.agent != agent
+            or record.session_id != session.id
+        ):
             return None
         return record
 
@@ -694,8 +742,13 @@ class Runner:
         if await self.run_store.abandon(run_id, user_id=user_id, at=utcnow(), reason=reason) is None:
             return None
         return Event(
-            author=self.app, object=OBJECT_RUNNER_COMPLETION, done=True, invocation_id=completion.invocation_id,
-            request_id=completion.request_id, branch=completion.branch, filter_key=completion.filter_key,
+            author=self.app,
+            object=OBJECT_RUNNER_COMPLETION,
+            done=True,
+            invocation_id=completion.invocation_id,
+            request_id=completion.request_id,
+            branch=completion.branch,
+            filter_key=completion.filter_key,
             extensions={"run_id": run_id, "status": "cancelled", "abandoned_by": by, CLIENT_CALLS_EXTENSION: calls},
         )
 
@@ -709,8 +762,9 @@ class Runner:
         self._active_requests.add(request)
         self._starting.add(invocation.run_id)
         try:
-            record = await self.run_store.resume(invocation.run_id, user_id=user_id, request_id=invocation.request_id,
-                                                 owner=self.owner, at=utcnow())
+            record = await self.run_store.resume(
+                invocation.run_id, user_id=user_id, request_id=invocation.request_id, owner=self.owner, at=utcnow()
+            )
             if record is None:
                 raise UsageError(f"run {invocation.run_id!r} is no longer waiting for tool results")
             return record
@@ -737,10 +791,18 @@ class Runner:
             error = EventError(type="start_failed", message=f"the run could not start: {reason}")
             logger.warning("run %s could not start: %s", handle.run_id, reason)
             invocation = handle.invocation
-            held.append(repair_error(invocation.stamp(Event(
-                author=invocation.agent_name, object=OBJECT_ERROR, done=True,
-                error=EventError(type="run_error", message=error.message, code="start_failed"),
-            ))))
+            held.append(
+                repair_error(
+                    invocation.stamp(
+                        Event(
+                            author=invocation.agent_name,
+                            object=OBJECT_ERROR,
+                            done=True,
+                            error=EventError(type="run_error", message=error.message, code="start_failed"),
+                        )
+                    )
+                )
+            )
             self._observe(handle, held[-1])
         await self._record_end(handle, status, error, held=held)
 
@@ -763,7 +825,9 @@ class Runner:
                 event = repair_error(event)
                 if self.callbacks.on_event:
                     event = await run_on_event(
-                        self.callbacks, CallbackContext(invocation=invocation, agent_name=event.author), event,
+                        self.callbacks,
+                        CallbackContext(invocation=invocation, agent_name=event.author),
+                        event,
                     )
                 # The run's own agent ends with this event: it goes with the completion.
                 continues = continues or (ends and event.branch == invocation.branch)
@@ -793,9 +857,13 @@ class Runner:
             else:
                 logger.exception("run %s failed", handle.run_id)
                 final_error = EventError(type="flow_error", message=f"{type(exc).__name__}: {exc}")
-            held.append(repair_error(invocation.stamp(Event(
-                author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=final_error
-            ))))
+            held.append(
+                repair_error(
+                    invocation.stamp(
+                        Event(author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=final_error)
+                    )
+                )
+            )
             self._observe(handle, held[-1])
             await self._flush(handle, held, persisted)
         finally:
@@ -821,14 +889,23 @@ class Runner:
             return None
         invocation = handle.invocation
         stop, changes = await run_before_run(
-            self.callbacks, CallbackContext(invocation=invocation, agent_name=invocation.agent_name),
+            self.callbacks,
+            CallbackContext(invocation=invocation, agent_name=invocation.agent_name),
         )
         if stop is None:
             return None
         error = EventError(type="run_stopped", message=f"a before_run callback stopped the run: {stop.reason}")
-        return with_changes(invocation.stamp(Event(
-            author=invocation.agent_name, object=OBJECT_ERROR, done=True, error=error,
-        )), changes)
+        return with_changes(
+            invocation.stamp(
+                Event(
+                    author=invocation.agent_name,
+                    object=OBJECT_ERROR,
+                    done=True,
+                    error=error,
+                )
+            ),
+            changes,
+        )
 
     def _persists_interrupted(self, options: RunOptions) -> bool:
         """SPEC 1.2 step 2: the run's choice, else the runner's default (off)."""
@@ -862,18 +939,27 @@ class Runner:
         streamed, handle._streamed = handle._streamed, None  # nothing streams after the cancel
         if not streamed:
             return []
-        kept = {event.text for event in handle.invocation.session.events if event.message is not None
-                and event.message.role == "assistant" and not event.partial}
+        kept = {
+            event.text
+            for event in handle.invocation.session.events
+            if event.message is not None and event.message.role == "assistant" and not event.partial
+        }
         out: list[Event] = []
         for message_id, (first, deltas) in streamed.items():
             text = "".join(deltas)
             if not text.strip() or text in kept:
                 continue  # nothing said, or the same answer is already in the ledger
-            event = handle.invocation.stamp(Event(
-                author=first.author, branch=first.branch, filter_key=first.filter_key,
-                message=Message(role="assistant", content=text), done=True, finish_reason="cancelled",
-                extensions={INTERRUPTED_ASSISTANT: True, "message_id": message_id},
-            ))
+            event = handle.invocation.stamp(
+                Event(
+                    author=first.author,
+                    branch=first.branch,
+                    filter_key=first.filter_key,
+                    message=Message(role="assistant", content=text),
+                    done=True,
+                    finish_reason="cancelled",
+                    extensions={INTERRUPTED_ASSISTANT: True, "message_id": message_id},
+                )
+            )
             self._observe(handle, event)
             out.append(event)
         return out
@@ -897,7 +983,12 @@ class Runner:
             await self._emit(handle, event)
 
     async def _persist(
-        self, handle: RunHandle, events: Sequence[Event], persisted: set[str], *, joined: Any = None,
+        self,
+        handle: RunHandle,
+        events: Sequence[Event],
+        persisted: set[str],
+        *,
+        joined: Any = None,
     ) -> list[Event]:
         """SPEC 1.7 and 1.6 step 9: persist the complete events once each, in one
         `append_events` call (with the `joined` write, when given, in its transaction);
@@ -942,16 +1033,22 @@ class Runner:
             except (asyncio.CancelledError, SessionNotFoundError):
                 raise
             except Exception:
-                logger.warning("run %s: its record could not go with its last step; written apart", handle.run_id,
-                               exc_info=True)
+                logger.warning(
+                    "run %s: its record could not go with its last step; written apart", handle.run_id, exc_info=True
+                )
             else:
                 handle._record_joined = True
                 return saved
         return await self.session_service.append_events(session, todo)
 
     def _final_record(
-        self, handle: RunHandle, last: Sequence[Event], persisted: set[str], status: RunStatusName,
-        error: EventError | None, ended_at: datetime,
+        self,
+        handle: RunHandle,
+        last: Sequence[Event],
+        persisted: set[str],
+        status: RunStatusName,
+        error: EventError | None,
+        ended_at: datetime,
     ) -> RunRecord:
         """The run's record once `last` (its held steps and the completion) is stored and
         emitted: what `_record_end` saves."""
@@ -993,7 +1090,9 @@ class Runner:
         # Issue 18: most jobs would read the events after the boundary only to find their
         # trigger short; the gate's counts, kept as events arrive, spare those.
         if gate is not None and not gate.due(
-            invocation.session, event.filter_key, context_window=getattr(agent, "context_window", None),
+            invocation.session,
+            event.filter_key,
+            context_window=getattr(agent, "context_window", None),
             summaries=self._newest_summaries(invocation.session),
         ):
             return True
@@ -1050,8 +1149,13 @@ class Runner:
                 logger.exception("run %s: sink %r failed", handle.run_id, sink)
 
     async def _complete(
-        self, handle: RunHandle, status: RunStatusName, error: EventError | None,
-        *, held: Sequence[Event] = (), persisted: set[str] | None = None,
+        self,
+        handle: RunHandle,
+        status: RunStatusName,
+        error: EventError | None,
+        *,
+        held: Sequence[Event] = (),
+        persisted: set[str] | None = None,
     ) -> RunRecord:
         """SPEC 1.9: persist and emit the completion event, record the outcome, unregister."""
         await self._record_end(handle, status, error, held=held, persisted=persisted)
@@ -1101,15 +1205,21 @@ class Runner:
         first, *rest = carried
         try:
             follow = await self.start(
-                user_id=record.user_id, message=first.message, session_id=record.session_id, agent=record.agent,
+                user_id=record.user_id,
+                message=first.message,
+                session_id=record.session_id,
+                agent=record.agent,
                 options=handle.invocation.options,
                 turn_extensions={QUEUED: CARRIED, QUEUED_ID: first.id, "follows_run": record.id},
             )
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("run %s: the queued messages %s could not open the next run", handle.run_id,
-                             [item.id for item in carried])
+            logger.exception(
+                "run %s: the queued messages %s could not open the next run",
+                handle.run_id,
+                [item.id for item in carried],
+            )
             return
         # The new run's task has not run yet (nothing was awaited since its start): these
         # are queued before its first step.
@@ -1134,26 +1244,36 @@ class Runner:
         return extensions
 
     async def _record_end(
-        self, handle: RunHandle, status: RunStatusName, error: EventError | None,
-        *, held: Sequence[Event] = (), persisted: set[str] | None = None,
+        self,
+        handle: RunHandle,
+        status: RunStatusName,
+        error: EventError | None,
+        *,
+        held: Sequence[Event] = (),
+        persisted: set[str] | None = None,
     ) -> None:
         """Persist the held events and the completion event in one write, emit them, save
         the final record, release the request id."""
         invocation = handle.invocation
         capture = handle._capture
-        completion = invocation.stamp(Event(
-            author=self.app,
-            object=OBJECT_RUNNER_COMPLETION,
-            done=True,
-            # SPEC 1.9 step 1: the error is copied only when no terminal error event said it.
-            error=None if capture.terminal_error else error,
-            extensions={
-                "run_id": handle.run_id, "status": status, **_output_of(handle.record, held),
-                # Issue 20: a paused run's completion names the calls it waits for.
-                **({CLIENT_CALLS_EXTENSION: list(handle._client_calls)} if status == REQUIRES_ACTION else {}),
-                **self._close_steering(handle, status), **capture.extensions(error.type if error else None),
-            },
-        ))
+        completion = invocation.stamp(
+            Event(
+                author=self.app,
+                object=OBJECT_RUNNER_COMPLETION,
+                done=True,
+                # SPEC 1.9 step 1: the error is copied only when no terminal error event said it.
+                error=None if capture.terminal_error else error,
+                extensions={
+                    "run_id": handle.run_id,
+                    "status": status,
+                    **_output_of(handle.record, held),
+                    # Issue 20: a paused run's completion names the calls it waits for.
+                    **({CLIENT_CALLS_EXTENSION: list(handle._client_calls)} if status == REQUIRES_ACTION else {}),
+                    **self._close_steering(handle, status),
+                    **capture.extensions(error.type if error else None),
+                },
+            )
+        )
         # The completion marker is part of the ledger: it tells a reader (and a reaper)
         # that the run ended, and how. After a cancel it must be out
         # within the budget (SPEC 1.9); otherwise it waits for the write as any step does.
@@ -1182,7 +1302,10 @@ class Runner:
             handle.record = handle.record.replace(
                 # The completion marker is a ledger event of the run too (when its write held).
                 event_count=handle.record.event_count + (1 if completion.seq is not None else 0),
-                status=status, ended_at=final.ended_at, error=final.error, trace=final.trace,
+                status=status,
+                ended_at=final.ended_at,
+                error=final.error,
+                trace=final.trace,
             )
         try:
             await asyncio.wait_for(self._emit(handle, completion), COMPLETION_BUDGET_S)
@@ -1264,11 +1387,15 @@ def _current_turn(message: str | Message | None, tool_results: Sequence[Message]
         raise UsageError("pass a message or tool results, not both")
     for result in tool_results:
         if result.role != "tool" or not result.tool_call_id:
-            raise UsageError(f"a tool result needs role 'tool' and a tool_call_id, got {result.role!r}, {result.tool_call_id!r}")
+            raise UsageError(
+                f"a tool result needs role 'tool' and a tool_call_id, got {result.role!r}, {result.tool_call_id!r}"
+            )
     return list(tool_results)
 
 
-def _answer_pending_calls(session: Session, results: Sequence[Message], *, seed: Sequence[Message] = ()) -> list[Message]:
+def _answer_pending_calls(
+    session: Session, results: Sequence[Message], *, seed: Sequence[Message] = ()
+) -> list[Message]:
     """Each result must answer a call of the loaded history (or of `seed`, the history a
     new session is seeded with) that has no result yet; the result takes its tool name
     from that call."""

@@ -59,8 +59,13 @@ class CompletionCapture:
                 self.terminal_error, self.answer = True, None  # the run's last word is the error
             return
         self.terminal_error = False  # the run went on after it (e.g. a retried step)
-        if message is not None and message.role == "assistant" and event.done and not message.tool_calls \
-                and message.content:
+        if (
+            message is not None
+            and message.role == "assistant"
+            and event.done
+            and not message.tool_calls
+            and message.content
+        ):
             self.answer = event  # IsFinalResponse (SPEC 2.2)
 
     def extensions(self, error_type: str | None) -> dict[str, Any]:
@@ -73,12 +78,14 @@ class CompletionCapture:
         if self.state_delta and error_type != STOP_AGENT_ERROR:
             out[FINAL_STATE_DELTA] = dict(self.state_delta)
         if self.answer is not None and self.answer.message is not None:
-            out[FINAL_CHOICES] = [{
-                "index": 0,
-                "message": self.answer.message.to_dict(),
-                "finish_reason": self.answer.finish_reason or "stop",
-                "event_id": self.answer.id,
-            }]
+            out[FINAL_CHOICES] = [
+                {
+                    "index": 0,
+                    "message": self.answer.message.to_dict(),
+                    "finish_reason": self.answer.finish_reason or "stop",
+                    "event_id": self.answer.id,
+                }
+            ]
         return out
 
 
@@ -96,7 +103,10 @@ class Span:
     def to_dict(self, origin: datetime) -> dict[str, Any]:
         start_ms = _ms(self.start - origin)
         data: dict[str, Any] = {
-            "id": self.id, "kind": self.kind, "name": self.name, "parent": self.parent,
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "parent": self.parent,
             "start_ms": start_ms,
             "duration_ms": None if self.end is None else max(0.0, _ms(self.end - self.start)),
             "status": self.status,
@@ -142,10 +152,16 @@ class TraceRecorder:
             graph, node_name, step = str(info.get("graph") or ""), str(info["node"]), info.get("step")
             key = (graph, node_name)
             if event.object == OBJECT_NODE_START and key not in self._nodes:
-                self._nodes[key] = self._add(Span(
-                    id=f"node:{graph}:{node_name}:{step}", kind="node", name=node_name, parent=agent.id,
-                    start=at, attrs={"graph": graph, "step": step, "node_kind": info.get("kind")},
-                ))
+                self._nodes[key] = self._add(
+                    Span(
+                        id=f"node:{graph}:{node_name}:{step}",
+                        kind="node",
+                        name=node_name,
+                        parent=agent.id,
+                        start=at,
+                        attrs={"graph": graph, "step": step, "node_kind": info.get("kind")},
+                    )
+                )
             elif event.object == OBJECT_NODE_COMPLETE and key in self._nodes:
                 node = self._nodes.pop(key)
                 node.end, node.status = at, "ok"
@@ -168,9 +184,18 @@ class TraceRecorder:
                 tool.status = "error" if failed else "ok"
         if event.is_error:
             agent.status = "error"
-            self._add(Span(id=f"error:{event.id}", kind="model", name=event.error.type if event.error else "error",
-                           parent=agent.id, start=at, end=at, status="error",
-                           attrs={"message": event.error.message if event.error else event.text}))
+            self._add(
+                Span(
+                    id=f"error:{event.id}",
+                    kind="model",
+                    name=event.error.type if event.error else "error",
+                    parent=agent.id,
+                    start=at,
+                    end=at,
+                    status="error",
+                    attrs={"message": event.error.message if event.error else event.text},
+                )
+            )
         self._step_end[branch] = at
 
     def finish(self, *, status: str, ended_at: datetime) -> dict[str, Any]:
@@ -208,10 +233,16 @@ class TraceRecorder:
         if span is None:
             parent_branch = branch.rsplit("/", 1)[0] if "/" in branch else None
             parent = self._agents.get(parent_branch) if parent_branch else None
-            span = self._agents[branch] = self._add(Span(
-                id=f"agent:{branch}", kind="agent", name=branch.rsplit("/", 1)[-1], parent=(parent or self.root).id,
-                start=at, attrs={"branch": branch},
-            ))
+            span = self._agents[branch] = self._add(
+                Span(
+                    id=f"agent:{branch}",
+                    kind="agent",
+                    name=branch.rsplit("/", 1)[-1],
+                    parent=(parent or self.root).id,
+                    start=at,
+                    attrs={"branch": branch},
+                )
+            )
         return span
 
     def _model_span(self, event: Event, agent: Span, branch: str) -> None:
@@ -230,27 +261,69 @@ class TraceRecorder:
         first = self._first_chunk.pop(event.id, None)
         if first is not None:
             attrs["first_token_ms"] = _ms(first - start)
-        model = self._add(Span(id=f"model:{event.id}", kind="model", name=event.model or "model", parent=agent.id,
-                               start=start, end=at, status="ok", attrs=attrs))
+        model = self._add(
+            Span(
+                id=f"model:{event.id}",
+                kind="model",
+                name=event.model or "model",
+                parent=agent.id,
+                start=start,
+                end=at,
+                status="ok",
+                attrs=attrs,
+            )
+        )
         self._models[event.id] = model
         if precall is not None and (precall.get("stall_ms") or precall.get("summary_reason")):
             # The pre-call summary or compaction this request waited for (SPEC 4.8).
             stall = float(precall.get("stall_ms") or 0.0)
             kind: SpanKind = "summary" if precall.get("summary_reason") else "compaction"
-            self._add(Span(id=f"precall:{event.id}", kind=kind, name=str(precall.get("status") or kind),
-                           parent=model.id, start=start, end=start + _delta_ms(stall), status="ok",
-                           attrs={k: precall.get(k) for k in ("status", "summary_reason", "tokens_before",
-                                                              "tokens_after", "wait_ms", "fallback") if precall.get(k) is not None}))
+            self._add(
+                Span(
+                    id=f"precall:{event.id}",
+                    kind=kind,
+                    name=str(precall.get("status") or kind),
+                    parent=model.id,
+                    start=start,
+                    end=start + _delta_ms(stall),
+                    status="ok",
+                    attrs={
+                        k: precall.get(k)
+                        for k in ("status", "summary_reason", "tokens_before", "tokens_after", "wait_ms", "fallback")
+                        if precall.get(k) is not None
+                    },
+                )
+            )
         compaction = context.get("compaction")
-        if isinstance(compaction, Mapping) and any(compaction.get(k) for k in ("pass0", "pass1", "pass2", "resume_tail", "fallback")):
-            self._add(Span(id=f"compaction:{event.id}", kind="compaction", name="tool-result compaction",
-                           parent=model.id, start=start, end=start, status="ok", attrs=dict(compaction)))
+        if isinstance(compaction, Mapping) and any(
+            compaction.get(k) for k in ("pass0", "pass1", "pass2", "resume_tail", "fallback")
+        ):
+            self._add(
+                Span(
+                    id=f"compaction:{event.id}",
+                    kind="compaction",
+                    name="tool-result compaction",
+                    parent=model.id,
+                    start=start,
+                    end=start,
+                    status="ok",
+                    attrs=dict(compaction),
+                )
+            )
         summary = context.get("summary")
         if isinstance(summary, Mapping):
             model.attrs["summary"] = {k: summary.get(k) for k in ("version", "last_seq", "tokens", "covered_events")}
         for call in event.message.tool_calls:
-            self._tools[call.id] = self._add(Span(id=f"tool:{call.id}", kind="tool", name=call.name, parent=model.id,
-                                                  start=at, attrs={"call_id": call.id}))
+            self._tools[call.id] = self._add(
+                Span(
+                    id=f"tool:{call.id}",
+                    kind="tool",
+                    name=call.name,
+                    parent=model.id,
+                    start=at,
+                    attrs={"call_id": call.id},
+                )
+            )
 
 
 def _ms(delta: timedelta) -> float:

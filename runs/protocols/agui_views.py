@@ -170,7 +170,9 @@ async def authenticate(request: HttpRequest) -> Any:
         raise AguiRequestError(403, "permission_denied", str(exc.detail)) from None
     if user is None:
         raise AguiRequestError(
-            401, "not_authenticated", "authentication credentials were not provided: send 'Authorization: Bearer <token>'"
+            401,
+            "not_authenticated",
+            "authentication credentials were not provided: send 'Authorization: Bearer <token>'",
         )
     return user
 
@@ -186,7 +188,9 @@ def _field_path(loc: Sequence[int | str]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(str(item))
-        elif _FIELD.match(item) and item not in _TYPE_TAGS and not (isinstance(previous, int) and item in _MESSAGE_ROLES):
+        elif (
+            _FIELD.match(item) and item not in _TYPE_TAGS and not (isinstance(previous, int) and item in _MESSAGE_ROLES)
+        ):
             parts.append(item)
         previous = item
     return ".".join(parts)
@@ -201,7 +205,9 @@ def _load_json(request: HttpRequest) -> Any:
         return parse_json(request.body or b"")
     except RequestDataTooBig:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raise AguiRequestError(413, "body_too_large", f"request body is larger than the limit of {limit} bytes") from None
+        raise AguiRequestError(
+            413, "body_too_large", f"request body is larger than the limit of {limit} bytes"
+        ) from None
     except InputError as exc:
         message = f"the body is {exc.problem}" if exc.code == "malformed_json" else exc.message()
         raise AguiRequestError(400, exc.code, message, exc.field()) from None
@@ -234,10 +240,17 @@ def parse_run_input(body: Any) -> AguiTurn:
             raise _invalid("the last user message is empty", f"messages.{last_index}.content")
         limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
         if len(text) > limit:
-            raise _invalid(f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content")
+            raise _invalid(
+                f"the message is {len(text)} characters; the limit is {limit}", f"messages.{last_index}.content"
+            )
         return AguiTurn(
-            thread_id=thread_id, client_run_id=run_input.run_id, text=text,
-            history=history_messages(messages[:last_index]), output=output, client_tools=client_tools, parts=parts,
+            thread_id=thread_id,
+            client_run_id=run_input.run_id,
+            text=text,
+            history=history_messages(messages[:last_index]),
+            output=output,
+            client_tools=client_tools,
+            parts=parts,
         )
     if isinstance(last, ToolMessage):
         start = last_index
@@ -252,9 +265,13 @@ def parse_run_input(body: Any) -> AguiTurn:
             _text(tool.content, index)
             tools.append(tool)
         return AguiTurn(
-            thread_id=thread_id, client_run_id=run_input.run_id, tool_messages=tuple(tools),
-            tool_indexes=tuple(range(start, last_index + 1)), history=history_messages(messages[:start]),
-            output=output, client_tools=client_tools,
+            thread_id=thread_id,
+            client_run_id=run_input.run_id,
+            tool_messages=tuple(tools),
+            tool_indexes=tuple(range(start, last_index + 1)),
+            history=history_messages(messages[:start]),
+            output=output,
+            client_tools=client_tools,
         )
     raise _invalid(
         f"the last message must have role 'user' or 'tool', got {last.role!r}", f"messages.{last_index}.role"
@@ -345,6 +362,7 @@ async def _check_agent(manager: RunManager, agent: str, client_tools: Sequence[T
     """404 for an unknown agent; 400 for a frontend tool named like one of its own. The
     frontend tools the run offers: none for an agent that is not an LLM agent (a graph or a
     composite cannot pause for them; AG-UI clients send their tools with every input)."""
+
     async def check(runner: Runner) -> tuple[frozenset[str], bool]:
         chosen = runner.agent(agent)
         return own_tool_names(chosen), takes_client_tools(chosen)
@@ -380,7 +398,9 @@ async def _stop_at_deadline(runner: Runner, handle: RunHandle, timeout_s: float,
 
 
 def _method_not_allowed(request: HttpRequest) -> JsonResponse:
-    response = JsonResponse(envelope("method_not_allowed", f"method {request.method!r} not allowed; use POST"), status=405)
+    response = JsonResponse(
+        envelope("method_not_allowed", f"method {request.method!r} not allowed; use POST"), status=405
+    )
     response["Allow"] = "POST"
     return response
 
@@ -395,14 +415,19 @@ class _Started:
     state: dict[str, Any]
 
 
-async def _finish_from_record(manager: RunManager, translator: AguiTranslator, run_id: str, record: RunRecord) -> list[Any]:
+async def _finish_from_record(
+    manager: RunManager, translator: AguiTranslator, run_id: str, record: RunRecord
+) -> list[Any]:
     """The closing events of a stream whose completion event never reached it, from the
     run's stored record (its error, when it did not complete or get cancelled)."""
     final = await manager.await_run(run_id, 5.0) or record
     error = None
     if final.status not in ("completed", "cancelled"):
         details = final.error or {}
-        error = (str(details.get("type") or final.status), str(details.get("message") or f"the run ended as {final.status!r}"))
+        error = (
+            str(details.get("type") or final.status),
+            str(details.get("message") or f"the run ended as {final.status!r}"),
+        )
     return list(translator.finish(run_id, error=error))
 
 
@@ -430,7 +455,9 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
 
         async def start(runner: Runner) -> _Started:
             # Claimed before the first await, so a concurrent start of this thread sees it.
-            busy = AguiRequestError(409, "run_active", f"thread {turn.thread_id!r} already has an active run", "threadId")
+            busy = AguiRequestError(
+                409, "run_active", f"thread {turn.thread_id!r} already has an active run", "threadId"
+            )
             if turn.thread_id in _starting:
                 raise busy
             _starting.add(turn.thread_id)
@@ -444,15 +471,18 @@ async def agui_run(request: HttpRequest, agent: str) -> HttpResponse:
                     session_id=turn.thread_id,
                     agent=agent,
                     seed=turn.history,  # stored only when the thread is new
-                    options=RunOptions(metadata={"agui_run_id": turn.client_run_id}, output=turn.output,
-                                       client_tools=client_tools),
+                    options=RunOptions(
+                        metadata={"agui_run_id": turn.client_run_id}, output=turn.output, client_tools=client_tools
+                    ),
                     listeners=[listener],
                 )
             finally:
                 _starting.discard(turn.thread_id)
             runner.spawn(_stop_at_deadline(runner, handle, timeout_s, deadline), name=f"agui-deadline-{handle.run_id}")
             return _Started(
-                record=handle.record, runner=runner, loop=asyncio.get_running_loop(),
+                record=handle.record,
+                runner=runner,
+                loop=asyncio.get_running_loop(),
                 state=dict(handle.invocation.session.state),
             )
 
@@ -512,7 +542,9 @@ async def _stream(
             if event.is_runner_completion and deadline.expired and event.extensions.get("status") == "cancelled":
                 event = event.replace(
                     extensions={**event.extensions, "status": "failed"},
-                    error=EventError(type="timeout", message=f"the run exceeded {settings.AGENTSITE_AGUI_RUN_TIMEOUT_S}s"),
+                    error=EventError(
+                        type="timeout", message=f"the run exceeded {settings.AGENTSITE_AGUI_RUN_TIMEOUT_S}s"
+                    ),
                 )
             for item in translator.translate(event, run_id=run_id):
                 yield encoder.encode(item)
@@ -577,7 +609,9 @@ def wants_steering(body: Any) -> bool:
         raise _invalid("forwardedProps.agentsite must be an object", "forwardedProps.agentsite")
     steer = ours.get("steer", False)
     if not isinstance(steer, bool):
-        raise _invalid(f"forwardedProps.agentsite.steer must be true or false, got {steer!r}", "forwardedProps.agentsite.steer")
+        raise _invalid(
+            f"forwardedProps.agentsite.steer must be true or false, got {steer!r}", "forwardedProps.agentsite.steer"
+        )
     return steer
 
 
@@ -620,8 +654,14 @@ async def _steer(request: HttpRequest, manager: RunManager, user: Any, turn: Agu
     encoder = EventEncoder(accept=request.headers.get("Accept", ""))
     live = events if following else _follow_ledger(active, after_seq)
     response = StreamingHttpResponse(
-        _steer_stream(manager, active, queued, live, encoder, stop=lambda: loop.call_soon_threadsafe(
-            runner.remove_listener, active.id, listener)),
+        _steer_stream(
+            manager,
+            active,
+            queued,
+            live,
+            encoder,
+            stop=lambda: loop.call_soon_threadsafe(runner.remove_listener, active.id, listener),
+        ),
         content_type=encoder.get_content_type(),
     )
     response["Cache-Control"] = "no-cache"
@@ -644,8 +684,13 @@ async def _follow_ledger(record: RunRecord, after_seq: int) -> AsyncIterator[Eve
 
 
 async def _steer_stream(
-    manager: RunManager, record: RunRecord, queued: QueuedMessage, events: AsyncIterator[Event],
-    encoder: EventEncoder, *, stop: Callable[[], Any],
+    manager: RunManager,
+    record: RunRecord,
+    queued: QueuedMessage,
+    events: AsyncIterator[Event],
+    encoder: EventEncoder,
+    *,
+    stop: Callable[[], Any],
 ) -> AsyncIterator[str]:
     run_id = record.id
     translator = AguiTranslator(thread_id=record.session_id, include_user_messages=True)
@@ -653,9 +698,16 @@ async def _steer_stream(
     try:
         for item in translator.run_started(run_id):
             yield encoder.encode(item)
-        yield encoder.encode(CustomEvent(name=STEER_QUEUED_EVENT, value={
-            "id": queued.id, "runId": run_id, "message": queued.message.content,
-        }))
+        yield encoder.encode(
+            CustomEvent(
+                name=STEER_QUEUED_EVENT,
+                value={
+                    "id": queued.id,
+                    "runId": run_id,
+                    "message": queued.message.content,
+                },
+            )
+        )
         async for event in events:
             if event.partial and not joined:
                 continue
@@ -666,9 +718,16 @@ async def _steer_stream(
             for item in translator.translate(event, run_id=run_id):
                 yield encoder.encode(item)
             if event.extensions.get(QUEUED_ID) == queued.id:
-                yield encoder.encode(CustomEvent(name=STEER_CONSUMED_EVENT, value={
-                    "id": queued.id, "messageId": event.id, "state": event.extensions.get(QUEUED),
-                }))
+                yield encoder.encode(
+                    CustomEvent(
+                        name=STEER_CONSUMED_EVENT,
+                        value={
+                            "id": queued.id,
+                            "messageId": event.id,
+                            "state": event.extensions.get(QUEUED),
+                        },
+                    )
+                )
         if not translator.is_finished(run_id):
             for item in await _finish_from_record(manager, translator, run_id, record):
                 yield encoder.encode(item)

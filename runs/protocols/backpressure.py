@@ -64,8 +64,10 @@ class SendWindow:
     def buffered_bytes(self) -> int:
         """Bytes written to the transport and not yet handed to the kernel."""
         transport = self.transport
-        return len(getattr(transport, "dataBuffer", b"")) - int(getattr(transport, "offset", 0)) + int(
-            getattr(transport, "_tempDataLen", 0)
+        return (
+            len(getattr(transport, "dataBuffer", b""))
+            - int(getattr(transport, "offset", 0))
+            + int(getattr(transport, "_tempDataLen", 0))
         )
 
     # -- Twisted's IPushProducer ----------------------------------------------------------------
@@ -95,6 +97,7 @@ class SendWindow:
             self._registered = False
             with contextlib.suppress(Exception):  # the connection may be gone already
                 self._consumer.unregisterProducer()
+
 
 def _daphne_protocol(send: Any) -> Any:
     """The Daphne protocol behind an ASGI send callable: Daphne's is

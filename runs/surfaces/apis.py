@@ -42,24 +42,28 @@ from sessions_app.core.events import ContentPart, Message
 CANCEL_WAIT_S = 5.0
 
 
-
 def within_message_limit(value: str) -> str:
     """`value`, or a 413 naming `message` when it is longer than AGENTSITE_MAX_MESSAGE_CHARS."""
     limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
     if len(value) > limit:
         raise ApplicationError(
-            "message_too_large", _("message is %(length)s characters; the limit is %(limit)s") % {"length": len(value), "limit": limit},
-            status_code=413, field="message",
+            "message_too_large",
+            _("message is %(length)s characters; the limit is %(limit)s") % {"length": len(value), "limit": limit},
+            status_code=413,
+            field="message",
         )
     return value
+
 
 class RunOutput(serializers.Serializer):
     id = serializers.CharField()
     session_id = serializers.CharField()
     agent = serializers.CharField()
     request_id = serializers.CharField()
-    status = serializers.CharField(help_text="queued, running, requires_action (paused for the client's tool "
-                                             "results, issue 20), completed, failed, cancelled or interrupted")
+    status = serializers.CharField(
+        help_text="queued, running, requires_action (paused for the client's tool "
+        "results, issue 20), completed, failed, cancelled or interrupted"
+    )
     answer = serializers.CharField(required=False)
     error = serializers.DictField(required=False, allow_null=True)
     created_at = serializers.DateTimeField()
@@ -67,17 +71,19 @@ class RunOutput(serializers.Serializer):
     ended_at = serializers.DateTimeField(allow_null=True)
     event_count = serializers.IntegerField(
         help_text="the ledger events this run wrote: its user turn, each stored step and its completion "
-                  "marker; streamed deltas are not counted (issue 21)",
+        "marker; streamed deltas are not counted (issue 21)",
     )
     model_calls = serializers.IntegerField()
     tool_calls = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     output = serializers.JSONField(
-        required=False, help_text="a run with an output_schema: its validated structured answer (issue 20)",
+        required=False,
+        help_text="a run with an output_schema: its validated structured answer (issue 20)",
     )
     interrupt = serializers.DictField(
-        required=False, help_text="a paused graph run: what it waits for (id, node, payload); answer with resume/",
+        required=False,
+        help_text="a paused graph run: what it waits for (id, node, payload); answer with resume/",
     )
 
 
@@ -132,7 +138,7 @@ class RunCreateApi(APIView):
         output_schema = serializers.JSONField(
             required=False,
             help_text="a JSON Schema the final answer must match: validated, retried with feedback (2 times), "
-                      "then the run fails with output_invalid; the value is the run's `output`",
+            "then the run fails with output_invalid; the value is the run's `output`",
         )
 
         def validate_output_schema(self, value: object) -> OutputSpec:
@@ -144,9 +150,9 @@ class RunCreateApi(APIView):
         attachments = serializers.JSONField(
             required=False,
             help_text="images and files (issue 20): [{type: image|file, data: base64 or data URL, name?, mime?}], "
-                      "[{type: image, url}] or [{type: file, artifact: a stored file's name, version?}]; the type is "
-                      "sniffed from the bytes (png, jpeg, gif, webp, pdf, text, csv, json: else 415), "
-                      "AGENTSITE_UPLOAD_MAX_BYTES each (413), AGENTSITE_UPLOAD_MAX_COUNT per message (413)",
+            "[{type: image, url}] or [{type: file, artifact: a stored file's name, version?}]; the type is "
+            "sniffed from the bytes (png, jpeg, gif, webp, pdf, text, csv, json: else 415), "
+            "AGENTSITE_UPLOAD_MAX_BYTES each (413), AGENTSITE_UPLOAD_MAX_COUNT per message (413)",
         )
 
         def validate_message(self, value: str) -> str:
@@ -156,8 +162,10 @@ class RunCreateApi(APIView):
 
     class ListQuery(serializers.Serializer):
         session_id = serializers.CharField(required=False, max_length=64)
-        status = serializers.ChoiceField(required=False, choices=["queued", "running", "requires_action", "completed",
-                                                                  "failed", "cancelled", "interrupted"])
+        status = serializers.ChoiceField(
+            required=False,
+            choices=["queued", "running", "requires_action", "completed", "failed", "cancelled", "interrupted"],
+        )
         limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
 
     @extend_schema(parameters=[ListQuery], responses=RunOutput(many=True))
@@ -246,11 +254,17 @@ class RunTraceApi(APIView):
         if record is None:
             raise not_found("run", run_id)
         graph = agent_graph_shape(run_manager().runner.agents.get(record.agent))
-        return Response({
-            "run_id": record.id, "status": record.status, "session_id": record.session_id, "trace": record.trace,
-            "graph": graph, "progress": graph_progress(record=record) if graph is not None else None,
-            "earlier": earlier_node_states(record=record) if graph is not None else {},
-        })
+        return Response(
+            {
+                "run_id": record.id,
+                "status": record.status,
+                "session_id": record.session_id,
+                "trace": record.trace,
+                "graph": graph,
+                "progress": graph_progress(record=record) if graph is not None else None,
+                "earlier": earlier_node_states(record=record) if graph is not None else {},
+            }
+        )
 
 
 class RunResumeApi(APIView):
@@ -279,7 +293,11 @@ class RunResumeApi(APIView):
 
         async def resume(runner: Runner) -> RunRecord:
             handle = await resume_graph_run(
-                runner, user_id=str(request.user.pk), run_id=run_id, value=data["value"], message=data.get("message"),
+                runner,
+                user_id=str(request.user.pk),
+                run_id=run_id,
+                value=data["value"],
+                message=data.get("message"),
             )
             return handle.record
 
@@ -300,7 +318,8 @@ class RunCancelApi(APIView):
             raise not_found("run", run_id)
         if record.finished:
             raise ApplicationError(
-                "run_not_active", _("run %(run)s already ended (%(status)s)") % {"run": repr(run_id), "status": record.status},
+                "run_not_active",
+                _("run %(run)s already ended (%(status)s)") % {"run": repr(run_id), "status": record.status},
                 status_code=409,
             )
         manager = run_manager()
@@ -370,12 +389,16 @@ class RunMessagesApi(APIView):
                 queued = []  # ending: what it held is carried or dropped (see its completion event)
             except RunUnreachableError as exc:
                 raise ApplicationError("run_unreachable", str(exc), status_code=503) from None
-        return Response({
-            "run_id": run_id,
-            "queued": [{**item.to_dict(), "status": "queued", "run_id": run_id} for item in queued],
-        })
+        return Response(
+            {
+                "run_id": run_id,
+                "queued": [{**item.to_dict(), "status": "queued", "run_id": run_id} for item in queued],
+            }
+        )
 
-    @extend_schema(request=InputSerializer, responses={202: QueuedMessageOutput}, summary="Queue a message into a running run")
+    @extend_schema(
+        request=InputSerializer, responses={202: QueuedMessageOutput}, summary="Queue a message into a running run"
+    )
     def post(self, request: Request, run_id: str) -> Response:
         record = selectors.run_get(user=request.user, run_id=run_id)
         if record is None:
@@ -388,7 +411,9 @@ class RunMessagesApi(APIView):
             queued = run_manager().call(lambda runner: request_enqueue(runner, run_id, text))
         except QueueFullError as exc:
             raise ApplicationError(
-                "queue_full", f"{exc}: wait for the run to take them, or withdraw them", status_code=429,
+                "queue_full",
+                f"{exc}: wait for the run to take them, or withdraw them",
+                status_code=429,
             ) from None
         except RunUnreachableError as exc:
             self._live_run(request, run_id)  # it ended meanwhile: 409 says how
@@ -413,16 +438,19 @@ class RunMessagesApi(APIView):
         except RunNotActiveError:
             ended = selectors.run_get(user=request.user, run_id=run_id)
             raise _ended(run_id, ended.status if ended is not None and ended.finished else "ending") from None
-        return Response({
-            "run_id": run_id,
-            "withdrawn": [{**item.to_dict(), "status": "withdrawn", "run_id": run_id} for item in withdrawn],
-        })
+        return Response(
+            {
+                "run_id": run_id,
+                "withdrawn": [{**item.to_dict(), "status": "withdrawn", "run_id": run_id} for item in withdrawn],
+            }
+        )
 
 
 def _ended(run_id: str, state: str) -> ApplicationError:
     return ApplicationError(
         "run_not_active",
-        _("run %(run)s already ended (%(status)s); start a new run with the message instead") % {"run": repr(run_id), "status": state},
+        _("run %(run)s already ended (%(status)s); start a new run with the message instead")
+        % {"run": repr(run_id), "status": state},
         status_code=409,
     )
 
@@ -450,19 +478,21 @@ class AgentListApi(APIView):
     @extend_schema(responses={200: dict})
     def get(self, request: Request) -> Response:
         runner = run_manager().runner
-        return Response({
-            "results": [
-                {
-                    "name": agent.name,
-                    "description": agent.description,
-                    "kind": agent.kind,
-                    "model": agent.model_name,
-                    "default": agent.name == runner.default_agent,
-                    **agent_model_fields(agent),
-                }
-                for agent in runner.agents.values()
-            ]
-        })
+        return Response(
+            {
+                "results": [
+                    {
+                        "name": agent.name,
+                        "description": agent.description,
+                        "kind": agent.kind,
+                        "model": agent.model_name,
+                        "default": agent.name == runner.default_agent,
+                        **agent_model_fields(agent),
+                    }
+                    for agent in runner.agents.values()
+                ]
+            }
+        )
 
 
 class SessionPinsApi(APIView):

@@ -21,6 +21,7 @@ with the first run's result (joining it while it runs); a run that failed answer
 SDKs do not retry. Errors use OpenAI's error format. Sampling parameters are accepted and
 ignored: they are settings of the agent, not of the request.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -84,8 +85,22 @@ PART_SEPARATOR = "\n\n"
 SESSION_ID_MAX = 64  # the column's length
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 # Accepted and ignored: sampling is configured on the agent.
-_IGNORED = {"temperature", "top_p", "max_tokens", "max_completion_tokens", "presence_penalty", "frequency_penalty",
-            "seed", "stop", "user", "metadata", "store", "parallel_tool_calls", "service_tier", "reasoning_effort"}
+_IGNORED = {
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+    "user",
+    "metadata",
+    "store",
+    "parallel_tool_calls",
+    "service_tier",
+    "reasoning_effort",
+}
 
 
 # Answers that must parse: their content is the final answer alone (ChatRequest.final_only).
@@ -95,8 +110,15 @@ _ANSWERED = ("completed", REQUIRES_ACTION)
 
 
 class OpenAIError(Exception):
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -137,8 +159,12 @@ def _content_text(content: Any, index: int) -> str:
             if isinstance(part, dict) and part.get("type") in ("image_url", "file"):
                 continue  # images and files: attachment_parts (issue 20)
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise OpenAIError(400, "content parts must be text, image_url or file", param=f"messages[{index}].content",
-                                  code="unsupported_content")
+                raise OpenAIError(
+                    400,
+                    "content parts must be text, image_url or file",
+                    param=f"messages[{index}].content",
+                    code="unsupported_content",
+                )
             parts.append(part["text"])
         return "".join(parts)
     if content is None:
@@ -162,7 +188,9 @@ def _tool_calls(item: dict[str, Any], index: int) -> tuple[ToolCall, ...]:
     raw = item.get("tool_calls")
     if legacy is not None:
         if raw:
-            raise OpenAIError(400, f"{where} has both tool_calls and function_call; send one", param=f"{where}.function_call")
+            raise OpenAIError(
+                400, f"{where} has both tool_calls and function_call; send one", param=f"{where}.function_call"
+            )
         # The legacy grammar has no call ids: a `function` message answers the latest
         # unanswered call of its name, so the call gets an id only this history uses.
         return (_function(legacy, f"{where}.function_call", call_id=f"function_call_{index}"),)
@@ -191,7 +219,9 @@ def _function(function: Any, at: str, *, call_id: str) -> ToolCall:
     if not isinstance(name, str) or not name:
         raise OpenAIError(400, f"{at}.name must be a non-empty string", param=f"{at}.name")
     if not isinstance(arguments, str):
-        raise OpenAIError(400, f"{at}.arguments must be a string (JSON text), as OpenAI sends it", param=f"{at}.arguments")
+        raise OpenAIError(
+            400, f"{at}.arguments must be a string (JSON text), as OpenAI sends it", param=f"{at}.arguments"
+        )
     return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
@@ -218,8 +248,11 @@ def parse_messages(messages: list[Any]) -> list[Message]:
             calls = _tool_calls(item, index)
             for number, call in enumerate(calls):
                 if call.id in unanswered:
-                    raise OpenAIError(400, f"tool call id {call.id!r} is already used by an unanswered call",
-                                      param=f"messages[{index}].tool_calls[{number}].id")
+                    raise OpenAIError(
+                        400,
+                        f"tool call id {call.id!r} is already used by an unanswered call",
+                        param=f"messages[{index}].tool_calls[{number}].id",
+                    )
                 unanswered[call.id] = call.name
             if not content and isinstance(item.get("refusal"), str):
                 content = item["refusal"]
@@ -230,7 +263,9 @@ def parse_messages(messages: list[Any]) -> list[Message]:
                 parsed.append(Message(role="tool", content=content, tool_call_id=_call_id(item, index)))
                 continue
             call_id = _answered_call(item, index, unanswered)
-            parsed.append(Message(role="tool", content=content, tool_call_id=call_id, tool_name=unanswered.pop(call_id)))
+            parsed.append(
+                Message(role="tool", content=content, tool_call_id=call_id, tool_name=unanswered.pop(call_id))
+            )
         else:
             parsed.append(Message(role="system" if role == "developer" else role, content=content, parts=parts))
     return parsed
@@ -248,7 +283,9 @@ def _role(item: Any, index: int) -> str:
             logger.warning("messages[%d] has no role: taken as a user message (SPEC 1.2.1)", index)
             return "user"
     if role not in _ROLES:
-        raise OpenAIError(400, f"messages[{index}].role must be one of {sorted(_ROLES)}", param=f"messages[{index}].role")
+        raise OpenAIError(
+            400, f"messages[{index}].role must be one of {sorted(_ROLES)}", param=f"messages[{index}].role"
+        )
     return str(role)
 
 
@@ -257,25 +294,37 @@ def _answered_call(item: dict[str, Any], index: int, unanswered: dict[str, str])
     if item["role"] == "function":
         name = item.get("name")
         if not isinstance(name, str) or not name:
-            raise OpenAIError(400, f"messages[{index}].name must name the function this result is for",
-                              param=f"messages[{index}].name")
+            raise OpenAIError(
+                400,
+                f"messages[{index}].name must name the function this result is for",
+                param=f"messages[{index}].name",
+            )
         ids = [i for i, n in unanswered.items() if n == name and i.startswith("function_call_")]
         if not ids:
-            raise OpenAIError(400, f"messages[{index}] answers function {name!r}, but no earlier assistant "
-                              "function_call of that name is unanswered", param=f"messages[{index}].name")
+            raise OpenAIError(
+                400,
+                f"messages[{index}] answers function {name!r}, but no earlier assistant "
+                "function_call of that name is unanswered",
+                param=f"messages[{index}].name",
+            )
         return ids[-1]
     call_id = _call_id(item, index)
     if call_id not in unanswered:
-        raise OpenAIError(400, f"messages[{index}].tool_call_id {call_id!r} answers no earlier assistant tool call "
-                          "(or one already answered)", param=f"messages[{index}].tool_call_id")
+        raise OpenAIError(
+            400,
+            f"messages[{index}].tool_call_id {call_id!r} answers no earlier assistant tool call "
+            "(or one already answered)",
+            param=f"messages[{index}].tool_call_id",
+        )
     return call_id
 
 
 def _call_id(item: dict[str, Any], index: int) -> str:
     call_id = item.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
-        raise OpenAIError(400, f"messages[{index}].tool_call_id must be a non-empty string",
-                          param=f"messages[{index}].tool_call_id")
+        raise OpenAIError(
+            400, f"messages[{index}].tool_call_id must be a non-empty string", param=f"messages[{index}].tool_call_id"
+        )
     return call_id
 
 
@@ -294,8 +343,12 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if body.get("logprobs") or body.get("top_logprobs"):
         raise OpenAIError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
     if body.get("functions") or body.get("function_call"):
-        raise OpenAIError(400, "the legacy functions parameter is not supported; declare them as tools",
-                          param="functions" if body.get("functions") else "function_call", code="unsupported_parameter")
+        raise OpenAIError(
+            400,
+            "the legacy functions parameter is not supported; declare them as tools",
+            param="functions" if body.get("functions") else "function_call",
+            code="unsupported_parameter",
+        )
     try:  # issue 20: the client's tools, offered beside the agent's own
         client_tools = openai_tools(body.get("tools"))
         tool_choice = openai_tool_choice(body.get("tool_choice"))
@@ -320,29 +373,57 @@ def parse_chat_request(body: Any) -> ChatRequest:
         while start > 0 and parsed[start - 1].role == "tool":
             start -= 1
         return ChatRequest(
-            agent=model, message=None, seed=tuple(m for m in parsed[:start] if m.has_payload),
-            tool_results=tuple(parsed[start:]), tool_result_indexes=tuple(range(start, len(parsed))),
-            stream=stream, include_usage=bool(options.get("include_usage")), output=output,
+            agent=model,
+            message=None,
+            seed=tuple(m for m in parsed[:start] if m.has_payload),
+            tool_results=tuple(parsed[start:]),
+            tool_result_indexes=tuple(range(start, len(parsed))),
+            stream=stream,
+            include_usage=bool(options.get("include_usage")),
+            output=output,
             final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS,
-            client_tools=client_tools, tool_choice=tool_choice,
+            client_tools=client_tools,
+            tool_choice=tool_choice,
         )
     if last.role != "user" or not (last.content.strip() or last.attachments):
-        raise OpenAIError(400, "the last message must be a non-empty user message", param=f"messages[{len(parsed) - 1}]")
+        raise OpenAIError(
+            400, "the last message must be a non-empty user message", param=f"messages[{len(parsed) - 1}]"
+        )
     limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
     if len(last.content) > limit:
         # The same limit as every other surface (REST, websocket, AG-UI).
-        raise OpenAIError(413, f"the message is {len(last.content)} characters; the limit is {limit}",
-                          param=f"messages[{len(parsed) - 1}].content", code="message_too_large")
-    return ChatRequest(agent=model, message=last, seed=tuple(m for m in parsed[:-1] if m.has_payload),
-                       stream=stream, include_usage=bool(options.get("include_usage")), output=output,
-                       final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS,
-                       client_tools=client_tools, tool_choice=tool_choice)
+        raise OpenAIError(
+            413,
+            f"the message is {len(last.content)} characters; the limit is {limit}",
+            param=f"messages[{len(parsed) - 1}].content",
+            code="message_too_large",
+        )
+    return ChatRequest(
+        agent=model,
+        message=last,
+        seed=tuple(m for m in parsed[:-1] if m.has_payload),
+        stream=stream,
+        include_usage=bool(options.get("include_usage")),
+        output=output,
+        final_only=isinstance(response_format, dict) and response_format.get("type") in _JSON_FORMATS,
+        client_tools=client_tools,
+        tool_choice=tool_choice,
+    )
 
 
-def _chunk(run_id: str, agent: str, created: int, delta: dict[str, Any], finish: str | None = None,
-           usage: dict[str, int] | None = None) -> str:
+def _chunk(
+    run_id: str,
+    agent: str,
+    created: int,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    usage: dict[str, int] | None = None,
+) -> str:
     body: dict[str, Any] = {
-        "id": f"chatcmpl-{run_id}", "object": "chat.completion.chunk", "created": created, "model": agent,
+        "id": f"chatcmpl-{run_id}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": agent,
         "choices": [] if usage is not None else [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     if usage is not None:
@@ -351,8 +432,11 @@ def _chunk(run_id: str, agent: str, created: int, delta: dict[str, Any], finish:
 
 
 def _usage(record: RunRecord) -> dict[str, int]:
-    return {"prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
-            "total_tokens": record.prompt_tokens + record.completion_tokens}
+    return {
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "total_tokens": record.prompt_tokens + record.completion_tokens,
+    }
 
 
 def run_failure(record: RunRecord) -> OpenAIError:
@@ -360,8 +444,12 @@ def run_failure(record: RunRecord) -> OpenAIError:
     frameworks built on it) does not retry. Retrying would start the run again and write the
     user turn a second time; a 5xx is kept for requests that never reached a run."""
     error = record.error or {}
-    return OpenAIError(422, f"the run {record.status}: {error.get('message', 'no answer')}", type="run_error",
-                       code=str(error.get("type") or record.status))
+    return OpenAIError(
+        422,
+        f"the run {record.status}: {error.get('message', 'no answer')}",
+        type="run_error",
+        code=str(error.get("type") or record.status),
+    )
 
 
 def failure_response(record: RunRecord, headers: dict[str, str]) -> JsonResponse:
@@ -397,8 +485,9 @@ def idempotency_key(request: HttpRequest) -> str | None:
     """`Idempotency-Key`: the run's request id, so it is refused as a request id would be."""
     key = _checked_header(request, IDEMPOTENCY_HEADER, REQUEST_ID_MAX, code="invalid_idempotency_key")
     if key is not None and not key.strip():
-        raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} must not be empty", param=IDEMPOTENCY_HEADER,
-                          code="invalid_idempotency_key")
+        raise OpenAIError(
+            400, f"{IDEMPOTENCY_HEADER} must not be empty", param=IDEMPOTENCY_HEADER, code="invalid_idempotency_key"
+        )
     return key
 
 
@@ -430,7 +519,9 @@ def request_body(request: HttpRequest) -> Any:
         return parse_json(request.body or b"")
     except RequestDataTooBig:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        raise OpenAIError(413, f"request body is larger than the limit of {limit} bytes", code="body_too_large") from None
+        raise OpenAIError(
+            413, f"request body is larger than the limit of {limit} bytes", code="body_too_large"
+        ) from None
     except InputError as exc:
         if exc.code == "malformed_json":
             raise OpenAIError(400, f"the body is {exc.problem}") from None
@@ -462,10 +553,19 @@ class StartedRun:
     headers: dict[str, str]
 
 
-async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | None,
-                    find_session: Callable[[], Awaitable[str | None]], match_history: bool,
-                    replay: Callable[[RunRecord], Awaitable[HttpResponseBase]], options: RunOptions,
-                    fields: RunFields, turn_extensions: dict[str, Any] | None = None) -> StartedRun | HttpResponseBase:
+async def start_run(
+    manager: Any,
+    user: Any,
+    chat: ChatRequest,
+    *,
+    key: str | None,
+    find_session: Callable[[], Awaitable[str | None]],
+    match_history: bool,
+    replay: Callable[[RunRecord], Awaitable[HttpResponseBase]],
+    options: RunOptions,
+    fields: RunFields,
+    turn_extensions: dict[str, Any] | None = None,
+) -> StartedRun | HttpResponseBase:
     """The flow chat completions and responses share: the agent and the client's tools
     checked (refused before anything is stored), the session found (`find_session`; else,
     with `match_history`, the one of the user's sessions holding the resent chat), a request
@@ -474,11 +574,19 @@ async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | No
     try:
         server_tools, kind = await manager.acall(lambda runner: check_agent(runner, chat.agent))
     except AgentNotFoundError:
-        raise OpenAIError(404, f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
-                          param="model", code="model_not_found") from None
+        raise OpenAIError(
+            404,
+            f"the model {chat.agent!r} does not exist (models are agent names; see /v1/models)",
+            param="model",
+            code="model_not_found",
+        ) from None
     if chat.client_tools and kind != "llm":
-        raise OpenAIError(400, f"the model {chat.agent!r} is a {kind} agent, which cannot call client tools; "
-                          "use an LLM agent", param="tools", code="unsupported_client_tools")
+        raise OpenAIError(
+            400,
+            f"the model {chat.agent!r} is a {kind} agent, which cannot call client tools; use an LLM agent",
+            param="tools",
+            code="unsupported_client_tools",
+        )
     try:
         check_clashes(chat.client_tools, server_tools, fields.tool_name, agent=chat.agent)
         check_choice(chat.tool_choice, {*server_tools, *(t.name for t in chat.client_tools)})
@@ -492,7 +600,8 @@ async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | No
         # A stateless client (the Agents SDK's default) resending its chat: continue the
         # session that holds it.
         match = await db_call(fingerprints.session_of_history)(
-            user=user, fingerprint=history_fingerprint(chat.agent, chat.seed))
+            user=user, fingerprint=history_fingerprint(chat.agent, chat.seed)
+        )
         if match is not None:
             session_id, seed = match.session_id, ()
     if key is not None:
@@ -502,10 +611,18 @@ async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | No
     listener, events = manager.bridge()
 
     async def start(runner: Runner) -> RunRecord:
-        handle = await runner.start(user_id=str(user.pk), message=chat.message, session_id=session_id,
-                                    agent=chat.agent, seed=seed, listeners=[listener],
-                                    tool_results=chat.tool_results, request_id=key, options=options,
-                                    turn_extensions=turn_extensions)
+        handle = await runner.start(
+            user_id=str(user.pk),
+            message=chat.message,
+            session_id=session_id,
+            agent=chat.agent,
+            seed=seed,
+            listeners=[listener],
+            tool_results=chat.tool_results,
+            request_id=key,
+            options=options,
+            turn_extensions=turn_extensions,
+        )
         return handle.record
 
     try:
@@ -522,8 +639,9 @@ async def start_run(manager: Any, user: Any, chat: ChatRequest, *, key: str | No
     except SessionNotFoundError as exc:
         raise OpenAIError(400, str(exc), param=fields.session) from None
     except UsageError as exc:  # e.g. a tool result for no call the session waits on: nothing stored
-        raise OpenAIError(400, str(exc), param=fields.tool_result(str(exc)),
-                          code="unknown_tool_call" if chat.tool_results else None) from None
+        raise OpenAIError(
+            400, str(exc), param=fields.tool_result(str(exc)), code="unknown_tool_call" if chat.tool_results else None
+        ) from None
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id}
     if match is not None:
         headers[MATCH_HEADER] = "history-ambiguous" if match.ambiguous else "history"
@@ -548,8 +666,9 @@ class Remember:
         chat = self.chat
         sent = (*chat.seed, *((chat.message,) if chat.message is not None else chat.tool_results))
         fingerprint = history_fingerprint(chat.agent, conversation_after(sent, text, calls))
-        await db_call(fingerprints.remember_history)(user=self.user, session_id=self.session_id,
-                                                     fingerprint=fingerprint)
+        await db_call(fingerprints.remember_history)(
+            user=self.user, session_id=self.session_id, fingerprint=fingerprint
+        )
 
 
 @csrf_exempt
@@ -558,8 +677,12 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     try:
         user = await authenticate(request)
         if not user.is_authenticated:
-            raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <token>'", type="authentication_error",
-                              code="invalid_api_key")
+            raise OpenAIError(
+                401,
+                "missing API key: send 'Authorization: Bearer <token>'",
+                type="authentication_error",
+                code="invalid_api_key",
+            )
         chat = parse_chat_request(request_body(request))
         session_header = requested_session(request)
         key = idempotency_key(request)
@@ -569,11 +692,19 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             return await _replay(manager, record, chat, session_header)
 
         started = await start_run(
-            manager, user, chat, key=key, find_session=lambda: open_session(user, session_header),
-            match_history=session_header is None, replay=replay,
+            manager,
+            user,
+            chat,
+            key=key,
+            find_session=lambda: open_session(user, session_header),
+            match_history=session_header is None,
+            replay=replay,
             options=RunOptions(output=chat.output, client_tools=chat.client_tools, tool_choice=chat.tool_choice),
-            fields=RunFields(tool_name=lambda i: f"tools[{i}].function.name",
-                             tool_result=lambda problem: _result_param(chat, problem)))
+            fields=RunFields(
+                tool_name=lambda i: f"tools[{i}].function.name",
+                tool_result=lambda problem: _result_param(chat, problem),
+            ),
+        )
     except AuthenticationError as exc:
         return OpenAIError(401, str(exc), type="authentication_error", code="invalid_api_key").response()
     except OpenAIError as exc:
@@ -610,16 +741,23 @@ def _wire_calls(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
     return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
-def _completion(record: RunRecord, chat: ChatRequest, content: str, headers: dict[str, str], *,
-                calls: Sequence[ToolCall] = ()) -> JsonResponse:
+def _completion(
+    record: RunRecord, chat: ChatRequest, content: str, headers: dict[str, str], *, calls: Sequence[ToolCall] = ()
+) -> JsonResponse:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:  # the run waits for the client's results, as OpenAI's answer to a tool call reads
         message = {"role": "assistant", "content": content or None, "tool_calls": _wire_calls(calls)}
-    return JsonResponse({
-        "id": f"chatcmpl-{record.id}", "object": "chat.completion", "created": int(time.time()), "model": chat.agent,
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": _usage(record),
-    }, headers=headers)
+    return JsonResponse(
+        {
+            "id": f"chatcmpl-{record.id}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": chat.agent,
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": _usage(record),
+        },
+        headers=headers,
+    )
 
 
 async def run_of_key(user: Any, key: str) -> RunRecord:
@@ -630,8 +768,12 @@ async def run_of_key(user: Any, key: str) -> RunRecord:
         if record is not None:
             return record
         await asyncio.sleep(0.1)
-    raise OpenAIError(409, f"a request with {IDEMPOTENCY_HEADER} {key!r} is starting; retry", param=IDEMPOTENCY_HEADER,
-                      code="idempotency_key_in_use")
+    raise OpenAIError(
+        409,
+        f"a request with {IDEMPOTENCY_HEADER} {key!r} is starting; retry",
+        param=IDEMPOTENCY_HEADER,
+        code="idempotency_key_in_use",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -646,7 +788,9 @@ class Answered:
     headers: dict[str, str]
 
 
-async def run_answer(manager: Any, started: StartedRun, chat: ChatRequest, remember: Remember) -> Answered | HttpResponse:
+async def run_answer(
+    manager: Any, started: StartedRun, chat: ChatRequest, remember: Remember
+) -> Answered | HttpResponse:
     """A started run's answer once it has ended (the failure response when it failed),
     remembered for the client's next request to find its session."""
     seen = [event async for event in started.events]  # the run's end ends the iterator
@@ -659,8 +803,9 @@ async def run_answer(manager: Any, started: StartedRun, chat: ChatRequest, remem
     return Answered(record=final, text=text, calls=calls, headers=started.headers)
 
 
-async def replayed_run(manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None, *,
-                       input_name: str) -> Answered | HttpResponse:
+async def replayed_run(
+    manager: Any, record: RunRecord, chat: ChatRequest, session_header: str | None, *, input_name: str
+) -> Answered | HttpResponse:
     """The run whose `Idempotency-Key` this request repeats, waited for while in flight;
     its failure response when it failed. A different request under the same key (`input_name`
     says what the request's input is called) is refused, as is one whose run still runs."""
@@ -670,16 +815,27 @@ async def replayed_run(manager: Any, record: RunRecord, chat: ChatRequest, sessi
             break
         await asyncio.sleep(0.1)
         turn = await db_call(run_selectors.run_turn)(record=record)
-    if (record.agent != chat.agent or (session_header is not None and session_header != record.session_id)
-            or not same_input(turn, chat)):
-        raise OpenAIError(400, f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "
-                          f"{input_name} or session differ); use a new key for a new request",
-                          param=IDEMPOTENCY_HEADER, code="idempotency_key_reused")
+    if (
+        record.agent != chat.agent
+        or (session_header is not None and session_header != record.session_id)
+        or not same_input(turn, chat)
+    ):
+        raise OpenAIError(
+            400,
+            f"{IDEMPOTENCY_HEADER} {record.request_id!r} was used for another request (model, "
+            f"{input_name} or session differ); use a new key for a new request",
+            param=IDEMPOTENCY_HEADER,
+            code="idempotency_key_reused",
+        )
     final = await run_ended(manager, record)
     headers = {SESSION_HEADER: record.session_id, RUN_HEADER: record.id, REPLAYED_HEADER: "true"}
     if not final.finished:
-        raise OpenAIError(409, f"the run {record.id} of this {IDEMPOTENCY_HEADER} is still in progress; retry later",
-                          param=IDEMPOTENCY_HEADER, code="run_in_progress")
+        raise OpenAIError(
+            409,
+            f"the run {record.id} of this {IDEMPOTENCY_HEADER} is still in progress; retry later",
+            param=IDEMPOTENCY_HEADER,
+            code="run_in_progress",
+        )
     if final.status not in _ANSWERED:
         return failure_response(final, headers)
     if not record.finished:
@@ -703,8 +859,11 @@ def same_input(turn: Sequence[Event], chat: ChatRequest) -> bool:
     tool results (issue 20)."""
     if chat.message is None:
         given = [(m.tool_call_id, m.content) for m in chat.tool_results]
-        stored = [(e.message.tool_call_id, e.message.content) for e in turn
-                  if e.message is not None and e.message.role == "tool"][:len(given)]
+        stored = [
+            (e.message.tool_call_id, e.message.content)
+            for e in turn
+            if e.message is not None and e.message.role == "tool"
+        ][: len(given)]
         return stored == given
     said = next((e.message for e in turn if e.message is not None and e.message.role == "user"), None)
     return said is not None and said.content == chat.message.content
@@ -737,8 +896,13 @@ def _result_param(chat: ChatRequest, problem: str) -> str | None:
     return None
 
 
-async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: AsyncIterator[Event],
-                  remember: Callable[[str, Sequence[ToolCall]], Awaitable[None]]) -> AsyncIterator[str]:
+async def _stream(
+    manager: Any,
+    record: RunRecord,
+    chat: ChatRequest,
+    events: AsyncIterator[Event],
+    remember: Callable[[str, Sequence[ToolCall]], Awaitable[None]],
+) -> AsyncIterator[str]:
     created = int(time.time())
     sent: list[str] = []  # the content as the client receives it, for `remember`
     yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
@@ -775,8 +939,9 @@ async def _stream(manager: Any, record: RunRecord, chat: ChatRequest, events: As
         yield line
 
 
-async def _stream_done(record: RunRecord, chat: ChatRequest, content: str,
-                       calls: Sequence[ToolCall] = ()) -> AsyncIterator[str]:
+async def _stream_done(
+    record: RunRecord, chat: ChatRequest, content: str, calls: Sequence[ToolCall] = ()
+) -> AsyncIterator[str]:
     """A run that already ended, as a stream: its whole content in one chunk."""
     created = int(time.time())
     yield _chunk(record.id, chat.agent, created, {"role": "assistant", "content": ""})
@@ -793,8 +958,10 @@ def _stream_end(record: RunRecord, chat: ChatRequest, created: int, calls: Seque
     instead for a failed run."""
     if record.status in _ANSWERED and calls:
         wire = [{"index": i, **call} for i, call in enumerate(_wire_calls(calls))]
-        lines = [_chunk(record.id, chat.agent, created, {"tool_calls": wire}),
-                 _chunk(record.id, chat.agent, created, {}, finish="tool_calls")]
+        lines = [
+            _chunk(record.id, chat.agent, created, {"tool_calls": wire}),
+            _chunk(record.id, chat.agent, created, {}, finish="tool_calls"),
+        ]
         if chat.include_usage:
             lines.append(_chunk(record.id, chat.agent, created, {}, usage=_usage(record)))
     elif record.status == "completed":
@@ -821,8 +988,12 @@ async def api_user(request: HttpRequest) -> Any:
 
 def _model_data(agent: Any) -> dict[str, Any]:
     return {
-        "id": agent.name, "object": "model", "created": 0, "owned_by": "agentsite",
-        "description": agent.description, "backing_model": agent.model_name,
+        "id": agent.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "agentsite",
+        "description": agent.description,
+        "backing_model": agent.model_name,
     }
 
 
@@ -843,8 +1014,12 @@ async def retrieve_model(request: HttpRequest, model_id: str) -> HttpResponse:
         await api_user(request)
         agent = run_manager().runner.agents.get(model_id)
         if agent is None:
-            raise OpenAIError(404, f"the model {model_id!r} does not exist (models are agent names; see /v1/models)",
-                              param="model", code="model_not_found")
+            raise OpenAIError(
+                404,
+                f"the model {model_id!r} does not exist (models are agent names; see /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
     except OpenAIError as exc:
         return exc.response()
     return JsonResponse(_model_data(agent))

@@ -18,6 +18,7 @@ its session stay in the ledger, as every run does). A failed run answers 422 (st
 are accepted and ignored, as on chat completions: they are settings of the agent; so is any
 parameter this module does not name, so that a newer client is not refused.
 """
+
 from __future__ import annotations
 
 import re
@@ -80,8 +81,11 @@ from runs.surfaces.openai_compat import (
 from sessions_app.backends import db_call
 from sessions_app.core.events import OBJECT_CHUNK, Event, ToolCall
 
-_UNSUPPORTED = {"background": "background responses", "conversation": "conversations (use previous_response_id)",
-                "prompt": "stored prompts"}
+_UNSUPPORTED = {
+    "background": "background responses",
+    "conversation": "conversations (use previous_response_id)",
+    "prompt": "stored prompts",
+}
 # A run that waits for its client's tool results has answered (OpenAI: `completed` with
 # function_call items); "requires_action" is its status while it waits (issue 20).
 _ANSWERED = {"completed", "requires_action"}
@@ -111,8 +115,11 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         raise OpenAIError(400, "instructions must be a string", param="instructions")
     previous = body.get("previous_response_id")
     if previous is not None and (not isinstance(previous, str) or run_id_of(previous) is None):
-        raise OpenAIError(400, f"previous_response_id must be a response id ('resp_...'), got {previous!r}",
-                          param="previous_response_id")
+        raise OpenAIError(
+            400,
+            f"previous_response_id must be a response id ('resp_...'), got {previous!r}",
+            param="previous_response_id",
+        )
     stream, store = body.get("stream", False), body.get("store", True)
     if not isinstance(stream, bool):
         raise OpenAIError(400, "stream must be a boolean", param="stream")
@@ -129,35 +136,66 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     try:
         parsed = parse_messages(list(translated.messages))
     except OpenAIError as exc:  # it names chat fields: name the input item instead
-        raise OpenAIError(exc.status, _input_names(exc.message, translated.origins),
-                          param=_input_names(exc.param, translated.origins) if exc.param else None,
-                          code=exc.code) from None
-    echo = ResponseEcho(instructions=instructions, previous_response_id=previous, metadata=metadata,
-                        tools=tuple(tool_wire(t) for t in tools), tool_choice=body.get("tool_choice") or "auto",
-                        text_format=text_format, store=store is not False)
+        raise OpenAIError(
+            exc.status,
+            _input_names(exc.message, translated.origins),
+            param=_input_names(exc.param, translated.origins) if exc.param else None,
+            code=exc.code,
+        ) from None
+    echo = ResponseEcho(
+        instructions=instructions,
+        previous_response_id=previous,
+        metadata=metadata,
+        tools=tuple(tool_wire(t) for t in tools),
+        tool_choice=body.get("tool_choice") or "auto",
+        text_format=text_format,
+        store=store is not False,
+    )
     last = parsed[-1]
-    common: dict[str, Any] = {"agent": model, "stream": stream, "include_usage": True, "output": output,
-                              "final_only": echo.json_output, "client_tools": tools, "tool_choice": tool_choice}
+    common: dict[str, Any] = {
+        "agent": model,
+        "stream": stream,
+        "include_usage": True,
+        "output": output,
+        "final_only": echo.json_output,
+        "client_tools": tools,
+        "tool_choice": tool_choice,
+    }
     if last.role == "tool":  # the client's results for calls of its tools
         start = len(parsed)
         while start > 0 and parsed[start - 1].role == "tool":
             start -= 1
-        chat = ChatRequest(message=None, seed=tuple(m for m in parsed[:start] if m.has_payload),
-                           tool_results=tuple(parsed[start:]),
-                           tool_result_indexes=tuple(translated.origins[start:]), **common)
+        chat = ChatRequest(
+            message=None,
+            seed=tuple(m for m in parsed[:start] if m.has_payload),
+            tool_results=tuple(parsed[start:]),
+            tool_result_indexes=tuple(translated.origins[start:]),
+            **common,
+        )
     else:
         if last.role != "user" or not (last.content.strip() or last.attachments):
-            raise OpenAIError(400, "the last input item must be a non-empty user message or function_call_output",
-                              param=f"input[{translated.origins[-1]}]")
+            raise OpenAIError(
+                400,
+                "the last input item must be a non-empty user message or function_call_output",
+                param=f"input[{translated.origins[-1]}]",
+            )
         limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
         if len(last.content) > limit:  # the same limit as every other surface
-            raise OpenAIError(413, f"the message is {len(last.content)} characters; the limit is {limit}",
-                              param=f"input[{translated.origins[-1]}].content", code="message_too_large")
+            raise OpenAIError(
+                413,
+                f"the message is {len(last.content)} characters; the limit is {limit}",
+                param=f"input[{translated.origins[-1]}].content",
+                code="message_too_large",
+            )
         chat = ChatRequest(message=last, seed=tuple(m for m in parsed[:-1] if m.has_payload), **common)
     if previous is not None and chat.seed:
         # The previous response's session holds the chat so far; earlier items would be dropped.
-        raise OpenAIError(400, "with previous_response_id, input is only the new turn: a user message, or the "
-                          "function_call_output items answering the previous response's calls", param="input")
+        raise OpenAIError(
+            400,
+            "with previous_response_id, input is only the new turn: a user message, or the "
+            "function_call_output items answering the previous response's calls",
+            param="input",
+        )
     return ResponsesRequest(chat=chat, echo=echo)
 
 
@@ -169,8 +207,11 @@ def _input_names(text: str, origins: Sequence[int]) -> str:
         return f"input[{origins[index]}]" if index < len(origins) else match.group(0)
 
     named = re.sub(r"messages\[(\d+)\]", item, text)
-    for chat_field, field in ((".tool_call_id", ".call_id"), (".image_url.url", ".image_url"),
-                              (".file.file_data", ".file_data")):
+    for chat_field, field in (
+        (".tool_call_id", ".call_id"),
+        (".image_url.url", ".image_url"),
+        (".file.file_data", ".file_data"),
+    ):
         named = named.replace(chat_field, field)
     return named
 
@@ -191,21 +232,39 @@ async def create_response(request: HttpRequest) -> HttpResponseBase:
             return await _replay(manager, record, asked, session_header)
 
         started = await start_run(
-            manager, user, chat, key=key, find_session=lambda: _session_of(user, echo.previous_response_id, session_header),
-            match_history=True, replay=replay,
+            manager,
+            user,
+            chat,
+            key=key,
+            find_session=lambda: _session_of(user, echo.previous_response_id, session_header),
+            match_history=True,
+            replay=replay,
             # Beside the agent's own instruction (RunOptions.added_instruction): OpenAI does not
             # carry instructions over to the next response, nor does this run.
-            options=RunOptions(output=chat.output, client_tools=chat.client_tools, tool_choice=chat.tool_choice,
-                               added_instruction=echo.instructions or None),
-            fields=RunFields(tool_name=lambda i: f"tools[{i}].name", tool_error=_tool_error, session=SESSION_HEADER,
-                             tool_result=lambda problem: _result_param(chat, problem)),
-            turn_extensions={ECHO_EXTENSION: echo.to_dict()})
+            options=RunOptions(
+                output=chat.output,
+                client_tools=chat.client_tools,
+                tool_choice=chat.tool_choice,
+                added_instruction=echo.instructions or None,
+            ),
+            fields=RunFields(
+                tool_name=lambda i: f"tools[{i}].name",
+                tool_error=_tool_error,
+                session=SESSION_HEADER,
+                tool_result=lambda problem: _result_param(chat, problem),
+            ),
+            turn_extensions={ECHO_EXTENSION: echo.to_dict()},
+        )
     except OpenAIError as exc:
         return exc.response()
     if not isinstance(started, StartedRun):  # a replay, streamed or not
         return started
-    remember = Remember(user=user, chat=chat, session_id=started.record.session_id,
-                        fresh=session_header is None and echo.previous_response_id is None)
+    remember = Remember(
+        user=user,
+        chat=chat,
+        session_id=started.record.session_id,
+        fresh=session_header is None and echo.previous_response_id is None,
+    )
     if chat.stream:
         return event_stream(_stream(manager, started.record, asked, started.events, remember), started.headers)
     done = await run_answer(manager, started, chat, remember)
@@ -217,8 +276,9 @@ async def create_response(request: HttpRequest) -> HttpResponseBase:
 def _tool_error(exc: ClientToolError) -> OpenAIError:
     """A refused client tool, its field named as the Responses API spells `tool_choice`."""
     param = exc.param.replace("tool_choice.function.name", "tool_choice.name")
-    return OpenAIError(400, str(exc).replace("tool_choice.function.name", "tool_choice.name"), param=param,
-                       code=exc.code)
+    return OpenAIError(
+        400, str(exc).replace("tool_choice.function.name", "tool_choice.name"), param=param, code=exc.code
+    )
 
 
 async def _session_of(user: Any, previous: str | None, header: str | None) -> str | None:
@@ -228,11 +288,19 @@ async def _session_of(user: Any, previous: str | None, header: str | None) -> st
         return await open_session(user, header)
     record = await db_call(run_selectors.run_get)(user=user, run_id=run_id_of(previous) or "")
     if record is None:  # another user's response is not found either
-        raise OpenAIError(404, f"previous response {previous!r} not found", param="previous_response_id",
-                          code="previous_response_not_found")
+        raise OpenAIError(
+            404,
+            f"previous response {previous!r} not found",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     if header is not None and header != record.session_id:
-        raise OpenAIError(400, f"{SESSION_HEADER} {header!r} is not the session of previous_response_id {previous!r}",
-                          param=SESSION_HEADER, code="session_mismatch")
+        raise OpenAIError(
+            400,
+            f"{SESSION_HEADER} {header!r} is not the session of previous_response_id {previous!r}",
+            param=SESSION_HEADER,
+            code="session_mismatch",
+        )
     return record.session_id
 
 
@@ -251,20 +319,29 @@ def _response(record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[
         failure = run_failure(record)
         error = {"code": failure.code, "message": failure.message}
     output = output_items(message_item_id(record.id, record.request_id), text, calls) if status == "completed" else []
-    return response_object(run_id=record.id, model=record.agent, created_at=record.created_at.timestamp(),
-                           status=status, echo=echo, output=output,
-                           usage=usage(record.prompt_tokens, record.completion_tokens), error=error)
+    return response_object(
+        run_id=record.id,
+        model=record.agent,
+        created_at=record.created_at.timestamp(),
+        status=status,
+        echo=echo,
+        output=output,
+        usage=usage(record.prompt_tokens, record.completion_tokens),
+        error=error,
+    )
 
 
-async def _stream(manager: Any, record: RunRecord, asked: ResponsesRequest, events: AsyncIterator[Event],
-                  remember: Remember) -> AsyncIterator[str]:
+async def _stream(
+    manager: Any, record: RunRecord, asked: ResponsesRequest, events: AsyncIterator[Event], remember: Remember
+) -> AsyncIterator[str]:
     """The run's events as Responses stream events: the text as chat completions streams it
     (each assistant message's text, separated by a blank line; a JSON answer whole at the
     end), then the client calls, then `response.completed` (or `response.failed`)."""
     echo = asked.echo
     out = ResponseStream(message_item_id(record.id, record.request_id))
-    begun = response_object(run_id=record.id, model=record.agent, created_at=record.created_at.timestamp(),
-                            status="in_progress", echo=echo)
+    begun = response_object(
+        run_id=record.id, model=record.agent, created_at=record.created_at.timestamp(), status="in_progress", echo=echo
+    )
     for line in out.start(begun):
         yield line
     streamed: set[str] = set()
@@ -303,11 +380,20 @@ async def _stream(manager: Any, record: RunRecord, asked: ResponsesRequest, even
         yield line
 
 
-async def _stream_done(record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[ToolCall]) -> AsyncIterator[str]:
+async def _stream_done(
+    record: RunRecord, echo: ResponseEcho, text: str, calls: Sequence[ToolCall]
+) -> AsyncIterator[str]:
     """A response that already ended, as a stream: its whole text in one delta."""
     out = ResponseStream(message_item_id(record.id, record.request_id))
-    for line in out.start(response_object(run_id=record.id, model=record.agent, status="in_progress", echo=echo,
-                                          created_at=record.created_at.timestamp())):
+    for line in out.start(
+        response_object(
+            run_id=record.id,
+            model=record.agent,
+            status="in_progress",
+            echo=echo,
+            created_at=record.created_at.timestamp(),
+        )
+    ):
         yield line
     if text:
         for line in out.text(text):
@@ -316,7 +402,9 @@ async def _stream_done(record: RunRecord, echo: ResponseEcho, text: str, calls: 
         yield line
 
 
-async def _replay(manager: Any, record: RunRecord, asked: ResponsesRequest, session_header: str | None) -> HttpResponseBase:
+async def _replay(
+    manager: Any, record: RunRecord, asked: ResponsesRequest, session_header: str | None
+) -> HttpResponseBase:
     """A request whose `Idempotency-Key` already made a run: that run's response (as on
     chat completions, runs.surfaces.openai_compat.replayed_run)."""
     done = await replayed_run(manager, record, asked.chat, session_header, input_name="input")
@@ -337,7 +425,9 @@ async def retrieve_response(request: HttpRequest, response_id: str) -> HttpRespo
         turn = await db_call(run_selectors.run_turn)(record=record) if record is not None else []
         echo = _echo_of(turn)
         if record is None or not echo.store:
-            raise OpenAIError(404, f"response {response_id!r} not found", param="response_id", code="response_not_found")
+            raise OpenAIError(
+                404, f"response {response_id!r} not found", param="response_id", code="response_not_found"
+            )
     except OpenAIError as exc:
         return exc.response()
     text = record.answer if echo.json_output else answer_text(turn)

@@ -83,7 +83,10 @@ class SessionMessageEditApi(APIView):
         body.is_valid(raise_exception=True)
         try:
             done = turns.session_message_edit(
-                user=request.user, session=session, event_id=event_id, text=body.validated_data["message"],
+                user=request.user,
+                session=session,
+                event_id=event_id,
+                text=body.validated_data["message"],
             )
         except turns.TurnError as exc:
             raise _refused(exc) from None

@@ -48,7 +48,12 @@ async def answer(kind: str, frame: dict[str, Any], *, user: Any, session_id: str
         if exc.field:
             error["field"] = exc.field
         return {"type": "error", "error": error}
-    return {"type": "run.accepted", "run_id": done.record.id, "turn_event_id": done.event_id, done.kind: done.of_event_id}
+    return {
+        "type": "run.accepted",
+        "run_id": done.record.id,
+        "turn_event_id": done.event_id,
+        done.kind: done.of_event_id,
+    }
 
 
 @db_call
@@ -77,7 +82,9 @@ def _text(frame: dict[str, Any], field: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         at = exc.start
-        raise _Refused("invalid_frame", f"{field} contains a lone surrogate (U+{ord(value[at]):04X}) at index {at}", field) from None
+        raise _Refused(
+            "invalid_frame", f"{field} contains a lone surrogate (U+{ord(value[at]):04X}) at index {at}", field
+        ) from None
     return value
 
 

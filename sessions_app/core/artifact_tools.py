@@ -130,11 +130,13 @@ async def artifact_list(context: ToolScope) -> dict[str, Any]:
         versions = await service.versions(scope, name)
         if versions:
             latest = versions[-1]
-            listed.append({
-                "filename": name,
-                "versions": [v.version for v in versions],
-                "latest": artifact_descriptor(scope.session_id, latest),
-            })
+            listed.append(
+                {
+                    "filename": name,
+                    "versions": [v.version for v in versions],
+                    "latest": artifact_descriptor(scope.session_id, latest),
+                }
+            )
     return {"count": len(listed), "artifacts": listed}
 
 

@@ -63,7 +63,7 @@ class ArtifactScope:
     def base_path(self, filename: str) -> str:
         """SPEC 7's layout: `{app}/{user}/{session or "user"}/{name}` (the `user:` prefix dropped)."""
         if filename.startswith(USER_PREFIX):
-            return f"{self.app}/{self.user_id}/user/{filename[len(USER_PREFIX):]}"
+            return f"{self.app}/{self.user_id}/user/{filename[len(USER_PREFIX) :]}"
         return f"{self.app}/{self.user_id}/{self.session_id}/{filename}"
 
 
@@ -107,7 +107,7 @@ def validate_filename(filename: str) -> str:
     """The filename, if it is safe to store; raises `InvalidArtifactNameError`."""
     if not isinstance(filename, str) or not filename:
         raise InvalidArtifactNameError("a filename is required")
-    name = filename[len(USER_PREFIX):] if filename.startswith(USER_PREFIX) else filename
+    name = filename[len(USER_PREFIX) :] if filename.startswith(USER_PREFIX) else filename
     if not name:
         raise InvalidArtifactNameError(f"filename {filename!r} has nothing after {USER_PREFIX!r}")
     if name != name.strip():
@@ -133,7 +133,10 @@ def guess_mime(filename: str, mime: str | None = None) -> str:
 
 def describe(filename: str, version: int, data: bytes, mime: str | None) -> ArtifactVersion:
     return ArtifactVersion(
-        filename=filename, version=version, mime=guess_mime(filename, mime), size=len(data),
+        filename=filename,
+        version=version,
+        mime=guess_mime(filename, mime),
+        size=len(data),
         sha256=hashlib.sha256(data).hexdigest(),
     )
 
@@ -149,7 +152,9 @@ class ArtifactService(Protocol):
 
     max_bytes: int
 
-    async def save(self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None) -> ArtifactVersion:
+    async def save(
+        self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None
+    ) -> ArtifactVersion:
         """Store a new version (0 for a new name); raises `InvalidArtifactNameError`,
         `ArtifactTooLargeError`."""
         ...
@@ -187,7 +192,9 @@ class InMemoryArtifactService:
     def _slot(scope: ArtifactScope, filename: str) -> tuple[str, str, str, str]:
         return (scope.app, scope.user_id, scope.storage_scope(filename), filename)
 
-    async def save(self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None) -> ArtifactVersion:
+    async def save(
+        self, scope: ArtifactScope, filename: str, data: bytes, *, mime: str | None = None
+    ) -> ArtifactVersion:
         validate_filename(filename)
         check_size(data, self.max_bytes)
         async with self._lock:
@@ -206,7 +213,8 @@ class InMemoryArtifactService:
     async def list_names(self, scope: ArtifactScope) -> list[str]:
         session_scope = f"session:{scope.session_id}"
         return sorted(
-            name for (app, user, where, name), stored in self._files.items()
+            name
+            for (app, user, where, name), stored in self._files.items()
             if stored and app == scope.app and user == scope.user_id and where in (session_scope, "user")
         )
 

@@ -163,8 +163,9 @@ class CachedSessionService:
         events = list(session.events)
         if events and (events[-1].seq or 0) != session.last_seq:
             return
-        self._entries[key] = _Entry(created_at=session.created_at, last_seq=session.last_seq, events=events,
-                                    summaries=dict(session.summaries))
+        self._entries[key] = _Entry(
+            created_at=session.created_at, last_seq=session.last_seq, events=events, summaries=dict(session.summaries)
+        )
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_sessions:
             self._entries.popitem(last=False)
@@ -244,7 +245,9 @@ class CachedSessionService:
         """Whether `append_events` takes `joined` writes: when the wrapped service does."""
         return bool(getattr(self.inner, "joins_writes", False))
 
-    async def append_events(self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()) -> list[Event]:
+    async def append_events(
+        self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()
+    ) -> list[Event]:
         """Append through the wrapped service (with its `joined` writes, when it takes them)
         and keep the saved events."""
         key = session.key
@@ -325,4 +328,3 @@ def _window(
     if not entry.covers(start):
         return None
     return start, after
-

@@ -329,8 +329,11 @@ class Event:
 
     @property
     def is_final_response(self) -> bool:
-        return self.done and not self.partial and not self.is_tool_call and (
-            self.message is not None or self.error is not None
+        return (
+            self.done
+            and not self.partial
+            and not self.is_tool_call
+            and (self.message is not None or self.error is not None)
         )
 
     def replace(self, **changes: Any) -> Event:
@@ -414,8 +417,4 @@ def filter_matches(event_key: str, key: str) -> bool:
     """SPEC 2.3: keys match when either is empty or one is a `/`-path prefix of the other."""
     if not key or not event_key:
         return True
-    return (
-        event_key == key
-        or event_key.startswith(key + "/")
-        or key.startswith(event_key + "/")
-    )
+    return event_key == key or event_key.startswith(key + "/") or key.startswith(event_key + "/")

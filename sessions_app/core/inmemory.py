@@ -65,14 +65,22 @@ class InMemorySessionService:
         now = utcnow()
         initial = split_state(copy.deepcopy(dict(state or {})))
         session = Session(
-            app=app, user_id=user_id, id=session_id, agent=agent, title=title,
-            state=initial.session, created_at=now, updated_at=now,
+            app=app,
+            user_id=user_id,
+            id=session_id,
+            agent=agent,
+            title=title,
+            state=initial.session,
+            created_at=now,
+            updated_at=now,
         )
         self._sessions[(app, session_id)] = _Stored(session=session)
         self._merge_scopes(app, user_id, initial.app, initial.user)
         return self._copy(session, [])
 
-    def _merge_scopes(self, app: str, user_id: str, app_delta: Mapping[str, Any], user_delta: Mapping[str, Any]) -> None:
+    def _merge_scopes(
+        self, app: str, user_id: str, app_delta: Mapping[str, Any], user_delta: Mapping[str, Any]
+    ) -> None:
         if app_delta:
             self._app_states.setdefault(app, {}).update(copy.deepcopy(dict(app_delta)))
         if user_delta:
@@ -80,11 +88,13 @@ class InMemorySessionService:
 
     def _copy(self, session: Session, events: list[Event], *, view: bool = True) -> Session:
         clone = copy.copy(session)
-        clone.state = copy.deepcopy(state_view(
-            session.state,
-            app_state=self._app_states.get(session.app) if view else None,
-            user_state=self._user_states.get((session.app, session.user_id)) if view else None,
-        ))
+        clone.state = copy.deepcopy(
+            state_view(
+                session.state,
+                app_state=self._app_states.get(session.app) if view else None,
+                user_state=self._user_states.get((session.app, session.user_id)) if view else None,
+            )
+        )
         clone.events = list(events)
         clone.summaries = dict(session.summaries)
         return clone

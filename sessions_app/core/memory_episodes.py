@@ -105,7 +105,9 @@ def answer_pairs(messages: Sequence[ConversationMessage]) -> list[AnswerPair]:
     for message in (*messages, None):
         if message is None or message.role == "user":
             if user is not None and answer is not None:
-                pairs.append(AnswerPair(index=len(pairs) + 1, request=user.text, answer=answer.text, answered_at=answer.at))
+                pairs.append(
+                    AnswerPair(index=len(pairs) + 1, request=user.text, answer=answer.text, answered_at=answer.at)
+                )
             user, answer = message, None
         elif user is not None:
             answer = message
@@ -141,10 +143,19 @@ def episode_request(messages: Sequence[ConversationMessage], reference_time: dat
 def build_episode_prompt(request: EpisodeRequest) -> str:
     lines = [EPISODE_PROMPT.format(tool=EPISODE_TOOL)]
     for pair in request.pairs:
-        lines.extend([
-            "", f"<exchange number={pair.index}>", "<user>", pair.request, "</user>",
-            "<assistant>", pair.answer, "</assistant>", "</exchange>",
-        ])
+        lines.extend(
+            [
+                "",
+                f"<exchange number={pair.index}>",
+                "<user>",
+                pair.request,
+                "</user>",
+                "<assistant>",
+                pair.answer,
+                "</assistant>",
+                "</exchange>",
+            ]
+        )
     return "\n".join(lines)
 
 
@@ -170,7 +181,8 @@ def episode_operations(calls: Sequence[ExtractedCall], request: EpisodeRequest) 
         topics = call.arguments.get("topics")
         try:
             draft = MemoryDraft(
-                text=EPISODE_PREFIX + text, kind="episode",
+                text=EPISODE_PREFIX + text,
+                kind="episode",
                 event_time=pair.answered_at.replace(hour=0, minute=0, second=0, microsecond=0),
                 topics=tuple(t for t in topics if isinstance(t, str)) if isinstance(topics, list) else (),
                 participants=EPISODE_PARTICIPANTS,

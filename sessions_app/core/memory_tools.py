@@ -107,14 +107,17 @@ async def memory_search(
     service, key = _service(context)
     if not query.strip():
         return {"query": query, "count": 0, "memories": []}
-    entries = await service.search(key, SearchOptions(
-        query=query,
-        kind=kind,
-        time_after=parse_when(time_after),
-        time_before=parse_when(time_before, end_of_day=True),
-        order_by_event_time=order_by_event_time,
-        max_results=max(1, min(limit, MAX_TOOL_RESULTS)),
-    ))
+    entries = await service.search(
+        key,
+        SearchOptions(
+            query=query,
+            kind=kind,
+            time_after=parse_when(time_after),
+            time_before=parse_when(time_before, end_of_day=True),
+            order_by_event_time=order_by_event_time,
+            max_results=max(1, min(limit, MAX_TOOL_RESULTS)),
+        ),
+    )
     return {"query": query, "count": len(entries), "memories": _entries(entries)}
 
 
@@ -153,8 +156,12 @@ async def memory_add(
     """
     service, key = _service(context)
     draft = MemoryDraft(
-        text=memory, kind=kind, topics=tuple(topics or ()), event_time=parse_when(event_time),
-        participants=tuple(participants or ()), location=location or "",
+        text=memory,
+        kind=kind,
+        topics=tuple(topics or ()),
+        event_time=parse_when(event_time),
+        participants=tuple(participants or ()),
+        location=location or "",
     )
     write = await service.add(key, draft)
     return {"action": write.action, "memory": write.entry.to_dict()}
@@ -183,8 +190,14 @@ async def memory_update(
     """
     service, key = _service(context)
     entry = await service.update(
-        key, memory_id, text=memory, kind=kind, topics=topics, event_time=parse_when(event_time),
-        participants=participants, location=location,
+        key,
+        memory_id,
+        text=memory,
+        kind=kind,
+        topics=topics,
+        event_time=parse_when(event_time),
+        participants=participants,
+        location=location,
     )
     return {"action": "updated", "memory": entry.to_dict()}
 

@@ -42,9 +42,9 @@ def split_state(state: Mapping[str, Any]) -> ScopedState:
     scoped = ScopedState()
     for key, value in state.items():
         if key.startswith(APP_PREFIX):
-            scoped.app[key[len(APP_PREFIX):]] = value
+            scoped.app[key[len(APP_PREFIX) :]] = value
         elif key.startswith(USER_PREFIX):
-            scoped.user[key[len(USER_PREFIX):]] = value
+            scoped.user[key[len(USER_PREFIX) :]] = value
         else:
             scoped.session[key] = value
     return scoped

@@ -118,8 +118,11 @@ class HookedSummarizer:
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         report: dict[str, Any] = {
-            "events_given": len(request.events), "events_skipped": 0, "events_summarized": 0,
-            "pre_hook": "none", "post_hook": "none",
+            "events_given": len(request.events),
+            "events_skipped": 0,
+            "events_summarized": 0,
+            "pre_hook": "none",
+            "post_hook": "none",
         }
         try:
             result = await self._summarize(request, report)
@@ -167,7 +170,9 @@ class HookedSummarizer:
         text = result.text
         if self.post_hook is not None and text.strip():
             try:
-                replaced = await self.post_hook(SummaryHookOutput(filter_key=request.filter_key, text=text, events=events))
+                replaced = await self.post_hook(
+                    SummaryHookOutput(filter_key=request.filter_key, text=text, events=events)
+                )
             except Exception as exc:
                 if self.abort_on_hook_error:
                     raise
@@ -181,17 +186,27 @@ class HookedSummarizer:
         sections = result.sections if text == result.text else ()
         return SummaryResult(text=text, last_included=last, sections=sections)
 
-    def _report(self, request: SummaryRequest, report: dict[str, Any], result: SummaryResult, *, error: str | None = None) -> None:
+    def _report(
+        self, request: SummaryRequest, report: dict[str, Any], result: SummaryResult, *, error: str | None = None
+    ) -> None:
         if self.report_hook is None:
             return
         last = result.last_included or (request.events[-1] if result.text and request.events else None)
         try:
-            self.report_hook(SummaryReport(
-                summarizer=self.name, filter_key=request.filter_key, events_given=report["events_given"],
-                events_skipped=report["events_skipped"], events_summarized=report.get("events_summarized", 0),
-                last_included_seq=last.seq if last is not None else None, text_chars=len(result.text),
-                pre_hook=report["pre_hook"], post_hook=report["post_hook"], error=error,
-            ))
+            self.report_hook(
+                SummaryReport(
+                    summarizer=self.name,
+                    filter_key=request.filter_key,
+                    events_given=report["events_given"],
+                    events_skipped=report["events_skipped"],
+                    events_summarized=report.get("events_summarized", 0),
+                    last_included_seq=last.seq if last is not None else None,
+                    text_chars=len(result.text),
+                    pre_hook=report["pre_hook"],
+                    post_hook=report["post_hook"],
+                    error=error,
+                )
+            )
         except Exception:
             logger.warning("summary report hook of %s failed, ignored", self.name, exc_info=True)
 

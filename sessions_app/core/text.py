@@ -152,7 +152,9 @@ def raw_terms(text: str) -> Iterable[tuple[str, bool]]:
 def analyze(text: str) -> list[str]:
     """The index terms of a text, in order, with repeats (BM25 counts them): stemmed words
     without stop words, and character bigrams for unsegmented scripts."""
-    return [stem(term) if is_word else term for term, is_word in raw_terms(text) if not (is_word and term in STOP_WORDS)]
+    return [
+        stem(term) if is_word else term for term, is_word in raw_terms(text) if not (is_word and term in STOP_WORDS)
+    ]
 
 
 def query_terms(query: str) -> list[str]:

@@ -42,11 +42,16 @@ class SkillsLLMAgent(LLMAgent):
     """`LLMAgent` plus a `SkillToolset`: its tools join the agent's, its block the instruction."""
 
     def __init__(
-        self, *, skills: SkillToolset, tools: Sequence[Tool] = (),
-        instruction_processors: Sequence[InstructionProcessor] = (), **kwargs: Any,
+        self,
+        *,
+        skills: SkillToolset,
+        tools: Sequence[Tool] = (),
+        instruction_processors: Sequence[InstructionProcessor] = (),
+        **kwargs: Any,
     ) -> None:
         super().__init__(
-            tools=[*tools, *skills.tools()], instruction_processors=[*instruction_processors, SkillsBlock(skills)],
+            tools=[*tools, *skills.tools()],
+            instruction_processors=[*instruction_processors, SkillsBlock(skills)],
             **kwargs,
         )
         self.skills = skills

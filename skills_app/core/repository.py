@@ -198,8 +198,12 @@ class FolderSkillRepository:
                     errors[str(skill_file)] = str(parsed)
                     continue
                 if parsed.name in index:
-                    logger.info("skill %r in %s ignored: the one in %s came first", parsed.name, directory,
-                                index[parsed.name].directory)
+                    logger.info(
+                        "skill %r in %s ignored: the one in %s came first",
+                        parsed.name,
+                        directory,
+                        index[parsed.name].directory,
+                    )
                     continue
                 index[parsed.name] = _Entry(directory=directory, signature=signature, parsed=parsed)
             self._index = index  # one assignment: readers see the old index or the new one
@@ -234,8 +238,13 @@ class FolderSkillRepository:
             raise SkillNotFoundError(name)
         parsed = parse_skill_file(text, default_name=entry.directory.name, where=str(entry.directory / SKILL_FILE))
         return Skill(
-            name=name, description=parsed.description, body=parsed.body, files=files, command=parsed.command,
-            source="fs", path=str(entry.directory),
+            name=name,
+            description=parsed.description,
+            body=parsed.body,
+            files=files,
+            command=parsed.command,
+            source="fs",
+            path=str(entry.directory),
         )
 
     def path(self, name: str) -> Path:
@@ -292,6 +301,11 @@ def skill_from_files(
         raise SkillParseError(f"a skill needs a {SKILL_FILE}; got files {sorted(files)!r}")
     parsed = parse_skill_file(text, default_name=default_name)
     return Skill(
-        name=parsed.name, description=parsed.description, body=parsed.body, files=dict(files),
-        command=parsed.command, source="db" if source == "db" else "fs", revision=revision,
+        name=parsed.name,
+        description=parsed.description,
+        body=parsed.body,
+        files=dict(files),
+        command=parsed.command,
+        source="db" if source == "db" else "fs",
+        revision=revision,
     )

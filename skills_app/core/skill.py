@@ -132,8 +132,8 @@ def parse_front_matter(text: str, *, where: str = SKILL_FILE) -> tuple[dict[str,
             end = len(text) - 4
         else:
             raise SkillParseError(f"{where}: front matter is not closed by a '---' line")
-    header = text[4:end + 1] if end >= 4 else ""
-    body = text[end + 5:] if end + 5 <= len(text) else ""
+    header = text[4 : end + 1] if end >= 4 else ""
+    body = text[end + 5 :] if end + 5 <= len(text) else ""
     keys: dict[str, str] = {}
     lines = header.split("\n")
     i = 0
@@ -158,10 +158,14 @@ def parse_front_matter(text: str, *, where: str = SKILL_FILE) -> tuple[dict[str,
             block_lines = [b[indent:] for b in block]
             while block_lines and not block_lines[-1].strip():
                 block_lines.pop()
-            keys[key] = "\n".join(block_lines) if value[0] == "|" else " ".join(b.strip() for b in block_lines if b.strip())
+            keys[key] = (
+                "\n".join(block_lines) if value[0] == "|" else " ".join(b.strip() for b in block_lines if b.strip())
+            )
         else:
             if value[:1] in ("[", "{"):
-                raise SkillParseError(f"{where}: front matter key {key!r}: flow collections are not supported, got {value!r}")
+                raise SkillParseError(
+                    f"{where}: front matter key {key!r}: flow collections are not supported, got {value!r}"
+                )
             keys[key] = _unquote(value)
     return keys, body.lstrip("\n")
 

@@ -99,7 +99,7 @@ def _loads_in(events: Iterable[Any], agent: str) -> list[str]:
     for event in events:
         for key, value in (getattr(event, "state_delta", None) or {}).items():
             if key.startswith(prefix) and value:
-                names.append(key[len(prefix):])
+                names.append(key[len(prefix) :])
     return names
 
 
@@ -125,10 +125,8 @@ def loaded_skills(
     else:
         mine = [e for e in events if getattr(e, "invocation_id", None) == invocation_id]
         if mode == "once":
-            last_answer = max(
-                (i for i, e in enumerate(mine) if getattr(e, "role", None) == "assistant"), default=-1
-            )
-            mine = mine[last_answer + 1:]
+            last_answer = max((i for i, e in enumerate(mine) if getattr(e, "role", None) == "assistant"), default=-1)
+            mine = mine[last_answer + 1 :]
         recent = set(_loads_in(mine, agent))
         chosen = [s for s in marked if s in recent]
     if max_loaded > 0:

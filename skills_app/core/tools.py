@@ -153,11 +153,13 @@ def session_tool_results(events: Sequence[Any], *, limit: int = _MAX_STAGED_RESU
                 continue
             call = calls.get(message.tool_call_id or "")
             arguments = _parsed(call.arguments) if call is not None else {}
-            results.append({
-                "tool": message.tool_name or (call.name if call is not None else "tool"),
-                "arguments": arguments if isinstance(arguments, dict) else {},
-                "result": _parsed(message.content),
-            })
+            results.append(
+                {
+                    "tool": message.tool_name or (call.name if call is not None else "tool"),
+                    "arguments": arguments if isinstance(arguments, dict) else {},
+                    "result": _parsed(message.content),
+                }
+            )
     return results[-limit:]
 
 
@@ -170,7 +172,11 @@ class SkillToolset:
     """The skill tools of one agent over a repository (and, for `full`, an executor)."""
 
     def __init__(
-        self, repository: SkillRepository, *, config: SkillsConfig | None = None, executor: WorkspaceExecutor | None = None
+        self,
+        repository: SkillRepository,
+        *,
+        config: SkillsConfig | None = None,
+        executor: WorkspaceExecutor | None = None,
     ) -> None:
         self.repository = repository
         self.config = config or SkillsConfig()
@@ -203,10 +209,14 @@ class SkillToolset:
         if len(self.known) > cap:
             lines.append("More skills: " + ", ".join(s.name for s in self.known[cap:]))
         names = self.config.tool_names
-        guidance = [
-            "Skills are packaged know-how. Before you use one, call skill_load with its name: its instructions "
-            "(and the documents you choose with skill_select_docs) then appear below."
-        ] if "skill_load" in names else []
+        guidance = (
+            [
+                "Skills are packaged know-how. Before you use one, call skill_load with its name: its instructions "
+                "(and the documents you choose with skill_select_docs) then appear below."
+            ]
+            if "skill_load" in names
+            else []
+        )
         if "skill_run" in names:
             guidance.append(
                 "skill_run runs a command of a loaded skill (its default command when you give none) in a sandboxed "
@@ -222,8 +232,12 @@ class SkillToolset:
     async def loaded_content(self, *, session: Any, agent: str, invocation_id: str) -> str:
         """The bodies and chosen documents of the skills loaded (per the load mode)."""
         names = keys.loaded_skills(
-            state=session.state, events=session.events, agent=agent, invocation_id=invocation_id,
-            mode=self.config.load_mode, max_loaded=self.config.max_loaded_skills,
+            state=session.state,
+            events=session.events,
+            agent=agent,
+            invocation_id=invocation_id,
+            mode=self.config.load_mode,
+            max_loaded=self.config.max_loaded_skills,
         )
         parts: list[str] = []
         for name in names:
@@ -270,7 +284,11 @@ class SkillToolset:
         for name in self.config.tool_names:
             func, listed = functions[name]
             inner = FunctionTool(func, name=name)
-            built.append(_SkillTool(inner, self, list_in_description=listed) if "skill" in inner.spec().parameters["properties"] else inner)
+            built.append(
+                _SkillTool(inner, self, list_in_description=listed)
+                if "skill" in inner.spec().parameters["properties"]
+                else inner
+            )
         return built
 
     async def _get(self, name: str) -> Skill:
@@ -386,7 +404,9 @@ class SkillToolset:
             artifact_prefix: prefix for the saved artifacts' names
         """
         found = await self._get(skill)
-        if self.config.require_load_before_run and not context.state.get(keys.agent_loaded_key(context.agent_name, skill)):
+        if self.config.require_load_before_run and not context.state.get(
+            keys.agent_loaded_key(context.agent_name, skill)
+        ):
             raise SkillToolError("skill_run requires skill_load first")
         run = command or found.command
         if not run:
@@ -395,12 +415,24 @@ class SkillToolset:
         sandbox_dir = await asyncio.to_thread(workspace.stage_skill, skill, found.files)
         staged = await self._stage_inputs(context, workspace, inputs or [])
         result = await executor.run(
-            workspace, run, cwd=cwd or sandbox_dir, env=env, stdin=stdin, timeout_s=timeout,
+            workspace,
+            run,
+            cwd=cwd or sandbox_dir,
+            env=env,
+            stdin=stdin,
+            timeout_s=timeout,
             extra_env={"SKILL_NAME": skill, "SKILL_DIR": sandbox_dir},
         )
         return await self._finish(
-            context, workspace, result, staged=staged, output_files=output_files or [], save=save_as_artifacts,
-            omit_inline=omit_inline_content, prefix=artifact_prefix, extra={"skill": skill, "command": run},
+            context,
+            workspace,
+            result,
+            staged=staged,
+            output_files=output_files or [],
+            save=save_as_artifacts,
+            omit_inline=omit_inline_content,
+            prefix=artifact_prefix,
+            extra={"skill": skill, "command": run},
         )
 
     async def _workspace_exec(
@@ -424,7 +456,14 @@ class SkillToolset:
         executor, workspace = await asyncio.to_thread(self._workspace, context)
         result = await executor.run(workspace, command, cwd=cwd or "", env=env, stdin=stdin, timeout_s=timeout)
         return await self._finish(
-            context, workspace, result, staged=[], output_files=[], save=True, omit_inline=False, prefix="",
+            context,
+            workspace,
+            result,
+            staged=[],
+            output_files=[],
+            save=True,
+            omit_inline=False,
+            prefix="",
             extra={"command": command},
         )
 
@@ -527,7 +566,9 @@ class SkillToolset:
                 warnings.append(f"out/{output.path}: not saved: {exc}")
                 continue
             marks[output.path] = digest
-            saved.append({**artifact_descriptor(scope.session_id, info), "name": info.filename, "path": f"out/{output.path}"})
+            saved.append(
+                {**artifact_descriptor(scope.session_id, info), "name": info.filename, "path": f"out/{output.path}"}
+            )
         if marks:
             await asyncio.to_thread(workspace.mark_exported, marks)
         if saved:
@@ -535,7 +576,10 @@ class SkillToolset:
             context.extensions["artifact"] = {k: v for k, v in saved[0].items() if k not in ("name", "path")}
             context.extensions["artifacts"] = saved
             context.state_delta[keys.ARTIFACTS_KEY] = json.dumps(
-                {"tool_call_id": context.tool_call_id, "files": [{"name": s["name"], "version": s["version"]} for s in saved]}
+                {
+                    "tool_call_id": context.tool_call_id,
+                    "files": [{"name": s["name"], "version": s["version"]} for s in saved],
+                }
             )
         return saved
 
@@ -547,7 +591,9 @@ class SkillToolset:
         limit = self.executor.config.limits.output_limit_bytes if self.executor else 16 * 1024
         patterns: list[str] = []
         for pattern in globs:
-            pattern = pattern.removeprefix(SANDBOX_ROOT + "/").replace("$OUTPUT_DIR", "out").replace("${OUTPUT_DIR}", "out")
+            pattern = (
+                pattern.removeprefix(SANDBOX_ROOT + "/").replace("$OUTPUT_DIR", "out").replace("${OUTPUT_DIR}", "out")
+            )
             pattern = pattern.replace("$WORK_DIR", "work").replace("${WORK_DIR}", "work")
             try:
                 workspace.resolve(pattern.split("*", 1)[0] or ".")
@@ -556,10 +602,18 @@ class SkillToolset:
                 continue
             patterns.append(pattern)
         # Read from folder fds, never by name: the sandbox may have linked anything anywhere.
-        found = workspace.read_files(
-            ".", max_files=_MAX_INLINE_FILES + 1, max_file_bytes=limit, cut=True, warnings=[],
-            accept=lambda path: any(fnmatch.fnmatch(path, p) for p in patterns),
-        ) if patterns else []
+        found = (
+            workspace.read_files(
+                ".",
+                max_files=_MAX_INLINE_FILES + 1,
+                max_file_bytes=limit,
+                cut=True,
+                warnings=[],
+                accept=lambda path: any(fnmatch.fnmatch(path, p) for p in patterns),
+            )
+            if patterns
+            else []
+        )
         if len(found) > _MAX_INLINE_FILES:
             warnings.append(f"more than {_MAX_INLINE_FILES} output files matched; the rest left out")
         files: list[dict[str, Any]] = []

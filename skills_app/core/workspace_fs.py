@@ -56,7 +56,7 @@ def split(relative: str) -> tuple[str, ...]:
     normalised without asking the filesystem; `()` is the workspace itself."""
     text = (relative or ".").strip()
     if text == SANDBOX_ROOT or text.startswith(SANDBOX_ROOT + "/"):
-        text = text[len(SANDBOX_ROOT):].lstrip("/") or "."
+        text = text[len(SANDBOX_ROOT) :].lstrip("/") or "."
     bad = _BAD_NAME.search(text)
     if bad:
         raise WorkspaceError(f"path {relative!r} contains the control character {bad.group(0)!r}")
@@ -76,7 +76,9 @@ def open_root(path: Path) -> int:
     return os.open(path, DIR_FLAGS)
 
 
-def open_dir(root_fd: int, parts: tuple[str, ...], *, relative: str, create: bool = False, owner: tuple[int, int] | None = None) -> int:
+def open_dir(
+    root_fd: int, parts: tuple[str, ...], *, relative: str, create: bool = False, owner: tuple[int, int] | None = None
+) -> int:
     """Open the folder `parts` under `root_fd`, one component at a time, never following a
     link; with `create`, missing folders are made (and given to `owner`, when set)."""
     current = os.dup(root_fd)
@@ -115,7 +117,9 @@ def _refusal(exc: OSError, relative: str) -> WorkspaceError:
     return WorkspaceError(f"path {relative!r} cannot be opened in the workspace: {exc.strerror}")
 
 
-def write_file(root_fd: int, parts: tuple[str, ...], data: bytes, *, relative: str, owner: tuple[int, int] | None) -> None:
+def write_file(
+    root_fd: int, parts: tuple[str, ...], data: bytes, *, relative: str, owner: tuple[int, int] | None
+) -> None:
     """Replace the file `parts` with `data` (folders made as needed), never writing
     through a link: whatever is at the name is unlinked, and the file is created anew
     with `O_EXCL | O_NOFOLLOW`."""
@@ -131,7 +135,9 @@ def write_file(root_fd: int, parts: tuple[str, ...], data: bytes, *, relative: s
                     raise WorkspaceError(f"path {relative!r} is a folder, not a file")
                 os.unlink(name, dir_fd=folder)
             try:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+                fd = os.open(
+                    name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder
+                )
             except FileExistsError:
                 continue
             with os.fdopen(fd, "wb") as handle:
@@ -178,7 +184,9 @@ def iter_files(folder_fd: int, *, prefix: str, warnings: list[str]) -> Generator
     yield from _walk(folder_fd, "", device=device, prefix=prefix, warnings=warnings, depth=0)
 
 
-def _walk(folder_fd: int, base: str, *, device: int, prefix: str, warnings: list[str], depth: int) -> Iterator[TreeFile]:
+def _walk(
+    folder_fd: int, base: str, *, device: int, prefix: str, warnings: list[str], depth: int
+) -> Iterator[TreeFile]:
     files: list[str] = []
     folders: list[str] = []
     for name in sorted(os.listdir(folder_fd)):

@@ -23,10 +23,23 @@ def ledger(alice: Any) -> orm.Session:
     session = session_create(user=alice, agent="support", title="TLS")
     steps = [
         Event(author="user", message=Message(role="user", content="why does TLS fail?")),
-        Event(author="support", message=Message(role="assistant", tool_calls=(
-            ToolCall(id="c1", name="inspect_certificate", arguments='{"host": "payments.internal.example.com"}'),))),
-        Event(author="support", object="tool.response", state_delta={"checked": True},
-              message=Message(role="tool", content='{"expired": true}', tool_call_id="c1")),
+        Event(
+            author="support",
+            message=Message(
+                role="assistant",
+                tool_calls=(
+                    ToolCall(
+                        id="c1", name="inspect_certificate", arguments='{"host": "payments.internal.example.com"}'
+                    ),
+                ),
+            ),
+        ),
+        Event(
+            author="support",
+            object="tool.response",
+            state_delta={"checked": True},
+            message=Message(role="tool", content='{"expired": true}', tool_call_id="c1"),
+        ),
     ]
     for seq, event in enumerate(steps, start=1):
         event_to_row(event, session_id=session.id, seq=seq, tokens=1).save()

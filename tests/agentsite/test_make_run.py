@@ -29,7 +29,11 @@ def test_make_run_on_a_busy_port_exits_at_once_naming_the_port() -> None:
         port = busy.getsockname()[1]
         make = subprocess.Popen(
             ["make", "--no-print-directory", "run", "HOST=127.0.0.1", f"PORT={port}"],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         try:
             output, _ = make.communicate(timeout=10)

@@ -30,9 +30,15 @@ needs_haproxy = pytest.mark.skipif(shutil.which("haproxy") is None, reason="hapr
 
 @needs_haproxy
 @pytest.mark.parametrize("web_ports", [[18401], [18401, 18402]])
-def test_the_balancer_configuration_is_valid_with_a_server_per_web_process(tmp_path: Path, web_ports: list[int]) -> None:
+def test_the_balancer_configuration_is_valid_with_a_server_per_web_process(
+    tmp_path: Path, web_ports: list[int]
+) -> None:
     path = _launcher().write_haproxy_config(
-        state_dir=tmp_path, host="127.0.0.1", port=18400, web_ports=web_ports, stats_port=18403,
+        state_dir=tmp_path,
+        host="127.0.0.1",
+        port=18400,
+        web_ports=web_ports,
+        stats_port=18403,
     )
     checked = subprocess.run(["haproxy", "-c", "-f", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -40,8 +40,11 @@ def test_a_bad_registry_entry_stops_start_up_naming_it(entry: str, message: str)
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); print('started')"],
-        cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "AGENTSITE_AGENTS": entry},
-        capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "AGENTSITE_AGENTS": entry},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode != 0 and "started" not in result.stdout
     assert "ImproperlyConfigured" in result.stderr and message in result.stderr, result.stderr[-2000:]

@@ -19,8 +19,11 @@ def start_django(**env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     return subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); print('started')"],
-        cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "agentsite.settings", **env},
-        capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "agentsite.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -56,7 +59,12 @@ def test_embedded_defaults_start() -> None:
 def test_postgres_urls_become_database_settings() -> None:
     db = database_from_url("postgres://u:p%40ss@db.local:5433/agents?sslmode=require", base_dir=ROOT)
     assert (db["ENGINE"], db["NAME"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"]) == (
-        "django.db.backends.postgresql", "agents", "u", "p@ss", "db.local", "5433"
+        "django.db.backends.postgresql",
+        "agents",
+        "u",
+        "p@ss",
+        "db.local",
+        "5433",
     )
     assert db["OPTIONS"] == {"sslmode": "require"}
 

@@ -48,8 +48,12 @@ def test_the_process_policy_is_the_demo_profile_while_demo_governance_is_on(sett
 
 
 def test_an_agent_builds_its_governance_from_its_own_policy() -> None:
-    policy = ContextPolicy(compaction_soft=False, pinned_intent=False, tool_result_max_tokens=64,
-                           compaction_force_clean_tools=("scan_fleet",))
+    policy = ContextPolicy(
+        compaction_soft=False,
+        pinned_intent=False,
+        tool_result_max_tokens=64,
+        compaction_force_clean_tools=("scan_fleet",),
+    )
     built = governance(policy, engine=SummaryEngine(summarizer=None), context_window=4096)
     assert built.background is None and built.pinned is None and built.summaries is None
     assert built.compaction.tool_result_max_tokens == 64 and built.compaction.force_clean_tools == {"scan_fleet"}

@@ -20,7 +20,9 @@ PACKAGES = ("agentsite", "runs", "sessions_app", "skills_app", "evolution_app")
 
 def source_files() -> list[Path]:
     return [
-        path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+        path
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
         if "migrations" not in path.parts and "skills" not in path.parts
     ]
 
@@ -43,8 +45,11 @@ def _read_names(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "read"
-            and node.args and isinstance(node.args[0], ast.Constant)
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "read"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
         ):
             names.add(node.args[0].value)
     return names
@@ -74,8 +79,10 @@ def test_nothing_else_reads_the_environment() -> None:
                 # A name built from strings: a prefix such as "AGENTSITE_" right before a value.
                 head = node.values[0] if node.values else None
                 if (
-                    isinstance(head, ast.Constant) and re.fullmatch(r"(AGENTSITE|DJANGO)_[A-Z0-9_]*", str(head.value))
-                    and len(node.values) > 1 and isinstance(node.values[1], ast.FormattedValue)
+                    isinstance(head, ast.Constant)
+                    and re.fullmatch(r"(AGENTSITE|DJANGO)_[A-Z0-9_]*", str(head.value))
+                    and len(node.values) > 1
+                    and isinstance(node.values[1], ast.FormattedValue)
                 ):
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} builds a variable name")
     assert offenders == []

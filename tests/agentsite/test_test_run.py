@@ -27,8 +27,10 @@ def test_the_test_database_and_artifacts_live_outside_the_checkout() -> None:
     assert not Path(storages["artifacts"].path(saved)).resolve().is_relative_to(VAR)
 
 
-@pytest.mark.skipif(not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL")),
-                    reason="only under pytest-xdist (make test-parallel) with REDIS_URL")
+@pytest.mark.skipif(
+    not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL")),
+    reason="only under pytest-xdist (make test-parallel) with REDIS_URL",
+)
 def test_each_xdist_worker_has_redis_databases_of_its_own(settings: Any) -> None:
     """The worker's environment names them before Django reads its settings (tests/conftest.py)."""
     broker, cache = worker_redis_dbs(os.environ["AGENTSITE_TEST_REDIS_URL"], os.environ["PYTEST_XDIST_WORKER"])

@@ -10,10 +10,13 @@ import pytest
 from django.contrib.staticfiles import finders
 
 
-@pytest.mark.parametrize(("path", "bundle"), [
-    ("/api/docs/", "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"),
-    ("/api/redoc/", "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"),
-])
+@pytest.mark.parametrize(
+    ("path", "bundle"),
+    [
+        ("/api/docs/", "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"),
+        ("/api/redoc/", "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js"),
+    ],
+)
 def test_the_api_documentation_pages_load_their_scripts_from_this_server(client: Any, path: str, bundle: str) -> None:
     response = client.get(path)
 

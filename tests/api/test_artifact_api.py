@@ -19,9 +19,13 @@ def artifact_storage(tmp_path: Path) -> Iterator[Path]:
     from django.conf import settings
 
     location = tmp_path / "artifacts"
-    storages = {**settings.STORAGES, "artifacts": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(location)},
-    }}
+    storages = {
+        **settings.STORAGES,
+        "artifacts": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(location)},
+        },
+    }
     with override_settings(STORAGES=storages):
         yield location
 
@@ -33,7 +37,9 @@ def new_session(client: Any) -> str:
 
 
 def upload(client: Any, session_id: str, name: str, data: bytes, content_type: str = "application/octet-stream") -> Any:
-    return client.generic("POST", f"/api/sessions/{session_id}/artifacts/{quote(name, safe='')}", data, content_type=content_type)
+    return client.generic(
+        "POST", f"/api/sessions/{session_id}/artifacts/{quote(name, safe='')}", data, content_type=content_type
+    )
 
 
 def download(client: Any, session_id: str, name: str, **params: Any) -> Any:
@@ -54,8 +60,12 @@ def test_uploaded_versions_are_listed_and_downloaded_with_their_type_and_name(al
     first = upload(alice_api, session_id, "report.md", b"# v0", "text/markdown")
     assert first.status_code == 201, first.content
     assert first.json() | {"created_at": None} == {
-        "filename": "report.md", "version": 0, "mime": "text/markdown", "size": 4,
-        "sha256": first.json()["sha256"], "created_at": None,
+        "filename": "report.md",
+        "version": 0,
+        "mime": "text/markdown",
+        "size": 4,
+        "sha256": first.json()["sha256"],
+        "created_at": None,
         "url": f"/api/sessions/{session_id}/artifacts/report.md?version=0",
     }
     assert upload(alice_api, session_id, "report.md", b"# v1!", "text/markdown").json()["version"] == 1
@@ -118,7 +128,9 @@ def test_missing_artifacts_versions_and_bad_versions(alice_api: Any) -> None:
 def test_bad_filenames_are_refused(alice_api: Any, name: str) -> None:
     session_id = new_session(alice_api)
     # A NUL is refused in any path, before the view (agentsite/middleware.py).
-    assert_error(upload(alice_api, session_id, name, b"x"), 400, "invalid_text" if "\x00" in name else "invalid_filename")
+    assert_error(
+        upload(alice_api, session_id, name, b"x"), 400, "invalid_text" if "\x00" in name else "invalid_filename"
+    )
     assert alice_api.get(f"/api/sessions/{session_id}/artifacts/").json()["results"] == []
 
 

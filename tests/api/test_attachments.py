@@ -26,9 +26,7 @@ from tests.support.openai_server import ScriptedOpenAIServer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # A 1x1 transparent PNG.
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
-)
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=")
 
 
 def data_url(data: bytes, mime: str = "image/png") -> str:
@@ -36,7 +34,10 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 
 
 def image_message(url: str, text: str = "What is in this picture?") -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}],
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -62,7 +63,8 @@ async def test_an_image_part_reaches_the_upstream_as_an_image_and_is_an_artifact
     client = await client_for(alice)
 
     raw = await client.chat.completions.with_raw_response.create(
-        model="support", messages=[image_message(data_url(PNG))],  # type: ignore[list-item]
+        model="support",
+        messages=[image_message(data_url(PNG))],  # type: ignore[list-item]
     )
     assert raw.parse().choices[0].message.content == "A single transparent pixel."
     openai_server.assert_consumed()
@@ -98,30 +100,56 @@ async def test_a_text_file_part_is_sent_as_text_and_an_image_url_as_given(
     agents_on(openai_server, use_model)
     client = await client_for(alice)
     csv = b"host,status\nweb-1,down\n"
-    await client.chat.completions.create(model="support", messages=[{"role": "user", "content": [  # type: ignore[list-item,misc]
-        {"type": "text", "text": "Read this"},
-        {"type": "file", "file": {"filename": "hosts.csv", "file_data": data_url(csv, "text/csv")}},
-        {"type": "image_url", "image_url": {"url": "https://example.com/graph.png", "detail": "low"}},
-    ]}])
+    await client.chat.completions.create(
+        model="support",
+        messages=[
+            {
+                "role": "user",
+                "content": [  # type: ignore[list-item,misc]
+                    {"type": "text", "text": "Read this"},
+                    {"type": "file", "file": {"filename": "hosts.csv", "file_data": data_url(csv, "text/csv")}},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/graph.png", "detail": "low"}},
+                ],
+            }
+        ],
+    )
     user = [m for m in openai_server.requests[0]["messages"] if m["role"] == "user"][-1]
     assert user["content"][1] == {"type": "text", "text": "File hosts.csv (text/csv):\nhost,status\nweb-1,down\n"}
-    assert user["content"][2] == {"type": "image_url", "image_url": {"url": "https://example.com/graph.png", "detail": "low"}}
+    assert user["content"][2] == {
+        "type": "image_url",
+        "image_url": {"url": "https://example.com/graph.png", "detail": "low"},
+    }
     assert "hosts.csv (text/csv, 23 B)" in user["content"][3]["text"]
 
 
-@pytest.mark.parametrize(("part", "status", "code"), [
-    ({"type": "image_url", "image_url": {"url": data_url(b"PK\x03\x04 a zip, not an image")}}, 415, "unsupported_media_type"),
-    ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@not base64@@"}}, 400, "invalid_base64"),
-    ({"type": "image_url", "image_url": {"url": "data:image/png,base64"}}, 415, "unsupported_media_type"),
-    ({"type": "image_url", "image_url": {"url": "data:nonsense"}}, 400, "invalid_data_url"),
-    ({"type": "image_url", "image_url": {"url": data_url(PNG + b"\0" * 200)}}, 413, "attachment_too_large"),
-    ({"type": "file", "file": {"filename": "x.exe", "file_data": base64.b64encode(b"MZ\x90\x00\x03").decode()}}, 415,
-     "unsupported_media_type"),
-    ({"type": "file", "file": {"file_id": "file-abc"}}, 400, "unsupported_content"),
-])
+@pytest.mark.parametrize(
+    ("part", "status", "code"),
+    [
+        (
+            {"type": "image_url", "image_url": {"url": data_url(b"PK\x03\x04 a zip, not an image")}},
+            415,
+            "unsupported_media_type",
+        ),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@not base64@@"}}, 400, "invalid_base64"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png,base64"}}, 415, "unsupported_media_type"),
+        ({"type": "image_url", "image_url": {"url": "data:nonsense"}}, 400, "invalid_data_url"),
+        ({"type": "image_url", "image_url": {"url": data_url(PNG + b"\0" * 200)}}, 413, "attachment_too_large"),
+        (
+            {"type": "file", "file": {"filename": "x.exe", "file_data": base64.b64encode(b"MZ\x90\x00\x03").decode()}},
+            415,
+            "unsupported_media_type",
+        ),
+        ({"type": "file", "file": {"file_id": "file-abc"}}, 400, "unsupported_content"),
+    ],
+)
 async def test_a_refused_part_answers_its_status_and_stores_nothing(
-    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
-    part: dict[str, Any], status: int, code: str,
+    alice: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    settings: Any,
+    part: dict[str, Any],
+    status: int,
+    code: str,
 ) -> None:
     settings.AGENTSITE_UPLOAD_MAX_BYTES = 200
     agents_on(openai_server, use_model)
@@ -129,13 +157,30 @@ async def test_a_refused_part_answers_its_status_and_stores_nothing(
     # A good image first: validating every part before storing any keeps it out too.
     good = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
     with pytest.raises(openai.APIStatusError) as refused:
-        await client.chat.completions.create(model="support", messages=[  # type: ignore[list-item,misc]
-            {"role": "user", "content": [{"type": "text", "text": "look"}, good, part]},
-        ])
+        await client.chat.completions.create(
+            model="support",
+            messages=[  # type: ignore[list-item,misc]
+                {"role": "user", "content": [{"type": "text", "text": "look"}, good, part]},
+            ],
+        )
     assert refused.value.status_code == status
-    error = refused.value.body["error"] if isinstance(refused.value.body, dict) and "error" in refused.value.body else refused.value.body
-    assert isinstance(error, dict) and error["code"] == code and error["param"] == "messages[0].content[2]" + (
-        ".file" if code == "unsupported_content" else ".file.file_data" if part["type"] == "file" else ".image_url.url"
+    error = (
+        refused.value.body["error"]
+        if isinstance(refused.value.body, dict) and "error" in refused.value.body
+        else refused.value.body
+    )
+    assert (
+        isinstance(error, dict)
+        and error["code"] == code
+        and error["param"]
+        == "messages[0].content[2]"
+        + (
+            ".file"
+            if code == "unsupported_content"
+            else ".file.file_data"
+            if part["type"] == "file"
+            else ".image_url.url"
+        )
     )
     assert openai_server.requests == []
     assert await sessions_of(alice) == [] and await artifact_rows() == 0
@@ -149,9 +194,12 @@ async def test_more_attachments_than_the_limit_answer_413_and_store_nothing(
     client = await client_for(alice)
     image = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
     with pytest.raises(openai.APIStatusError) as refused:
-        await client.chat.completions.create(model="support", messages=[  # type: ignore[list-item,misc]
-            {"role": "user", "content": [image, image, image]},
-        ])
+        await client.chat.completions.create(
+            model="support",
+            messages=[  # type: ignore[list-item,misc]
+                {"role": "user", "content": [image, image, image]},
+            ],
+        )
     assert refused.value.status_code == 413
     assert "3 attachments; the limit is 2" in str(refused.value)
     assert await sessions_of(alice) == [] and await artifact_rows() == 0
@@ -163,10 +211,13 @@ async def test_an_image_in_an_assistant_message_is_refused(
     agents_on(openai_server, use_model)
     client = await client_for(alice)
     with pytest.raises(openai.BadRequestError, match="only a user message may carry images and files"):
-        await client.chat.completions.create(model="support", messages=[  # type: ignore[list-item,misc]
-            {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": data_url(PNG)}}]},
-            {"role": "user", "content": "hi"},
-        ])
+        await client.chat.completions.create(
+            model="support",
+            messages=[  # type: ignore[list-item,misc]
+                {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": data_url(PNG)}}]},
+                {"role": "user", "content": "hi"},
+            ],
+        )
 
 
 async def test_an_image_in_the_seeded_history_is_stored_and_shown_again(
@@ -175,11 +226,14 @@ async def test_an_image_in_the_seeded_history_is_stored_and_shown_again(
     openai_server.script("Still one pixel.")
     agents_on(openai_server, use_model)
     client = await client_for(alice)
-    raw = await client.chat.completions.with_raw_response.create(model="support", messages=[  # type: ignore[list-item,misc]
-        image_message(data_url(PNG)),
-        {"role": "assistant", "content": "A single transparent pixel."},
-        {"role": "user", "content": "Are you sure?"},
-    ])
+    raw = await client.chat.completions.with_raw_response.create(
+        model="support",
+        messages=[  # type: ignore[list-item,misc]
+            image_message(data_url(PNG)),
+            {"role": "assistant", "content": "A single transparent pixel."},
+            {"role": "user", "content": "Are you sure?"},
+        ],
+    )
     assert raw.parse().choices[0].message.content == "Still one pixel."
     users = [m for m in openai_server.requests[0]["messages"] if m["role"] == "user"]
     assert users[0]["content"][1] == {"type": "image_url", "image_url": {"url": data_url(PNG)}}
@@ -195,15 +249,30 @@ async def test_a_file_name_with_control_characters_is_stored_without_them_and_su
     openai_server.script("Read.")
     agents_on(openai_server, use_model)
     client = await client_for(alice)
-    raw = await client.chat.completions.with_raw_response.create(model="support", messages=[{  # type: ignore[list-item,misc]
-        "role": "user", "content": [{"type": "file", "file": {
-            "filename": "re\u0001po\u0007rt\u200b.txt", "file_data": base64.b64encode(b"all good").decode(),
-        }}],
-    }])
+    raw = await client.chat.completions.with_raw_response.create(
+        model="support",
+        messages=[
+            {  # type: ignore[list-item,misc]
+                "role": "user",
+                "content": [
+                    {
+                        "type": "file",
+                        "file": {
+                            "filename": "re\u0001po\u0007rt\u200b.txt",
+                            "file_data": base64.b64encode(b"all good").decode(),
+                        },
+                    }
+                ],
+            }
+        ],
+    )
     turn = next(e for e in await stored_events(raw.headers["X-Session-Id"]) if e.is_user_message)
     assert turn.message is not None and turn.message.parts[0].name == "report.txt"
     with pytest.raises(openai.BadRequestError) as refused:
-        await client.chat.completions.create(model="support", messages=[  # type: ignore[list-item,misc]
-            image_message("https://example.com/a\u0007.png"),
-        ])
+        await client.chat.completions.create(
+            model="support",
+            messages=[  # type: ignore[list-item,misc]
+                image_message("https://example.com/a\u0007.png"),
+            ],
+        )
     assert refused.value.code == "invalid_image_url"

@@ -47,11 +47,15 @@ async def test_a_raw_image_part_reaches_the_model_and_is_an_artifact_of_the_sess
 ) -> None:
     openai_server.script("One pixel.")
     agents_on(openai_server, use_model)
-    response = await a2a("support", send(
-        {"text": "What is this?"},
-        {"raw": base64.b64encode(PNG).decode(), "filename": "dot.png", "mediaType": "image/png"},
-        {"url": "https://example.com/chart.png", "mediaType": "image/png"},
-    ), alice_token)
+    response = await a2a(
+        "support",
+        send(
+            {"text": "What is this?"},
+            {"raw": base64.b64encode(PNG).decode(), "filename": "dot.png", "mediaType": "image/png"},
+            {"url": "https://example.com/chart.png", "mediaType": "image/png"},
+        ),
+        alice_token,
+    )
     body = response.json()
     assert "result" in body, body
     user = [m for m in openai_server.requests[0]["messages"] if m["role"] == "user"][-1]
@@ -65,21 +69,37 @@ async def test_a_raw_image_part_reaches_the_model_and_is_an_artifact_of_the_sess
     assert await stored() == (1, 1)
 
 
-@pytest.mark.parametrize(("part", "code"), [
-    ({"raw": base64.b64encode(b"\x7fELF\x02\x01\x01").decode(), "filename": "tool", "mediaType": "image/png"}, -32005),
-    ({"url": "https://example.com/report.pdf", "mediaType": "application/pdf"}, -32005),
-    ({"raw": base64.b64encode(PNG + b"\0" * 300).decode(), "mediaType": "image/png"}, -32602),
-    ({"url": "data:image/png;base64,@@@", "mediaType": "image/png"}, -32602),
-])
+@pytest.mark.parametrize(
+    ("part", "code"),
+    [
+        (
+            {"raw": base64.b64encode(b"\x7fELF\x02\x01\x01").decode(), "filename": "tool", "mediaType": "image/png"},
+            -32005,
+        ),
+        ({"url": "https://example.com/report.pdf", "mediaType": "application/pdf"}, -32005),
+        ({"raw": base64.b64encode(PNG + b"\0" * 300).decode(), "mediaType": "image/png"}, -32602),
+        ({"url": "data:image/png;base64,@@@", "mediaType": "image/png"}, -32602),
+    ],
+)
 async def test_a_refused_file_part_is_a_json_rpc_error_and_stores_nothing(
-    alice_token: str, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
-    part: dict[str, Any], code: int,
+    alice_token: str,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    settings: Any,
+    part: dict[str, Any],
+    code: int,
 ) -> None:
     settings.AGENTSITE_UPLOAD_MAX_BYTES = 200
     agents_on(openai_server, use_model)
-    response = await a2a("support", send(
-        {"text": "look"}, {"raw": base64.b64encode(PNG).decode(), "mediaType": "image/png"}, part,
-    ), alice_token)
+    response = await a2a(
+        "support",
+        send(
+            {"text": "look"},
+            {"raw": base64.b64encode(PNG).decode(), "mediaType": "image/png"},
+            part,
+        ),
+        alice_token,
+    )
     error = response.json()["error"]
     assert error["code"] == code
     assert "params.message.parts[2]" in error["message"]

@@ -28,13 +28,24 @@ def _no_auto_memory(settings: Any) -> None:
 
 
 def run_input(thread_id: str, *parts: dict[str, Any]) -> dict[str, Any]:
-    return {"threadId": thread_id, "runId": "r1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
-            "messages": [{"id": "u1", "role": "user", "content": [{"type": "text", "text": "What is this?"}, *parts]}]}
+    return {
+        "threadId": thread_id,
+        "runId": "r1",
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "messages": [{"id": "u1", "role": "user", "content": [{"type": "text", "text": "What is this?"}, *parts]}],
+    }
 
 
 async def post(user: Any, body: dict[str, Any]) -> Any:
-    return await AsyncClient().post("/agui/support", data=json.dumps(body), content_type="application/json",
-                                    headers={"Authorization": f"Bearer {await token_of(user)}"})
+    return await AsyncClient().post(
+        "/agui/support",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {await token_of(user)}"},
+    )
 
 
 @sync_to_async
@@ -51,10 +62,17 @@ async def test_an_agui_image_part_reaches_the_model_and_is_an_artifact_of_the_th
 ) -> None:
     openai_server.script("One pixel.")
     agents_on(openai_server, use_model)
-    response = await post(alice, run_input("agui-image", image(PNG), {
-        "type": "document", "source": {"type": "data", "value": base64.b64encode(b"a,b\n1,2\n").decode(),
-                                       "mimeType": "text/csv"},
-    }))
+    response = await post(
+        alice,
+        run_input(
+            "agui-image",
+            image(PNG),
+            {
+                "type": "document",
+                "source": {"type": "data", "value": base64.b64encode(b"a,b\n1,2\n").decode(), "mimeType": "text/csv"},
+            },
+        ),
+    )
     assert response.status_code == 200
     stream = b"".join([chunk async for chunk in response.streaming_content]).decode()
     assert "RUN_FINISHED" in stream
@@ -67,16 +85,23 @@ async def test_an_agui_image_part_reaches_the_model_and_is_an_artifact_of_the_th
     assert await stored() == (1, 2)
 
 
-@pytest.mark.parametrize(("part", "status"), [
-    ({"type": "audio", "source": {"type": "data", "value": "AAAA", "mimeType": "audio/wav"}}, 415),
-    (image(b"\x7fELF\x02\x01\x01"), 415),
-    ({"type": "image", "source": {"type": "file", "value": "file-abc"}}, 415),
-    (image(PNG + b"\0" * 300), 413),
-    ({"type": "image", "source": {"type": "data", "value": "@@@", "mimeType": "image/png"}}, 400),
-])
+@pytest.mark.parametrize(
+    ("part", "status"),
+    [
+        ({"type": "audio", "source": {"type": "data", "value": "AAAA", "mimeType": "audio/wav"}}, 415),
+        (image(b"\x7fELF\x02\x01\x01"), 415),
+        ({"type": "image", "source": {"type": "file", "value": "file-abc"}}, 415),
+        (image(PNG + b"\0" * 300), 413),
+        ({"type": "image", "source": {"type": "data", "value": "@@@", "mimeType": "image/png"}}, 400),
+    ],
+)
 async def test_a_refused_agui_part_answers_its_status_and_stores_nothing(
-    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
-    part: dict[str, Any], status: int,
+    alice: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    settings: Any,
+    part: dict[str, Any],
+    status: int,
 ) -> None:
     settings.AGENTSITE_UPLOAD_MAX_BYTES = 200
     agents_on(openai_server, use_model)

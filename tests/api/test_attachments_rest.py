@@ -29,10 +29,15 @@ def test_rest_base64_image_reaches_the_model_and_the_event_references_its_artifa
 ) -> None:
     openai_server.script("A pixel.")
     agents_on(openai_server, use_model)
-    response = alice_api.post("/api/runs/", {
-        "message": "", "wait": True,
-        "attachments": [{"type": "image", "name": "dot.png", "data": base64.b64encode(PNG).decode()}],
-    }, format="json")
+    response = alice_api.post(
+        "/api/runs/",
+        {
+            "message": "",
+            "wait": True,
+            "attachments": [{"type": "image", "name": "dot.png", "data": base64.b64encode(PNG).decode()}],
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.content
     run = response.json()
     assert run["status"] == "completed" and run["answer"] == "A pixel."
@@ -58,41 +63,71 @@ def test_rest_a_file_already_in_the_session_is_attached_by_name(
     agents_on(openai_server, use_model)
     first = alice_api.post("/api/runs/", {"message": "hello", "wait": True}, format="json").json()
     session_id = first["session_id"]
-    stored = alice_api.generic("POST", f"/api/sessions/{session_id}/artifacts/hosts.json", b'{"hosts": ["web-1"]}',
-                               content_type="application/json")
+    stored = alice_api.generic(
+        "POST",
+        f"/api/sessions/{session_id}/artifacts/hosts.json",
+        b'{"hosts": ["web-1"]}',
+        content_type="application/json",
+    )
     assert stored.status_code == 201
-    response = alice_api.post("/api/runs/", {
-        "message": "what is in it?", "session_id": session_id, "wait": True,
-        "attachments": [{"type": "file", "artifact": "hosts.json"}],
-    }, format="json")
+    response = alice_api.post(
+        "/api/runs/",
+        {
+            "message": "what is in it?",
+            "session_id": session_id,
+            "wait": True,
+            "attachments": [{"type": "file", "artifact": "hosts.json"}],
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.content
     user = [m for m in openai_server.requests[1]["messages"] if m["role"] == "user"][-1]
     assert user["content"][1] == {"type": "text", "text": 'File hosts.json (application/json):\n{"hosts": ["web-1"]}'}
 
-    missing = alice_api.post("/api/runs/", {
-        "message": "and this?", "session_id": session_id, "attachments": [{"type": "file", "artifact": "nope.pdf"}],
-    }, format="json")
+    missing = alice_api.post(
+        "/api/runs/",
+        {
+            "message": "and this?",
+            "session_id": session_id,
+            "attachments": [{"type": "file", "artifact": "nope.pdf"}],
+        },
+        format="json",
+    )
     assert missing.status_code == 400
     assert missing.json()["error"]["field"] == "attachments[0].artifact"
 
 
-@pytest.mark.parametrize(("attachment", "status", "field"), [
-    ({"type": "image", "data": base64.b64encode(b"just some text").decode()}, 415, "attachments[0].data"),
-    ({"type": "file", "data": base64.b64encode(b"\x7fELF\x02\x01").decode()}, 415, "attachments[0].data"),
-    ({"type": "file", "data": "not*base64"}, 400, "attachments[0].data"),
-    ({"type": "image", "data": base64.b64encode(PNG + b"\0" * 300).decode()}, 413, "attachments[0].data"),
-    ({"type": "video", "data": "AAAA"}, 400, "attachments[0].type"),
-    ({"type": "file", "artifact": "report.pdf"}, 400, "attachments[0].artifact"),
-])
+@pytest.mark.parametrize(
+    ("attachment", "status", "field"),
+    [
+        ({"type": "image", "data": base64.b64encode(b"just some text").decode()}, 415, "attachments[0].data"),
+        ({"type": "file", "data": base64.b64encode(b"\x7fELF\x02\x01").decode()}, 415, "attachments[0].data"),
+        ({"type": "file", "data": "not*base64"}, 400, "attachments[0].data"),
+        ({"type": "image", "data": base64.b64encode(PNG + b"\0" * 300).decode()}, 413, "attachments[0].data"),
+        ({"type": "video", "data": "AAAA"}, 400, "attachments[0].type"),
+        ({"type": "file", "artifact": "report.pdf"}, 400, "attachments[0].artifact"),
+    ],
+)
 def test_rest_a_refused_attachment_answers_its_status_and_stores_nothing(
-    alice: Any, alice_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
-    attachment: dict[str, Any], status: int, field: str,
+    alice: Any,
+    alice_api: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    settings: Any,
+    attachment: dict[str, Any],
+    status: int,
+    field: str,
 ) -> None:
     settings.AGENTSITE_UPLOAD_MAX_BYTES = 200
     agents_on(openai_server, use_model)
-    response = alice_api.post("/api/runs/", {
-        "message": "look", "attachments": [{"type": "image", "data": base64.b64encode(PNG).decode()}, attachment],
-    }, format="json")
+    response = alice_api.post(
+        "/api/runs/",
+        {
+            "message": "look",
+            "attachments": [{"type": "image", "data": base64.b64encode(PNG).decode()}, attachment],
+        },
+        format="json",
+    )
     expected_field = field.replace("[0]", "[1]")
     assert response.status_code == status, response.content
     assert response.json()["error"]["field"] == expected_field
@@ -101,7 +136,11 @@ def test_rest_a_refused_attachment_answers_its_status_and_stores_nothing(
 
 
 def test_rest_more_attachments_than_the_limit_is_413(
-    alice: Any, alice_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
+    alice: Any,
+    alice_api: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_UPLOAD_MAX_COUNT = 1
     agents_on(openai_server, use_model)
@@ -112,25 +151,36 @@ def test_rest_more_attachments_than_the_limit_is_413(
 
 
 def test_the_ledger_page_admin_and_inspector_show_an_attachment_with_its_download_link(
-    alice: Any, alice_api: Any, admin_client: Any, openai_server: ScriptedOpenAIServer,
+    alice: Any,
+    alice_api: Any,
+    admin_client: Any,
+    openai_server: ScriptedOpenAIServer,
     use_model: Callable[[Model], None],
 ) -> None:
     from django.test import Client
 
     openai_server.script("A pixel.")
     agents_on(openai_server, use_model)
-    run = alice_api.post("/api/runs/", {
-        "message": "look", "wait": True,
-        "attachments": [{"type": "image", "name": "dot.png", "data": base64.b64encode(PNG).decode()}],
-    }, format="json").json()
+    run = alice_api.post(
+        "/api/runs/",
+        {
+            "message": "look",
+            "wait": True,
+            "attachments": [{"type": "image", "name": "dot.png", "data": base64.b64encode(PNG).decode()}],
+        },
+        format="json",
+    ).json()
     session_id = run["session_id"]
-    (part,) = next(e for e in alice_api.get(f"/api/sessions/{session_id}/events/").json()["results"]
-                   if e["role"] == "user")["attachments"]
+    (part,) = next(
+        e for e in alice_api.get(f"/api/sessions/{session_id}/events/").json()["results"] if e["role"] == "user"
+    )["attachments"]
 
     browser = Client()
     browser.force_login(alice)
     page = browser.get(f"/sessions/{session_id}/").content.decode()
-    assert f'<a href="{part["download_url"]}" download><img class="attachment-thumb" src="{part["download_url"]}"' in page
+    assert (
+        f'<a href="{part["download_url"]}" download><img class="attachment-thumb" src="{part["download_url"]}"' in page
+    )
     assert "dot.png" in page and "image/png" in page
 
     admin_page = admin_client.get(f"/admin/sessions_app/session/{session_id}/change/").content.decode()
@@ -143,7 +193,10 @@ def test_the_ledger_page_admin_and_inspector_show_an_attachment_with_its_downloa
 
 
 async def test_the_websocket_run_frame_takes_attachments_and_refuses_a_bad_one_storing_nothing(
-    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], settings: Any,
+    alice: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     import json
 

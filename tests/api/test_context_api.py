@@ -72,21 +72,31 @@ def summarize_first_turns(session_id: str, through_seq: int, text: str) -> None:
     row = orm.Session.objects.get(id=session_id)
     last = orm.Event.objects.get(session=row, seq=through_seq)
     key = SessionKey(app=settings.AGENTSITE_APP, user_id=str(row.user_id), session_id=session_id)
-    async_to_sync(DjangoSessionService().advance_summary)(key, Summary(
-        filter_key=settings.AGENTSITE_APP, text=text, covered_events=2, covered_tokens=4000,
-        boundary=SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.event_id, last_seq=through_seq),
-    ))
+    async_to_sync(DjangoSessionService().advance_summary)(
+        key,
+        Summary(
+            filter_key=settings.AGENTSITE_APP,
+            text=text,
+            covered_events=2,
+            covered_tokens=4000,
+            boundary=SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.event_id, last_seq=through_seq),
+        ),
+    )
 
 
 def test_the_context_shows_the_summary_events_and_placeholders_with_token_counts(
     alice_api: Any, governed: Any, use_model: Callable[[Model], None]
 ) -> None:
     governed.AGENTSITE_SUMMARIES = False  # the summary is written by hand below
-    use_model(ScriptedModel.of(
-        "first answer",
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_old"), "INC-1042 was an expired certificate.",
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1187"}, id="call_new"), "INC-1187 is open.",
-    ))
+    use_model(
+        ScriptedModel.of(
+            "first answer",
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_old"),
+            "INC-1042 was an expired certificate.",
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1187"}, id="call_new"),
+            "INC-1187 is open.",
+        )
+    )
     first = run(alice_api, "Why does checkout fail?")
     session_id = first["session_id"]
     run(alice_api, "What happened in INC-1042?", session_id)
@@ -100,19 +110,33 @@ def test_the_context_shows_the_summary_events_and_placeholders_with_token_counts
     assert context["boundary"]["last_seq"] == 3
     kinds = [(b["kind"], b["role"]) for b in context["blocks"]]
     assert kinds == [
-        ("instruction", "system"), ("summary", "system"),
-        ("event", "user"), ("event", "assistant"), ("placeholder", "tool"), ("event", "assistant"),
-        ("event", "user"), ("event", "assistant"), ("event", "tool"), ("event", "assistant"),
+        ("instruction", "system"),
+        ("summary", "system"),
+        ("event", "user"),
+        ("event", "assistant"),
+        ("placeholder", "tool"),
+        ("event", "assistant"),
+        ("event", "user"),
+        ("event", "assistant"),
+        ("event", "tool"),
+        ("event", "assistant"),
     ]
     summary, placeholder, kept = context["blocks"][1], context["blocks"][4], context["blocks"][8]
-    assert summary["version"] == 1 and summary["preview"] == "The user asked why checkout fails." and summary["tokens"] > 10
+    assert (
+        summary["version"] == 1
+        and summary["preview"] == "The user asked why checkout fails."
+        and summary["tokens"] > 10
+    )
     assert placeholder["tool_call_id"] == "call_old" and placeholder["compaction"] == "pass1"
     assert placeholder["original_tokens"] > placeholder["tokens"] and placeholder["seq"] == 6
     assert kept["tool_call_id"] == "call_new" and "compaction" not in kept  # the last completed request
     assert all(isinstance(b["tokens"], int) and b["tokens"] > 0 for b in context["blocks"])
     totals = context["totals"]
     assert totals["sent_tokens"] == sum(b["tokens"] for b in context["blocks"])
-    assert totals["raw_tokens"] > totals["sent_tokens"] and totals["saved_tokens"] == totals["raw_tokens"] - totals["sent_tokens"]
+    assert (
+        totals["raw_tokens"] > totals["sent_tokens"]
+        and totals["saved_tokens"] == totals["raw_tokens"] - totals["sent_tokens"]
+    )
     assert totals["compaction"]["pass1"] == 1 and totals["ledger_events"] == 13
     # Every past model call, oldest first, with what it sent against the raw ledger.
     calls = context["calls"]
@@ -123,7 +147,9 @@ def test_the_context_shows_the_summary_events_and_placeholders_with_token_counts
     assert all(c["compaction"]["pass1"] == 0 for c in calls) and calls[0]["summary"] is None
 
 
-def test_another_users_session_context_is_not_found(alice_api: Any, bob_api: Any, use_model: Callable[[Model], None]) -> None:
+def test_another_users_session_context_is_not_found(
+    alice_api: Any, bob_api: Any, use_model: Callable[[Model], None]
+) -> None:
     use_model(ScriptedModel.of("hello"))
     session_id = run(alice_api, "hi")["session_id"]
     response = bob_api.get(f"/api/sessions/{session_id}/context/")
@@ -141,7 +167,9 @@ def test_the_openapi_schema_documents_the_context_endpoint(alice_api: Any) -> No
 
 LONG_QUESTION = (
     "Checkout has been failing since this morning. Here is what I saw in the browser console, "
-    "the load balancer and the payments dashboard: " + "upstream connect error or disconnect/reset before headers; " * 60
+    "the load balancer and the payments dashboard: "
+    + "upstream connect error or disconnect/reset before headers; "
+    * 60
 )
 
 
@@ -179,7 +207,17 @@ def test_governance_end_to_end_over_the_openai_protocol(
 
     # What the agent's model really received on the last turn.
     last = openai_server.requests[-1]["messages"]
-    assert [m["role"] for m in last] == ["system", "system", "user", "assistant", "tool", "assistant", "user", "assistant", "user"]
+    assert [m["role"] for m in last] == [
+        "system",
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     # One section, headed by the ledger range it stands for (issue 12, C1): from the first
     # event to the boundary (the answer, or the run's completion marker when the job saw it).
     assert re.search(

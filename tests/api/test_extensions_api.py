@@ -33,7 +33,9 @@ PASSWORD = "hunter2-Secret"
 
 
 @pytest.fixture
-def upstream(settings: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]) -> ScriptedOpenAIServer:
+def upstream(
+    settings: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
+) -> ScriptedOpenAIServer:
     """Every model this deployment builds (agents, summaries, memory) on the scripted server."""
     settings.AGENTSITE_MODEL = settings.AGENTSITE_SUMMARY_MODEL = "gpt-4o-mini"
     settings.OPENAI_BASE_URL = openai_server.base_url
@@ -51,8 +53,9 @@ def _token(user: Any) -> str:
 
 async def _client(user: Any) -> openai.AsyncOpenAI:
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=application), timeout=30)
-    return openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=await _token(user), max_retries=0,
-                              http_client=http)
+    return openai.AsyncOpenAI(
+        base_url="http://localhost/v1", api_key=await _token(user), max_retries=0, http_client=http
+    )
 
 
 @sync_to_async
@@ -72,7 +75,8 @@ async def test_the_redactor_keeps_a_planted_card_number_out_of_every_upstream_re
     client = await _client(alice)
     message = f"My card {CARD} was charged twice. My portal login is password={PASSWORD}, see INC-1042."
     raw = await client.chat.completions.with_raw_response.create(
-        model="support", messages=[{"role": "user", "content": message}],
+        model="support",
+        messages=[{"role": "user", "content": message}],
     )
     session_id = raw.headers["X-Session-Id"]
     assert "refund" in (raw.parse().choices[0].message.content or "")
@@ -82,7 +86,9 @@ async def test_the_redactor_keeps_a_planted_card_number_out_of_every_upstream_re
     settings.AGENTSITE_SUMMARY_EVENT_THRESHOLD = 1
     stored = await _events(session_id)
     outcome = await sync_to_async(session_summarize)(
-        session_id=session_id, filter_key=django_settings.AGENTSITE_APP, last_seq=stored[-1].seq or 0,
+        session_id=session_id,
+        filter_key=django_settings.AGENTSITE_APP,
+        last_seq=stored[-1].seq or 0,
     )
     assert outcome is not None and outcome.primary.reason == "updated"
     upstream.assert_consumed()
@@ -91,14 +97,21 @@ async def test_the_redactor_keeps_a_planted_card_number_out_of_every_upstream_re
     for request in upstream.requests:
         sent = json.dumps(request)
         assert "4111" not in sent and PASSWORD not in sent
-    assert "[REDACTED CARD]" in json.dumps(upstream.requests[0]) and "password=[REDACTED]" in json.dumps(upstream.requests[0])
+    assert "[REDACTED CARD]" in json.dumps(upstream.requests[0]) and "password=[REDACTED]" in json.dumps(
+        upstream.requests[0]
+    )
     assert "[REDACTED CARD]" in json.dumps(upstream.requests[2])  # the memory extraction saw the masked turn
     # The ledger keeps what the user wrote, and says what left masked.
     assert stored[0].text == message
     step = next(e for e in stored if e.role == "assistant" and e.is_tool_call)
-    assert step.extensions["callbacks"] == [{
-        "point": "before_model", "callback": "redactor", "change": "request", "note": "masked 1 card number, 1 secret",
-    }]
+    assert step.extensions["callbacks"] == [
+        {
+            "point": "before_model",
+            "callback": "redactor",
+            "change": "request",
+            "note": "masked 1 card number, 1 secret",
+        }
+    ]
 
 
 async def test_a_destructive_tool_needs_the_users_approval(alice: Any, upstream: ScriptedOpenAIServer) -> None:
@@ -110,7 +123,8 @@ async def test_a_destructive_tool_needs_the_users_approval(alice: Any, upstream:
     )
     client = await _client(alice)
     raw = await client.chat.completions.with_raw_response.create(
-        model="support", messages=[{"role": "user", "content": "Restart payments, it is stuck."}],
+        model="support",
+        messages=[{"role": "user", "content": "Restart payments, it is stuck."}],
     )
     session_id = raw.headers["X-Session-Id"]
     refused = upstream.requests[1]["messages"][-1]
@@ -118,15 +132,20 @@ async def test_a_destructive_tool_needs_the_users_approval(alice: Any, upstream:
     assert "needs the user's approval" in refused["content"] and "Nothing was done" in refused["content"]
 
     await client.chat.completions.create(
-        model="support", messages=[{"role": "user", "content": "approve restart_service"}],
+        model="support",
+        messages=[{"role": "user", "content": "approve restart_service"}],
         extra_headers={"X-Session-Id": session_id},
     )
     upstream.assert_consumed()
     ran = upstream.requests[3]["messages"][-1]
     assert ran["tool_call_id"] == "call_r2" and json.loads(ran["content"]) == {
-        "service": "payments", "restarted": True, "dropped_requests": 0,
+        "service": "payments",
+        "restarted": True,
+        "dropped_requests": 0,
     }
     vetoes = [e for e in await _events(session_id) if e.is_tool_result and e.extensions.get("callbacks")]
-    assert [(e.message.tool_call_id if e.message else None, e.extensions["callbacks"][0]["change"]) for e in vetoes] == [
+    assert [
+        (e.message.tool_call_id if e.message else None, e.extensions["callbacks"][0]["change"]) for e in vetoes
+    ] == [
         ("call_r1", "veto"),
     ]

@@ -40,8 +40,12 @@ def test_create_read_edit_and_delete_a_memory(alice_api: Any) -> None:
 
 def test_an_episode_keeps_its_time_participants_and_location(alice_api: Any) -> None:
     created = create(
-        alice_api, memory="Ran the Lisbon half marathon", kind="episode", event_time="2024-03-10T09:00:00Z",
-        participants=["Bob"], location="Lisbon",
+        alice_api,
+        memory="Ran the Lisbon half marathon",
+        kind="episode",
+        event_time="2024-03-10T09:00:00Z",
+        participants=["Bob"],
+        location="Lisbon",
     )
     assert created.status_code == 201, created.content
     memory = created.json()["memory"]
@@ -82,10 +86,17 @@ def test_past_the_per_user_limit_creation_is_refused_with_409(alice_api: Any) ->
     assert "2 memories" in error["message"]
 
 
-@pytest.mark.parametrize("body", [
-    {}, {"memory": ""}, {"memory": 42}, {"memory": "x", "kind": "rumour"}, {"memory": "x", "topics": "stack"},
-    {"memory": "x", "event_time": "yesterday"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"memory": ""},
+        {"memory": 42},
+        {"memory": "x", "kind": "rumour"},
+        {"memory": "x", "topics": "stack"},
+        {"memory": "x", "event_time": "yesterday"},
+    ],
+)
 def test_malformed_bodies_are_refused_with_400(alice_api: Any, body: dict[str, Any]) -> None:
     assert_error(alice_api.post("/api/memories/", body, format="json"), 400, "invalid")
 

@@ -29,7 +29,9 @@ def _no_auto_memory(settings: Any) -> None:
 
 def tool_round() -> tuple[ServerStep, ServerStep]:
     return (
-        ServerStep.calls(("inspect_certificate", {"host": "payments.internal.example.com"}), text=FIRST, usage=(40, 12)),
+        ServerStep.calls(
+            ("inspect_certificate", {"host": "payments.internal.example.com"}), text=FIRST, usage=(40, 12)
+        ),
         ServerStep.answer(FINAL, usage=(60, 9)),
     )
 
@@ -43,7 +45,8 @@ async def test_streamed_and_plain_answers_of_a_run_with_a_tool_round_have_the_sa
 
     plain = await client.chat.completions.create(model="support", messages=QUESTION)  # type: ignore[arg-type]
     stream = await client.chat.completions.create(
-        model="support", messages=QUESTION, stream=True, stream_options={"include_usage": True})  # type: ignore[arg-type]
+        model="support", messages=QUESTION, stream=True, stream_options={"include_usage": True}
+    )  # type: ignore[arg-type]
     chunks = [chunk async for chunk in stream]
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 

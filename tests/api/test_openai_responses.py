@@ -24,7 +24,9 @@ from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WEATHER_TOOL: dict[str, Any] = {
-    "type": "function", "name": "get_weather", "description": "The weather in a city, from the client's service.",
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city, from the client's service.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 
@@ -41,7 +43,9 @@ def _no_auto_memory(settings: Any) -> None:
 
 
 def _system_text(request: dict[str, Any]) -> str:
-    return "\n".join(m["content"] for m in request["messages"] if m["role"] == "system" and isinstance(m["content"], str))
+    return "\n".join(
+        m["content"] for m in request["messages"] if m["role"] == "system" and isinstance(m["content"], str)
+    )
 
 
 async def test_create_answers_with_a_message_usage_metadata_and_the_instructions_reach_the_upstream(
@@ -52,7 +56,9 @@ async def test_create_answers_with_a_message_usage_metadata_and_the_instructions
     client = await client_for(alice)
 
     raw = await client.responses.with_raw_response.create(
-        model="support", input="What is INC-1042?", instructions="Answer in one sentence.",
+        model="support",
+        input="What is INC-1042?",
+        instructions="Answer in one sentence.",
         metadata={"ticket": "INC-1042"},
     )
     response = raw.parse()
@@ -83,9 +89,15 @@ async def test_streamed_events_come_in_the_responses_order_and_end_with_the_comp
     deltas = kinds.count("response.output_text.delta")
     assert deltas >= 2  # streamed as the upstream streamed it
     assert kinds == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
         *["response.output_text.delta"] * deltas,
-        "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "The certificate expired."  # type: ignore[union-attr]
@@ -102,15 +114,19 @@ async def test_previous_response_id_continues_the_same_session(
     client = await client_for(alice)
 
     first = await client.responses.create(model="support", input="Remember ticket INC-7.")
-    second = await client.responses.create(model="support", input="Which ticket did I mention?",
-                                           previous_response_id=first.id)
+    second = await client.responses.create(
+        model="support", input="Which ticket did I mention?", previous_response_id=first.id
+    )
     assert second.output_text == "You asked about INC-7." and second.previous_response_id == first.id
     assert len(await sessions_of(alice)) == 1
     assert len({r.session_id for r in await runs_of(alice)}) == 1
     # The second model call saw the first turn.
     said = [(m["role"], m["content"]) for m in openai_server.requests[1]["messages"] if m["role"] != "system"]
-    assert said[-3:] == [("user", "Remember ticket INC-7."), ("assistant", "Noted: the ticket is INC-7."),
-                         ("user", "Which ticket did I mention?")]
+    assert said[-3:] == [
+        ("user", "Remember ticket INC-7."),
+        ("assistant", "Noted: the ticket is INC-7."),
+        ("user", "Which ticket did I mention?"),
+    ]
 
 
 async def test_a_client_function_tool_is_called_answered_and_the_response_completes(
@@ -120,8 +136,12 @@ async def test_a_client_function_tool_is_called_answered_and_the_response_comple
     agents_on(openai_server, use_model)
     client = await client_for(alice)
 
-    first = await client.responses.create(model="support", input="Weather in Paris?", tools=[WEATHER_TOOL],  # type: ignore[list-item]
-                                          tool_choice={"type": "function", "name": "get_weather"})
+    first = await client.responses.create(
+        model="support",
+        input="Weather in Paris?",
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "function", "name": "get_weather"},
+    )
     [call] = [item for item in first.output if item.type == "function_call"]
     assert (call.call_id, call.name, json.loads(call.arguments)) == ("call_w1", "get_weather", {"city": "Paris"})
     assert openai_server.requests[0]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
@@ -131,8 +151,11 @@ async def test_a_client_function_tool_is_called_answered_and_the_response_comple
     assert [(i.type, getattr(i, "call_id", None)) for i in waiting.output] == [("function_call", "call_w1")]
 
     second = await client.responses.create(
-        model="support", previous_response_id=first.id, tools=[WEATHER_TOOL],  # type: ignore[list-item]
-        input=[{"type": "function_call_output", "call_id": "call_w1", "output": "18C, sunny"}], metadata={"step": "2"},
+        model="support",
+        previous_response_id=first.id,
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        input=[{"type": "function_call_output", "call_id": "call_w1", "output": "18C, sunny"}],
+        metadata={"step": "2"},
     )
     assert (second.status, second.output_text) == ("completed", "It is 18C in Paris.")
     assert not [item for item in second.output if item.type == "function_call"]
@@ -158,15 +181,23 @@ async def test_streamed_a_stateless_client_resends_its_items_and_the_session_con
     stream = await client.responses.create(model="support", input=[question], tools=[WEATHER_TOOL], stream=True)  # type: ignore[list-item]
     events = [event async for event in stream]
     kinds = [e.type for e in events]
-    assert kinds[-5:] == ["response.output_item.added", "response.function_call_arguments.delta",
-                          "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    assert kinds[-5:] == [
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert (done.name, json.loads(done.arguments)) == ("get_weather", {"city": "Oslo"})  # type: ignore[union-attr]
     first = events[-1].response  # type: ignore[union-attr]
     assert first.output_text == "Checking."
 
-    resent = [question, *[item.model_dump(exclude_none=True) for item in first.output],
-              {"type": "function_call_output", "call_id": "call_o1", "output": "-3C"}]
+    resent = [
+        question,
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"type": "function_call_output", "call_id": "call_o1", "output": "-3C"},
+    ]
     raw = await client.responses.with_raw_response.create(model="support", input=resent, tools=[WEATHER_TOOL])  # type: ignore[arg-type,list-item]
     second = raw.parse()
     assert second.output_text == "Cold: -3C." and raw.headers["X-Session-Match"] == "history"
@@ -182,8 +213,9 @@ async def test_text_format_json_schema_is_parsed_and_validated(
     agents_on(openai_server, use_model)
     client = await client_for(alice)
 
-    response = await client.responses.parse(model="support", input="Is the payments certificate expired?",
-                                            text_format=Incident)
+    response = await client.responses.parse(
+        model="support", input="Is the payments certificate expired?", text_format=Incident
+    )
     assert response.output_parsed == Incident(**good)
     sent = openai_server.requests[0]["response_format"]
     assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Incident"
@@ -199,7 +231,12 @@ async def test_retrieve_returns_the_owners_response_and_another_users_id_is_not_
     created = await client.responses.create(model="support", input="hello", metadata={"k": "v"})
 
     again = await client.responses.retrieve(created.id)
-    assert (again.id, again.status, again.output_text, again.metadata) == (created.id, "completed", "Stored answer.", {"k": "v"})
+    assert (again.id, again.status, again.output_text, again.metadata) == (
+        created.id,
+        "completed",
+        "Stored answer.",
+        {"k": "v"},
+    )
     assert again.usage == created.usage
 
     with pytest.raises(openai.NotFoundError) as caught:
@@ -227,43 +264,103 @@ async def test_a_failed_run_is_a_422_not_retried_and_a_failed_event_when_streame
     assert failed.status == "failed"
 
 
-@pytest.mark.parametrize(("body", "param"), [
-    pytest.param({"input": "hi"}, "model", id="no-model"),
-    pytest.param({"model": "support", "input": ""}, "input", id="empty-input"),
-    pytest.param({"model": "support", "input": []}, "input", id="no-items"),
-    pytest.param({"model": "support", "input": [{"role": "robot", "content": "hi"}]}, "input[0].role", id="bad-role"),
-    pytest.param({"model": "support", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type",
-                 id="item-reference"),
-    pytest.param({"model": "support", "input": [{"role": "user", "content": [{"type": "input_audio"}]}]},
-                 "input[0].content[0].type", id="bad-part"),
-    pytest.param({"model": "support", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
-                 "input[0].content[0].image_url", id="image-file-id"),
-    pytest.param({"model": "support", "input": [{"role": "user", "content": [
-        {"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": "data:image/png;base64,@@@"}]}]},
-                 "input[0].content[1].image_url", id="image-does-not-decode"),
-    pytest.param({"model": "support", "input": [{"role": "user", "content": "hi"},
-                                                {"type": "function_call_output", "call_id": "nope", "output": "x"},
-                                                {"role": "user", "content": "again"}]},
-                 "input[1].call_id", id="result-for-no-call"),
-    pytest.param({"model": "support", "input": [{"role": "assistant", "content": "hi"}]}, "input[0]",
-                 id="last-is-not-user"),
-    pytest.param({"model": "support", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type", id="hosted-tool"),
-    pytest.param({"model": "support", "input": "hi", "tools": [{"type": "function", "name": "lookup_ticket"}]},
-                 "tools[0].name", id="tool-name-clash"),
-    pytest.param({"model": "support", "input": "hi", "tool_choice": {"type": "function", "name": "nope"}},
-                 "tool_choice.name", id="choice-names-no-tool"),
-    pytest.param({"model": "support", "input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
-                                                                         "schema": {"type": "nonsense"}}}},
-                 "text.format.schema", id="bad-schema"),
-    pytest.param({"model": "support", "input": "hi", "metadata": {str(i): "v" for i in range(17)}}, "metadata",
-                 id="too-much-metadata"),
-    pytest.param({"model": "support", "input": "hi", "previous_response_id": "chatcmpl-1"}, "previous_response_id",
-                 id="not-a-response-id"),
-    pytest.param({"model": "support", "input": "hi", "background": True}, "background", id="background"),
-    pytest.param({"model": "support", "input": "hi", "stream": "yes"}, "stream", id="stream-not-bool"),
-])
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        pytest.param({"input": "hi"}, "model", id="no-model"),
+        pytest.param({"model": "support", "input": ""}, "input", id="empty-input"),
+        pytest.param({"model": "support", "input": []}, "input", id="no-items"),
+        pytest.param(
+            {"model": "support", "input": [{"role": "robot", "content": "hi"}]}, "input[0].role", id="bad-role"
+        ),
+        pytest.param(
+            {"model": "support", "input": [{"type": "item_reference", "id": "msg_1"}]},
+            "input[0].type",
+            id="item-reference",
+        ),
+        pytest.param(
+            {"model": "support", "input": [{"role": "user", "content": [{"type": "input_audio"}]}]},
+            "input[0].content[0].type",
+            id="bad-part",
+        ),
+        pytest.param(
+            {"model": "support", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0].image_url",
+            id="image-file-id",
+        ),
+        pytest.param(
+            {
+                "model": "support",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": "look"},
+                            {"type": "input_image", "image_url": "data:image/png;base64,@@@"},
+                        ],
+                    }
+                ],
+            },
+            "input[0].content[1].image_url",
+            id="image-does-not-decode",
+        ),
+        pytest.param(
+            {
+                "model": "support",
+                "input": [
+                    {"role": "user", "content": "hi"},
+                    {"type": "function_call_output", "call_id": "nope", "output": "x"},
+                    {"role": "user", "content": "again"},
+                ],
+            },
+            "input[1].call_id",
+            id="result-for-no-call",
+        ),
+        pytest.param(
+            {"model": "support", "input": [{"role": "assistant", "content": "hi"}]}, "input[0]", id="last-is-not-user"
+        ),
+        pytest.param(
+            {"model": "support", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type", id="hosted-tool"
+        ),
+        pytest.param(
+            {"model": "support", "input": "hi", "tools": [{"type": "function", "name": "lookup_ticket"}]},
+            "tools[0].name",
+            id="tool-name-clash",
+        ),
+        pytest.param(
+            {"model": "support", "input": "hi", "tool_choice": {"type": "function", "name": "nope"}},
+            "tool_choice.name",
+            id="choice-names-no-tool",
+        ),
+        pytest.param(
+            {
+                "model": "support",
+                "input": "hi",
+                "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nonsense"}}},
+            },
+            "text.format.schema",
+            id="bad-schema",
+        ),
+        pytest.param(
+            {"model": "support", "input": "hi", "metadata": {str(i): "v" for i in range(17)}},
+            "metadata",
+            id="too-much-metadata",
+        ),
+        pytest.param(
+            {"model": "support", "input": "hi", "previous_response_id": "chatcmpl-1"},
+            "previous_response_id",
+            id="not-a-response-id",
+        ),
+        pytest.param({"model": "support", "input": "hi", "background": True}, "background", id="background"),
+        pytest.param({"model": "support", "input": "hi", "stream": "yes"}, "stream", id="stream-not-bool"),
+    ],
+)
 async def test_bad_input_is_a_400_naming_the_parameter_and_stores_nothing(
-    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None], body: dict[str, Any], param: str
+    alice: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    body: dict[str, Any],
+    param: str,
 ) -> None:
     agents_on(openai_server, use_model)
     client = await client_for(alice)
@@ -283,8 +380,12 @@ async def test_a_session_header_that_is_not_the_previous_responses_session_is_a_
     client = await client_for(alice)
     first = await client.responses.create(model="support", input="hello")
     with pytest.raises(openai.BadRequestError) as caught:
-        await client.responses.create(model="support", input="again", previous_response_id=first.id,
-                                      extra_headers={"X-Session-Id": "another-session"})
+        await client.responses.create(
+            model="support",
+            input="again",
+            previous_response_id=first.id,
+            extra_headers={"X-Session-Id": "another-session"},
+        )
     assert (caught.value.body["param"], caught.value.body["code"]) == ("X-Session-Id", "session_mismatch")  # type: ignore[index]
     assert len(await runs_of(alice)) == 1
 
@@ -314,8 +415,9 @@ async def test_a_request_repeated_with_its_idempotency_key_gets_the_first_respon
     agents_on(openai_server, use_model)
     client = await client_for(alice)
     first = await client.responses.create(model="support", input="hello", extra_headers={"Idempotency-Key": "k-1"})
-    raw = await client.responses.with_raw_response.create(model="support", input="hello",
-                                                          extra_headers={"Idempotency-Key": "k-1"})
+    raw = await client.responses.with_raw_response.create(
+        model="support", input="hello", extra_headers={"Idempotency-Key": "k-1"}
+    )
     again = raw.parse()
     assert raw.headers["Idempotent-Replayed"] == "true"
     assert (again.id, again.output_text) == (first.id, "Only once.")
@@ -333,7 +435,9 @@ async def test_a_streamed_json_answer_is_one_delta_of_the_validated_value(
     agents_on(openai_server, use_model)
     client = await client_for(alice)
     stream = await client.responses.create(
-        model="support", input="Is it expired?", stream=True,
+        model="support",
+        input="Is it expired?",
+        stream=True,
         text={"format": {"type": "json_schema", "name": "incident", "schema": Incident.model_json_schema()}},
     )
     events = [event async for event in stream]
@@ -349,10 +453,18 @@ async def test_an_input_image_reaches_the_upstream_as_an_image_part(
     openai_server.script("A transparent pixel.")
     agents_on(openai_server, use_model)
     client = await client_for(alice)
-    response = await client.responses.create(model="support", input=[{"role": "user", "content": [
-        {"type": "input_text", "text": "What is in this image?"},
-        {"type": "input_image", "image_url": data_url(PNG), "detail": "low"},
-    ]}])
+    response = await client.responses.create(
+        model="support",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is in this image?"},
+                    {"type": "input_image", "image_url": data_url(PNG), "detail": "low"},
+                ],
+            }
+        ],
+    )
     assert response.output_text == "A transparent pixel."
     user = openai_server.requests[0]["messages"][-1]
     assert user["content"][0] == {"type": "text", "text": "What is in this image?"}
@@ -392,10 +504,20 @@ class HangingUpTransport(httpx.AsyncBaseTransport):
                 if not message.get("more_body"):
                     answered.set()
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
-                 "scheme": "http", "path": request.url.path, "raw_path": request.url.raw_path.split(b"?")[0],
-                 "query_string": request.url.query, "root_path": "", "headers": list(request.headers.raw),
-                 "client": ("127.0.0.1", 50000), "server": ("localhost", 80)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": request.method,
+            "scheme": "http",
+            "path": request.url.path,
+            "raw_path": request.url.raw_path.split(b"?")[0],
+            "query_string": request.url.query,
+            "root_path": "",
+            "headers": list(request.headers.raw),
+            "client": ("127.0.0.1", 50000),
+            "server": ("localhost", 80),
+        }
         task = asyncio.create_task(application(scope, receive, send))
         try:
             await asyncio.wait_for(answered.wait(), self.patience_s)
@@ -428,14 +550,19 @@ async def test_a_client_that_gives_up_while_the_run_starts_does_not_cancel_it_an
 
     runner.admission = slow_admission
     transport = HangingUpTransport(patience_s=0.5)
-    client = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=await token_of(alice), max_retries=4,
-                                http_client=httpx.AsyncClient(transport=transport))
+    client = openai.AsyncOpenAI(
+        base_url="http://localhost/v1",
+        api_key=await token_of(alice),
+        max_retries=4,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
     key = {"Idempotency-Key": f"slow-start-{surface}"}
     if surface == "responses":
         answer = (await client.responses.create(model="support", input="hello", extra_headers=key)).output_text
     else:
         completion = await client.chat.completions.create(
-            model="support", messages=[{"role": "user", "content": "hello"}], extra_headers=key)
+            model="support", messages=[{"role": "user", "content": "hello"}], extra_headers=key
+        )
         answer = completion.choices[0].message.content
     await asyncio.wait_for(asyncio.gather(*transport.abandoned, return_exceptions=True), 10)
     assert answer == "Started anyway."

@@ -74,10 +74,15 @@ async def test_a_request_repeated_with_its_idempotency_key_gets_the_first_runs_a
     agents_on(openai_server, use_model)
     client = await client_for(alice)
     first = await client.chat.completions.with_raw_response.create(
-        model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "k-1"})  # type: ignore[arg-type]
+        model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "k-1"}
+    )  # type: ignore[arg-type]
     again = await client.chat.completions.with_raw_response.create(
-        model="support", messages=QUESTION, stream=stream, stream_options={"include_usage": True} if stream else None,
-        extra_headers={"Idempotency-Key": "k-1"})  # type: ignore[arg-type]
+        model="support",
+        messages=QUESTION,
+        stream=stream,
+        stream_options={"include_usage": True} if stream else None,
+        extra_headers={"Idempotency-Key": "k-1"},
+    )  # type: ignore[arg-type]
     if stream:
         chunks = [chunk async for chunk in again.parse()]
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -97,8 +102,9 @@ async def test_requests_with_the_same_key_at_once_share_one_run(
     openai_server.script(ServerStep.delay(1.0, then=ServerStep.answer("Renew the certificate.")))
     agents_on(openai_server, use_model)
     client = await client_for(alice, **{"Idempotency-Key": "together"})
-    both = await asyncio.gather(*(client.chat.completions.with_raw_response.create(
-        model="support", messages=QUESTION) for _ in range(2)))  # type: ignore[arg-type]
+    both = await asyncio.gather(
+        *(client.chat.completions.with_raw_response.create(model="support", messages=QUESTION) for _ in range(2))
+    )  # type: ignore[arg-type]
     assert [raw.parse().choices[0].message.content for raw in both] == ["Renew the certificate."] * 2
     assert both[0].headers["X-Run-Id"] == both[1].headers["X-Run-Id"]
     assert sorted(raw.headers.get("Idempotent-Replayed", "") for raw in both) == ["", "true"]
@@ -120,7 +126,9 @@ async def test_a_key_reused_for_another_request_is_refused_and_a_bad_key_is_name
         await client.chat.completions.create(model="support", messages=[{"role": "user", "content": "Something else"}])
     assert reused.value.body["code"] == "idempotency_key_reused"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError) as too_long:
-        await client.chat.completions.create(model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "k" * 65})  # type: ignore[arg-type]
+        await client.chat.completions.create(
+            model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "k" * 65}
+        )  # type: ignore[arg-type]
     assert too_long.value.body["param"] == "Idempotency-Key"  # type: ignore[index]
     assert len(await runs_of(alice)) == 1
     openai_server.assert_consumed()
@@ -164,10 +172,15 @@ async def test_a_request_the_sdk_retries_after_a_timeout_with_its_key_joins_the_
     openai_server.script(ServerStep.delay(2.0, then=ServerStep.answer("Renew the certificate.")))
     agents_on(openai_server, use_model)
     transport = ImpatientTransport(patience_s=0.5)
-    client = openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=await token_of(alice), max_retries=6,
-                                http_client=httpx.AsyncClient(transport=transport))
+    client = openai.AsyncOpenAI(
+        base_url="http://localhost/v1",
+        api_key=await token_of(alice),
+        max_retries=6,
+        http_client=httpx.AsyncClient(transport=transport),
+    )
     completion = await client.chat.completions.create(
-        model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "slow-1"})  # type: ignore[arg-type]
+        model="support", messages=QUESTION, extra_headers={"Idempotency-Key": "slow-1"}
+    )  # type: ignore[arg-type]
 
     assert completion.choices[0].message.content == "Renew the certificate."
     assert len(transport.attempts) >= 2  # the first attempt timed out; the SDK retried

@@ -43,8 +43,10 @@ async def test_resent_messages_become_earlier_completed_turns_and_the_last_one_i
         {"role": "user", "content": "Which port was it?"},
     ]
     response = await AsyncClient().post(
-        "/v1/chat/completions", data=json.dumps({"model": "support", "messages": messages}),
-        content_type="application/json", headers={"Authorization": f"Bearer {await token_of(alice)}"},
+        "/v1/chat/completions",
+        data=json.dumps({"model": "support", "messages": messages}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {await token_of(alice)}"},
     )
     assert response.status_code == 200, response.content
     model.assert_consumed()

@@ -37,8 +37,11 @@ async def test_spec_1_2_1_a_message_with_an_empty_or_missing_role_and_a_payload_
 
     assert raw.parse().choices[0].message.content == "Paris."
     sent = [(m["role"], m["content"]) for m in openai_server.requests[0]["messages"] if m["role"] != "system"]
-    assert sent == [("user", "Remember: answer in one word."), ("assistant", "Understood."),
-                    ("user", "The capital of France?")]
+    assert sent == [
+        ("user", "Remember: answer in one word."),
+        ("assistant", "Understood."),
+        ("user", "The capital of France?"),
+    ]
     stored = await stored_events(raw.headers["X-Session-Id"])
     turn = [e for e in stored if e.role == "user" and not e.extensions.get("seed")]
     assert [(e.author, e.text) for e in turn] == [("user", "The capital of France?")]

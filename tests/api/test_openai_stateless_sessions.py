@@ -69,7 +69,11 @@ async def test_three_calls_resending_a_growing_history_make_one_session_holding_
     stored = await stored_events(session)
     # Only the first call's system message was seeded; nothing was seeded again.
     assert [e.text for e in stored if e.extensions.get("seed")] == ["Be brief."]
-    assert _texts(stored, "user") == ["Which port does staging use?", "And what sits in front?", "Did I get both right?"]
+    assert _texts(stored, "user") == [
+        "Which port does staging use?",
+        "And what sits in front?",
+        "Did I get both right?",
+    ]
     assert _texts(stored, "assistant") == ["Port 6432.", "Behind pgbouncer.", "Yes, both."]
     # The upstream's last request holds the chat once, from the ledger.
     sent = [(m["role"], m["content"]) for m in openai_server.requests[-1]["messages"] if m["role"] != "system"]
@@ -104,8 +108,11 @@ async def test_a_history_with_an_edited_earlier_message_starts_a_new_session(
     chat: list[dict[str, Any]] = [{"role": "user", "content": "Which port does staging use?"}]
     answer, first = await _chat(client, chat)
 
-    edited = [{"role": "user", "content": "Which port does production use?"},
-              {"role": "assistant", "content": answer}, {"role": "user", "content": "Sure?"}]
+    edited = [
+        {"role": "user", "content": "Which port does production use?"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Sure?"},
+    ]
     _, diverged = await _chat(client, edited)
     openai_server.assert_consumed()
 
@@ -157,29 +164,39 @@ async def test_the_lookup_is_one_statement(
     assert statements == 1
 
 
-WEATHER_TOOL: dict[str, Any] = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city, from the client's own service.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}}
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city, from the client's own service.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 async def test_a_stateless_client_answering_its_tool_call_continues_the_session_waiting_on_it(
     alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
 ) -> None:
-    openai_server.script(ServerStep.calls(("get_weather", {"city": "Paris"}, "call_p1"), text="Checking."),
-                         "Sunny, 18C.")
+    openai_server.script(
+        ServerStep.calls(("get_weather", {"city": "Paris"}, "call_p1"), text="Checking."), "Sunny, 18C."
+    )
     agents_on(openai_server, use_model)
     client = await client_for(alice)
     question = {"role": "user", "content": "What is the weather in Paris?"}
 
     raw = await client.chat.completions.with_raw_response.create(
-        model="support", messages=[question], tools=[WEATHER_TOOL])  # type: ignore[list-item]
+        model="support", messages=[question], tools=[WEATHER_TOOL]
+    )  # type: ignore[list-item]
     message = raw.parse().choices[0].message
     assert message.tool_calls is not None
-    resent = [question, message.model_dump(exclude_none=True),
-              {"role": "tool", "tool_call_id": "call_p1", "content": "sunny, 18C"}]
+    resent = [
+        question,
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": "call_p1", "content": "sunny, 18C"},
+    ]
     answered = await client.chat.completions.with_raw_response.create(
-        model="support", messages=resent, tools=[WEATHER_TOOL])  # type: ignore[arg-type]
+        model="support", messages=resent, tools=[WEATHER_TOOL]
+    )  # type: ignore[arg-type]
     assert answered.parse().choices[0].message.content == "Sunny, 18C."
     openai_server.assert_consumed()
 

@@ -52,9 +52,12 @@ async def test_spec_5_4_with_the_setting_on_the_users_earlier_chat_reaches_the_n
     alice_client, bob_client = await client_for(alice), await client_for(bob)
     await alice_client.chat.completions.create(model="support", messages=[{"role": "user", "content": EARLIER}])
     await bob_client.chat.completions.create(
-        model="support", messages=[{"role": "user", "content": "Bob's Berlin VPN certificate is secret-4471."}])
+        model="support", messages=[{"role": "user", "content": "Bob's Berlin VPN certificate is secret-4471."}]
+    )
 
-    answer = await alice_client.chat.completions.create(model="support", messages=[{"role": "user", "content": QUESTION}])
+    answer = await alice_client.chat.completions.create(
+        model="support", messages=[{"role": "user", "content": QUESTION}]
+    )
     assert answer.choices[0].message.content == "On 14 March."
     sent = "\n".join(str(m.get("content")) for m in openai_server.requests[-1]["messages"])
     assert PRELOAD_HEADER in sent and "14 March" in sent

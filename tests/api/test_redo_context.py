@@ -66,8 +66,12 @@ def last_manifest(client: Any, session_id: str) -> dict[str, Any]:
 def test_after_a_regenerate_the_upstream_sees_no_trace_of_the_replaced_answer(
     alice_api: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]
 ) -> None:
-    openai_server.script("ANSWER-ONE: the router rebooted.", "ANSWER-TWO: a certificate expired.",
-                         "ANSWER-THREE: the tunnel key rotated.", "You are welcome.")
+    openai_server.script(
+        "ANSWER-ONE: the router rebooted.",
+        "ANSWER-TWO: a certificate expired.",
+        "ANSWER-THREE: the tunnel key rotated.",
+        "You are welcome.",
+    )
     agents_on(openai_server, use_model)
     session_id = ask(alice_api, "Why is the VPN down?")["session_id"]
 
@@ -91,7 +95,9 @@ def test_after_a_regenerate_the_upstream_sees_no_trace_of_the_replaced_answer(
     fourth = openai_server.requests[-1]
     assert "ANSWER-ONE" not in json.dumps(fourth) and "ANSWER-TWO" not in json.dumps(fourth)
     assert conversation(fourth) == [
-        ("user", "Why is the VPN down?"), ("assistant", "ANSWER-THREE: the tunnel key rotated."), ("user", "Thanks!"),
+        ("user", "Why is the VPN down?"),
+        ("assistant", "ANSWER-THREE: the tunnel key rotated."),
+        ("user", "Thanks!"),
     ]
     openai_server.assert_consumed()
 
@@ -115,7 +121,9 @@ def test_after_an_edit_the_upstream_sees_no_trace_of_the_original_text_and_later
     first = next(e["id"] for e in events if e["role"] == "user")
 
     edited = alice_api.post(
-        f"/api/sessions/{session_id}/events/{first}/edit/", {"message": "What happened in INC-3?"}, format="json",
+        f"/api/sessions/{session_id}/events/{first}/edit/",
+        {"message": "What happened in INC-3?"},
+        format="json",
     )
     assert edited.status_code == 201, edited.content
     finished(alice_api, edited.json())
@@ -125,7 +133,9 @@ def test_after_an_edit_the_upstream_sees_no_trace_of_the_original_text_and_later
     assert "INC-1" not in json.dumps(sent)
     # Only the edited message's turn is replaced: the turn after it stays, as the chat shows it.
     assert conversation(sent) == [
-        ("user", "And INC-2?"), ("assistant", "About INC-2: DNS."), ("user", "What happened in INC-3?"),
+        ("user", "And INC-2?"),
+        ("assistant", "About INC-2: DNS."),
+        ("user", "What happened in INC-3?"),
     ]
     assert ledger_texts(alice_api, session_id)[:2] == ["What happened in INC-1?", "About INC-1: a disk filled."]
     manifest = last_manifest(alice_api, session_id)

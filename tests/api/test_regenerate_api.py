@@ -75,7 +75,8 @@ def test_regenerate_answers_the_last_message_again_in_a_new_turn(
     events = ledger(alice_api, session_id)
     assert events[:2] == before  # append-only: the earlier turn is untouched
     assert [(e["role"], e.get("text")) for e in events[2:]] == [
-        ("user", "Why is the VPN down?"), ("assistant", "second answer"),
+        ("user", "Why is the VPN down?"),
+        ("assistant", "second answer"),
     ]
     assert events[2]["id"] == redo["turn_event_id"] and events[2]["regenerates"] == original
     # The model no longer sees the regenerated turn (runs.core.context.projection).
@@ -93,14 +94,18 @@ def test_a_redo_runs_on_the_agent_that_answered_the_message(alice_api: Any, use_
     use_model(ScriptedModel.of("from general", "again from general", "edited, from general"))
     session_id = alice_api.post("/api/sessions/", {"agent": "support"}, format="json").json()["id"]
     first = alice_api.post(
-        "/api/runs/", {"message": "hello", "session_id": session_id, "agent": "general", "wait": True}, format="json",
+        "/api/runs/",
+        {"message": "hello", "session_id": session_id, "agent": "general", "wait": True},
+        format="json",
     ).json()
     assert first["agent"] == "general"
     regenerated = alice_api.post(f"/api/sessions/{session_id}/regenerate/", format="json").json()
     assert regenerated["agent"] == "general"
     finished(alice_api, regenerated["id"])
     message = ledger(alice_api, session_id)[0]["id"]
-    edited = alice_api.post(f"/api/sessions/{session_id}/events/{message}/edit/", {"message": "hi"}, format="json").json()
+    edited = alice_api.post(
+        f"/api/sessions/{session_id}/events/{message}/edit/", {"message": "hi"}, format="json"
+    ).json()
     assert edited["agent"] == "general"
     finished(alice_api, edited["id"])
     assert [e["author"] for e in ledger(alice_api, session_id)] == ["user", "general"] * 3
@@ -137,9 +142,7 @@ def test_another_users_chat_cannot_be_regenerated_or_edited(
     assert len(ledger(alice_api, session_id)) == 2
 
 
-def test_edit_resends_a_message_with_new_text_as_a_new_turn(
-    alice_api: Any, use_model: Callable[[Model], None]
-) -> None:
+def test_edit_resends_a_message_with_new_text_as_a_new_turn(alice_api: Any, use_model: Callable[[Model], None]) -> None:
     model = ScriptedModel.of("about INC-1", "about INC-2", "about INC-3", "you are welcome")
     use_model(model)
     session_id = ask(alice_api, "What happened in INC-1?")["session_id"]
@@ -148,7 +151,9 @@ def test_edit_resends_a_message_with_new_text_as_a_new_turn(
     first = before[0]["id"]
 
     response = alice_api.post(
-        f"/api/sessions/{session_id}/events/{first}/edit/", {"message": "What happened in INC-3?"}, format="json",
+        f"/api/sessions/{session_id}/events/{first}/edit/",
+        {"message": "What happened in INC-3?"},
+        format="json",
     )
     assert response.status_code == 201, response.content
     redo = response.json()
@@ -158,7 +163,8 @@ def test_edit_resends_a_message_with_new_text_as_a_new_turn(
     events = ledger(alice_api, session_id)
     assert events[:4] == before
     assert [(e["role"], e.get("text")) for e in events[4:]] == [
-        ("user", "What happened in INC-3?"), ("assistant", "about INC-3"),
+        ("user", "What happened in INC-3?"),
+        ("assistant", "about INC-3"),
     ]
     assert events[4]["edit_of"] == first and events[4]["id"] == redo["turn_event_id"]
     assert "regenerates" not in events[4]
@@ -167,7 +173,9 @@ def test_edit_resends_a_message_with_new_text_as_a_new_turn(
     assert not any("INC-1" in m.content for m in model.requests[-1].messages)
     ask(alice_api, "Thanks", session_id)
     assert [m.content for m in model.requests[-1].messages if m.role != "system"][-3:] == [
-        "What happened in INC-3?", "about INC-3", "Thanks",
+        "What happened in INC-3?",
+        "about INC-3",
+        "Thanks",
     ]
 
 
@@ -182,7 +190,9 @@ def test_only_a_message_you_sent_can_be_edited(alice_api: Any, use_model: Callab
     assert len(ledger(alice_api, session_id)) == 2
 
 
-@pytest.mark.parametrize("body", [{}, {"message": ""}, {"message": "   "}, {"message": 7}, {"message": None}, {"message": ["a"]}])
+@pytest.mark.parametrize(
+    "body", [{}, {"message": ""}, {"message": "   "}, {"message": 7}, {"message": None}, {"message": ["a"]}]
+)
 def test_a_bad_edited_text_is_a_400_naming_the_field(
     alice_api: Any, use_model: Callable[[Model], None], body: dict[str, Any]
 ) -> None:

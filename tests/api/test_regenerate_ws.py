@@ -34,7 +34,10 @@ def _no_auto_memory(settings: Any) -> None:
 def user_messages(frames: list[dict[str, Any]]) -> dict[str, str]:
     """The user messages a run's frames show: ledger event id -> text."""
     ids = [f["messageId"] for f in frames if f["type"] == "TEXT_MESSAGE_START" and f.get("role") == "user"]
-    return {i: "".join(f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT" and f["messageId"] == i) for i in ids}
+    return {
+        i: "".join(f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT" and f["messageId"] == i)
+        for i in ids
+    }
 
 
 def ledger_users(client: Any, session_id: str) -> list[dict[str, Any]]:
@@ -50,7 +53,10 @@ async def error_of(socket: WebsocketCommunicator, frame: dict[str, Any]) -> dict
 
 
 async def test_regenerate_and_edit_frames_start_new_turns_that_name_what_they_redo(
-    alice_cookie: bytes, alice_session: str, alice_api: Any, use_model: Callable[[Model], None],  # noqa: F811
+    alice_cookie: bytes,  # noqa: F811
+    alice_session: str,  # noqa: F811
+    alice_api: Any,
+    use_model: Callable[[Model], None],
 ) -> None:
     model = ScriptedModel.of("T-100 is open.", "T-100 is still open.", "T-200 is closed.")
     use_model(model)
@@ -61,7 +67,10 @@ async def test_regenerate_and_edit_frames_start_new_turns_that_name_what_they_re
     await socket.send_json_to({"type": "regenerate"})
     accepted = await receive(socket)
     assert accepted == {
-        "type": "run.accepted", "run_id": accepted["run_id"], "turn_event_id": accepted["turn_event_id"], "regenerates": asked,
+        "type": "run.accepted",
+        "run_id": accepted["run_id"],
+        "turn_event_id": accepted["turn_event_id"],
+        "regenerates": asked,
     }
     frames = await receive_until(socket, "RUN_FINISHED")
     # The new turn streams on this socket: its user message is the event the answer named.
@@ -78,18 +87,27 @@ async def test_regenerate_and_edit_frames_start_new_turns_that_name_what_they_re
     assert model.requests[-1].messages[-1].content == "Is T-200 open?"
     users = await sync_to_async(ledger_users)(alice_api, alice_session)
     assert [(u["id"], u.get("regenerates"), u.get("edit_of")) for u in users] == [
-        (asked, None, None), (accepted["turn_event_id"], asked, None), (edited["turn_event_id"], None, asked),
+        (asked, None, None),
+        (accepted["turn_event_id"], asked, None),
+        (edited["turn_event_id"], None, asked),
     ]
 
 
 async def test_bad_redo_frames_get_rest_s_codes_and_the_socket_stays_open(
-    alice_cookie: bytes, alice_session: str, bob_api: Any, use_model: Callable[[Model], None],  # noqa: F811
+    alice_cookie: bytes,  # noqa: F811
+    alice_session: str,  # noqa: F811
+    bob_api: Any,
+    use_model: Callable[[Model], None],
     settings: Any,
 ) -> None:
     settings.AGENTSITE_MAX_MESSAGE_CHARS = 50
-    use_model(ScriptedModel.of(
-        "T-100 is open.", "Bob's answer.", ScriptStep.answer("word " * 200, chunk_size=5, delay_s=0.02),
-    ))
+    use_model(
+        ScriptedModel.of(
+            "T-100 is open.",
+            "Bob's answer.",
+            ScriptStep.answer("word " * 200, chunk_size=5, delay_s=0.02),
+        )
+    )
     socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
 
     assert (await error_of(socket, {"type": "regenerate"}))["code"] == "nothing_to_regenerate"

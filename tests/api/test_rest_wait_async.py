@@ -46,8 +46,14 @@ class HeldModel:
     async def generate(self, request: ModelRequest) -> AsyncIterator[ModelResponse]:
         self.held += 1
         await self.release.wait()
-        yield ModelResponse(id="held", partial=False, message=Message(role="assistant", content="done"),
-                            finish_reason="stop", usage=Usage(prompt_tokens=1, completion_tokens=1), model="held")
+        yield ModelResponse(
+            id="held",
+            partial=False,
+            message=Message(role="assistant", content="done"),
+            finish_reason="stop",
+            usage=Usage(prompt_tokens=1, completion_tokens=1),
+            model="held",
+        )
 
 
 @sync_to_async
@@ -73,10 +79,13 @@ async def test_a_hundred_rest_waits_hold_no_view_thread(
     headers = {"Authorization": f"Bearer {await _token(alice)}"}
     threads_before = threading.active_count()  # earlier tests' pools and loops included
     transport = httpx.ASGITransport(app=application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", headers=headers,
-                                 timeout=120) as http:
-        waits = [asyncio.create_task(http.post("/api/runs/", json={"message": f"question {i}", "wait": True}))
-                 for i in range(WAITERS)]
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", headers=headers, timeout=120
+    ) as http:
+        waits = [
+            asyncio.create_task(http.post("/api/runs/", json={"message": f"question {i}", "wait": True}))
+            for i in range(WAITERS)
+        ]
         # Every run reaches its model call: no waiting request keeps a view thread, else
         # only the first 16 (the view threads) would have started theirs.
         await _until(lambda: model.held == WAITERS or any(w.done() for w in waits), 90)
@@ -85,14 +94,17 @@ async def test_a_hundred_rest_waits_hold_no_view_thread(
         # Every view thread is free: as many tasks as the pool has threads meet at a barrier,
         # which they pass only when each has a thread of its own at the same time.
         barrier = threading.Barrier(VIEW_THREADS)
-        await asyncio.gather(*(asyncio.wrap_future(VIEW_EXECUTOR.submit(barrier.wait, 10)) for _ in range(VIEW_THREADS)))
+        await asyncio.gather(
+            *(asyncio.wrap_future(VIEW_EXECUTOR.submit(barrier.wait, 10)) for _ in range(VIEW_THREADS))
+        )
         # Django's ASGI handler gives each open request an idle thread of its own for the
         # synchronous middleware (asgiref's per-request ThreadSensitiveContext): that, the
         # two pools (however many of their threads are new) and the run loop are all the
         # threads the hundred added; a wait adds none.
         added = threading.active_count() - threads_before
-        assert added <= WAITERS + VIEW_THREADS + int(os.environ.get("AGENTSITE_DB_THREADS", "8")) + 2, \
-            [t.name for t in threading.enumerate()]
+        assert added <= WAITERS + VIEW_THREADS + int(os.environ.get("AGENTSITE_DB_THREADS", "8")) + 2, [
+            t.name for t in threading.enumerate()
+        ]
         # A request that needs a view thread is answered at once while the hundred wait.
         started = time.monotonic()
         listed = await http.get("/api/runs/", params={"status": "running", "limit": 200})
@@ -114,8 +126,9 @@ async def test_a_rest_wait_past_its_timeout_answers_the_run_still_going(
     model = HeldModel()
     use_model(model)
     headers = {"Authorization": f"Bearer {await _token(alice)}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://localhost",
-                                 headers=headers, timeout=30) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application), base_url="http://localhost", headers=headers, timeout=30
+    ) as http:
         started = time.monotonic()
         reply = await http.post("/api/runs/", json={"message": "a long question", "wait": True})
         assert reply.status_code == 201

@@ -23,9 +23,7 @@ def test_the_support_agent_runs_a_real_tool_over_the_openai_protocol(
         ServerStep.call("inspect_certificate", {"host": "payments.internal.example.com"}, id="call_cert"),
         "The certificate of payments.internal.example.com expired on 2026-11-14; renew it.",
     )
-    use_model(OpenAIModel(
-        model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test", backoff_base_s=0.01
-    ))
+    use_model(OpenAIModel(model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test", backoff_base_s=0.01))
     response = alice_api.post(
         "/api/runs/", {"message": "Why does payments.internal.example.com fail TLS?", "wait": True}, format="json"
     )

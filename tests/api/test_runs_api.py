@@ -37,9 +37,11 @@ def assert_error(response: Any, status: int, code: str, field: str | None = None
 def test_a_run_with_wait_returns_the_answer_and_every_step_is_in_the_ledger(
     alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
-    use_model(ScriptedModel.of(
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-2041"}), "INC-2041 was an expired certificate."
-    ))
+    use_model(
+        ScriptedModel.of(
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-2041"}), "INC-2041 was an expired certificate."
+        )
+    )
     response = post_run(alice_api, message="What happened in INC-2041?", wait=True)
     assert response.status_code == 201, response.content
     run = response.json()
@@ -50,8 +52,13 @@ def test_a_run_with_wait_returns_the_answer_and_every_step_is_in_the_ledger(
     events = events_of(alice_api, run["session_id"]).json()
     assert events["next"] is None
     roles = [(e["author"], e["role"]) for e in events["results"]]
-    assert roles == [("user", "user"), ("support", "assistant"), ("support", "tool"),
-                     ("support", "assistant"), ("agentsite", "system")]
+    assert roles == [
+        ("user", "user"),
+        ("support", "assistant"),
+        ("support", "tool"),
+        ("support", "assistant"),
+        ("agentsite", "system"),
+    ]
     call = events["results"][1]["tool_calls"][0]
     assert call["name"] == "lookup_ticket"
     assert events["results"][2]["tool_call_id"] == call["id"]
@@ -111,7 +118,9 @@ def test_alice_never_sees_bobs_sessions_or_runs(
 
 def test_requests_without_credentials_are_refused(client: Any) -> None:
     assert_error(client.get("/api/sessions/"), 401, "not_authenticated")
-    assert_error(client.post("/api/runs/", {"message": "hi"}, content_type="application/json"), 401, "not_authenticated")
+    assert_error(
+        client.post("/api/runs/", {"message": "hi"}, content_type="application/json"), 401, "not_authenticated"
+    )
 
 
 def test_a_wrong_token_is_refused(alice: Any) -> None:
@@ -167,10 +176,12 @@ def test_an_oversized_body_is_a_413(alice_api: Any) -> None:
 def test_a_model_failure_mid_run_fails_the_run_and_keeps_the_ledger(
     alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
-    use_model(ScriptedModel.of(
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-2041"}),
-        ScriptStep.fail(ModelError("model 'gpt-x' does not exist", status_code=404)),
-    ))
+    use_model(
+        ScriptedModel.of(
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-2041"}),
+            ScriptStep.fail(ModelError("model 'gpt-x' does not exist", status_code=404)),
+        )
+    )
     run = post_run(alice_api, message="check INC-2041", wait=True).json()
     assert run["status"] == "failed"
     assert run["error"]["type"] == "model_error" and "gpt-x" in run["error"]["message"]
@@ -263,10 +274,12 @@ def test_runs_are_listed_by_session_and_status_and_the_ledger_says_how_each_ende
     assert bob_api.get("/api/runs/", {"session_id": finished["session_id"]}).json()["results"] == []
     assert_error(alice_api.get("/api/runs/", {"status": "asleep"}), 400, "invalid", "status")
     alice_api.post(f"/api/runs/{running['id']}/cancel/")
-    completions = [e for e in events_of(alice_api, finished["session_id"]).json()["results"]
-                   if e["object"] == "runner.completion"]
+    completions = [
+        e for e in events_of(alice_api, finished["session_id"]).json()["results"] if e["object"] == "runner.completion"
+    ]
     assert [(c["run_id"], c["status"]) for c in completions] == [
-        (finished["id"], "completed"), (running["id"], "cancelled")
+        (finished["id"], "completed"),
+        (running["id"], "cancelled"),
     ]
 
 
@@ -276,10 +289,13 @@ def test_a_runs_event_count_is_its_events_in_the_ledger_not_its_streamed_deltas(
     # Issue 21: event_count said 16/21/33 where the ledger showed 5/8/5, as it counted
     # every streamed delta and left out the run's user turn and completion marker.
     long_answer = "INC-2041 was an expired certificate on the payments gateway."
-    use_model(ScriptedModel.of(
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}), ScriptStep.answer(long_answer, chunk_size=4),
-        ScriptStep.answer("Renewed.", chunk_size=2),
-    ))
+    use_model(
+        ScriptedModel.of(
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}),
+            ScriptStep.answer(long_answer, chunk_size=4),
+            ScriptStep.answer("Renewed.", chunk_size=2),
+        )
+    )
     first = post_run(alice_api, message="What happened in INC-2041?", wait=True).json()
     second = post_run(alice_api, message="And now?", session_id=first["session_id"], wait=True).json()
     ledger = events_of(alice_api, first["session_id"]).json()["results"]

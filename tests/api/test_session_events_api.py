@@ -40,10 +40,14 @@ def use_support(settings: Any) -> Iterator[Callable[[ScriptedModel], None]]:
 
     def use(model: ScriptedModel) -> None:
         agent = LLMAgent(name="support", model=model, tools=[FunctionTool(remember_ticket)])
-        run_manager().reset(lambda: Runner(
-            app=settings.AGENTSITE_APP, agents=[agent], session_service=DjangoSessionService(),
-            run_store=DjangoRunStore(),
-        ))
+        run_manager().reset(
+            lambda: Runner(
+                app=settings.AGENTSITE_APP,
+                agents=[agent],
+                session_service=DjangoSessionService(),
+                run_store=DjangoRunStore(),
+            )
+        )
 
     yield use
     run_manager().reset(build_runner)
@@ -63,10 +67,14 @@ def test_the_completion_event_shows_the_final_state_delta_and_final_choices(
     assert completion["object"] == "runner.completion"
     assert (completion["run_id"], completion["status"]) == (run["id"], "completed")
     assert completion["final_state_delta"] == {"last_ticket": "INC-9"}
-    assert completion["final_choices"] == [{
-        "index": 0, "message": {"role": "assistant", "content": "INC-9 is open."},
-        "finish_reason": "stop", "event_id": answer["id"],
-    }]
+    assert completion["final_choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "INC-9 is open."},
+            "finish_reason": "stop",
+            "event_id": answer["id"],
+        }
+    ]
     # Only the marker carries them; the tool's own event holds the delta it wrote.
     assert not any("final_choices" in e or "final_state_delta" in e for e in events[:-1])
     assert bob_api.get(f"/api/sessions/{run['session_id']}/events/").status_code == 404

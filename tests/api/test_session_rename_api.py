@@ -33,7 +33,9 @@ def test_another_user_cannot_rename_a_chat(alice_api: Any, bob_api: Any) -> None
     assert alice_api.get(f"/api/sessions/{session_id}/").json()["title"] == "first question"
 
 
-@pytest.mark.parametrize("body", [{}, {"title": ""}, {"title": "   "}, {"title": "x" * 201}, {"title": 7}, {"title": None}])
+@pytest.mark.parametrize(
+    "body", [{}, {"title": ""}, {"title": "   "}, {"title": "x" * 201}, {"title": 7}, {"title": None}]
+)
 def test_a_bad_title_is_a_400_naming_the_field(alice_api: Any, body: dict[str, Any]) -> None:
     session_id = new_session(alice_api)
     response = alice_api.patch(f"/api/sessions/{session_id}/", body, format="json")

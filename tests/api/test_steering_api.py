@@ -83,7 +83,9 @@ def test_a_message_queued_mid_run_is_in_the_next_model_request_and_the_ledger_in
     assert second[-1] == {"role": "user", "content": "and T-200?"}
     events = alice_api.get(f"/api/sessions/{run['session_id']}/events/").json()["results"]
     assert [(e["role"], e.get("text")) for e in events if e["role"] in ("user", "assistant")] == [
-        ("user", "Is ticket T-100 open?"), ("assistant", None), ("user", "and T-200?"),
+        ("user", "Is ticket T-100 open?"),
+        ("assistant", None),
+        ("user", "and T-200?"),
         ("assistant", "T-100 and T-200 are both open."),
     ]
     steered = [e for e in events if e.get("queued")]
@@ -100,8 +102,9 @@ def test_a_cancel_drops_queued_messages_and_the_ledger_lists_them(
     events = alice_api.get(f"/api/sessions/{run['session_id']}/events/").json()["results"]
     assert [d["id"] for d in events[-1]["queued_dropped"]] == [first["id"]]
     assert not any(e.get("text") == "stop that" for e in events)
-    assert_error(alice_api.post(f"/api/runs/{run['id']}/messages/", {"message": "hello?"}, format="json"),
-                 409, "run_not_active")
+    assert_error(
+        alice_api.post(f"/api/runs/{run['id']}/messages/", {"message": "hello?"}, format="json"), 409, "run_not_active"
+    )
 
 
 def withdrawn_none(client: Any, run_id: str) -> bool:
@@ -110,8 +113,10 @@ def withdrawn_none(client: Any, run_id: str) -> bool:
 
 def test_queued_messages_can_be_listed_and_withdrawn(alice_api: Any, use_model: Callable[[Model], None]) -> None:
     run = start_slow_run(alice_api, use_model, words=200)
-    ids = [alice_api.post(f"/api/runs/{run['id']}/messages/", {"message": m}, format="json").json()["id"]
-           for m in ("one", "two")]
+    ids = [
+        alice_api.post(f"/api/runs/{run['id']}/messages/", {"message": m}, format="json").json()["id"]
+        for m in ("one", "two")
+    ]
     listed = alice_api.get(f"/api/runs/{run['id']}/messages/").json()["queued"]
     assert [(q["id"], q["message"]) for q in listed] == [(ids[0], "one"), (ids[1], "two")]
     assert withdrawn_none(alice_api, run["id"]) is False

@@ -57,8 +57,9 @@ def _token(user: Any) -> str:
 async def _client(user: Any) -> openai.AsyncOpenAI:
     """The official client as an integrator builds it, its HTTP going to the ASGI app."""
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=application), timeout=30)
-    return openai.AsyncOpenAI(base_url="http://localhost/v1", api_key=await _token(user), max_retries=0,
-                              http_client=http)
+    return openai.AsyncOpenAI(
+        base_url="http://localhost/v1", api_key=await _token(user), max_retries=0, http_client=http
+    )
 
 
 def _agents_on(server: ScriptedOpenAIServer, use_model: Callable[[Model], None]) -> None:
@@ -78,7 +79,8 @@ async def test_a_json_schema_answer_parses_and_validates_and_the_schema_reaches_
     client = await _client(alice)
 
     completion = await client.chat.completions.parse(
-        model="support", messages=[{"role": "user", "content": "Is the payments certificate expired?"}],
+        model="support",
+        messages=[{"role": "user", "content": "Is the payments certificate expired?"}],
         response_format=Incident,
     )
     openai_server.assert_consumed()
@@ -99,7 +101,8 @@ async def test_a_mismatch_is_retried_with_feedback_then_succeeds_streamed_as_one
     client = await _client(alice)
 
     stream = await client.chat.completions.create(
-        model="support", messages=[{"role": "user", "content": "Is the payments certificate expired?"}],
+        model="support",
+        messages=[{"role": "user", "content": "Is the payments certificate expired?"}],
         response_format={"type": "json_schema", "json_schema": {"name": "incident", "schema": INCIDENT_SCHEMA}},
         stream=True,
     )
@@ -123,7 +126,8 @@ async def test_exhausted_retries_fail_clearly_with_output_invalid(
 
     with pytest.raises(openai.APIStatusError) as failed:
         await client.chat.completions.create(
-            model="support", messages=[{"role": "user", "content": "Is it expired?"}],
+            model="support",
+            messages=[{"role": "user", "content": "Is it expired?"}],
             response_format={"type": "json_schema", "json_schema": {"name": "incident", "schema": INCIDENT_SCHEMA}},
         )
     openai_server.assert_consumed()
@@ -140,7 +144,8 @@ async def test_json_object_asks_the_upstream_for_json_and_refuses_a_non_object(
     client = await _client(alice)
 
     completion = await client.chat.completions.create(
-        model="general", messages=[{"role": "user", "content": "Answer in JSON."}],
+        model="general",
+        messages=[{"role": "user", "content": "Answer in JSON."}],
         response_format={"type": "json_object"},
     )
     assert json.loads(completion.choices[0].message.content or "") == {"ok": True}
@@ -151,23 +156,35 @@ async def test_json_object_asks_the_upstream_for_json_and_refuses_a_non_object(
 @pytest.mark.parametrize(
     ("response_format", "param", "problem"),
     [
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "banana"}}},
-         "response_format.json_schema.schema", "invalid JSON Schema"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "banana"}}},
+            "response_format.json_schema.schema",
+            "invalid JSON Schema",
+        ),
         ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema", "is required"),
-        ({"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}, "response_format.json_schema.name",
-         "letters, digits"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}},
+            "response_format.json_schema.name",
+            "letters, digits",
+        ),
         ({"type": "yaml"}, "response_format.type", "'yaml'"),
     ],
 )
 async def test_an_invalid_response_format_is_a_400_naming_the_problem_and_stores_nothing(
-    alice: Any, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None],
-    response_format: dict[str, Any], param: str, problem: str,
+    alice: Any,
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
+    response_format: dict[str, Any],
+    param: str,
+    problem: str,
 ) -> None:
     _agents_on(openai_server, use_model)
     client = await _client(alice)
     with pytest.raises(openai.BadRequestError) as refused:
         await client.chat.completions.create(
-            model="support", messages=[{"role": "user", "content": "hi"}], response_format=response_format,  # type: ignore[arg-type]  # deliberately invalid
+            model="support",
+            messages=[{"role": "user", "content": "hi"}],
+            response_format=response_format,  # type: ignore[arg-type]  # deliberately invalid
         )
     body = refused.value.body
     assert isinstance(body, dict) and body["param"] == param and problem in body["message"]
@@ -181,8 +198,9 @@ def test_rest_output_schema_returns_the_validated_object(
     openai_server.script('{"host": "payments"}', json.dumps(GOOD))
     _agents_on(openai_server, use_model)
     response = alice_api.post(
-        "/api/runs/", {"message": "Is the payments certificate expired?", "output_schema": INCIDENT_SCHEMA,
-                       "wait": True}, format="json",
+        "/api/runs/",
+        {"message": "Is the payments certificate expired?", "output_schema": INCIDENT_SCHEMA, "wait": True},
+        format="json",
     )
     assert response.status_code == 201, response.content
     run = response.json()
@@ -197,7 +215,9 @@ def test_rest_invalid_output_schema_is_a_400_naming_the_problem_and_stores_nothi
 ) -> None:
     _agents_on(openai_server, use_model)
     response = alice_api.post(
-        "/api/runs/", {"message": "hi", "output_schema": {"type": "object", "required": "host"}}, format="json",
+        "/api/runs/",
+        {"message": "hi", "output_schema": {"type": "object", "required": "host"}},
+        format="json",
     )
     assert response.status_code == 400, response.content
     error = response.json()["error"]
@@ -209,7 +229,8 @@ def test_rest_invalid_output_schema_is_a_400_naming_the_problem_and_stores_nothi
 
 def test_the_offline_model_answers_the_rest_schema_with_a_valid_object(alice_api: Any) -> None:
     response = alice_api.post(
-        "/api/runs/", {"message": "look up ticket INC-1042", "output_schema": INCIDENT_SCHEMA, "wait": True},
+        "/api/runs/",
+        {"message": "look up ticket INC-1042", "output_schema": INCIDENT_SCHEMA, "wait": True},
         format="json",
     )
     assert response.status_code == 201, response.content
@@ -219,16 +240,27 @@ def test_the_offline_model_answers_the_rest_schema_with_a_valid_object(alice_api
 
 
 def _agui_input(thread_id: str, forwarded: dict[str, Any]) -> dict[str, Any]:
-    return {"threadId": thread_id, "runId": "r1", "state": {}, "tools": [], "context": [], "forwardedProps": forwarded,
-            "messages": [{"id": "u1", "role": "user", "content": "Is the payments certificate expired?"}]}
+    return {
+        "threadId": thread_id,
+        "runId": "r1",
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": forwarded,
+        "messages": [{"id": "u1", "role": "user", "content": "Is the payments certificate expired?"}],
+    }
 
 
 async def _agui_post(alice: Any, body: dict[str, Any]) -> Any:
     from django.test import AsyncClient
 
     token = await _token(alice)
-    return await AsyncClient().post("/agui/support", data=json.dumps(body), content_type="application/json",
-                                    headers={"Authorization": f"Bearer {token}"})
+    return await AsyncClient().post(
+        "/agui/support",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
 
 
 async def test_agui_forwarded_props_output_schema_makes_the_answer_structured(

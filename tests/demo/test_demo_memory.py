@@ -26,7 +26,8 @@ def memory_search_results(client: Any, session_id: str) -> list[list[str]]:
     calls = {c["id"] for e in events for c in e.get("tool_calls") or [] if c["name"] == "memory_search"}
     return [
         [m["memory"] for m in json.loads(e["text"])["memories"]]
-        for e in events if e["role"] == "tool" and e.get("tool_call_id") in calls
+        for e in events
+        if e["role"] == "tool" and e.get("tool_call_id") in calls
     ]
 
 

@@ -49,12 +49,16 @@ async def demo_tool_specs(tmp_path: Path) -> list[ToolSpec]:
     from sessions_app.recall_tools import recall_tools
 
     skills = SkillToolset(
-        FolderSkillRepository([DEMO_SKILLS]), config=SkillsConfig(profile="full"),
+        FolderSkillRepository([DEMO_SKILLS]),
+        config=SkillsConfig(profile="full"),
         executor=WorkspaceExecutor(WorkspaceConfig(root=tmp_path / "workspaces")),
     )
     await skills.prepare()
     tools: list[Any] = [
-        *support_tools(), *recall_tools(), *memory_function_tools(mode="agentic"), *artifact_function_tools(),
+        *support_tools(),
+        *recall_tools(),
+        *memory_function_tools(mode="agentic"),
+        *artifact_function_tools(),
         *skills.tools(),
     ]
     return [tool.spec() for tool in tools]
@@ -92,8 +96,9 @@ async def test_a_value_the_schema_refuses_blocks_the_call_and_the_answer_says_wh
     assert calls == []
     [plan] = blocked
     assert plan.invalid and "100000" in plan.invalid[0]
-    answer = OfflineModel().respond(ModelRequest(messages=[Message(role="user", content="look up order number 42")],
-                                                 tools=[spec]))
+    answer = OfflineModel().respond(
+        ModelRequest(messages=[Message(role="user", content="look up order number 42")], tools=[spec])
+    )
     assert not answer.tool_calls
     assert "lookup_order" in answer.content and "100000" in answer.content
     # A valid number goes through.
@@ -107,15 +112,21 @@ async def test_a_matching_skill_is_loaded_without_crowding_out_the_tools_the_req
     lookup vanished. Loading it is fine; the tools the request names come first."""
     from skills_app.core.repository import ChainedSkillRepository, InMemorySkillRepository, skill_from_files
 
-    learned = skill_from_files({"SKILL.md": (
-        "---\nname: search-logs-inspect-certificate-lookup-ticket\n"
-        "description: Investigate with search_logs, inspect_certificate, lookup_ticket in that order, then report "
-        "with evidence.\n---\n# search-logs-inspect-certificate-lookup-ticket\n\n## Steps\n"
-        "1. Call `search_logs` with query.\n2. Call `inspect_certificate` with host.\n3. Call `lookup_ticket`.\n"
-    )}, source="db")
+    learned = skill_from_files(
+        {
+            "SKILL.md": (
+                "---\nname: search-logs-inspect-certificate-lookup-ticket\n"
+                "description: Investigate with search_logs, inspect_certificate, lookup_ticket in that order, then report "
+                "with evidence.\n---\n# search-logs-inspect-certificate-lookup-ticket\n\n## Steps\n"
+                "1. Call `search_logs` with query.\n2. Call `inspect_certificate` with host.\n3. Call `lookup_ticket`.\n"
+            )
+        },
+        source="db",
+    )
     skills = SkillToolset(
         ChainedSkillRepository([InMemorySkillRepository([learned]), FolderSkillRepository([DEMO_SKILLS])]),
-        config=SkillsConfig(profile="full"), executor=WorkspaceExecutor(WorkspaceConfig(root=tmp_path / "ws")),
+        config=SkillsConfig(profile="full"),
+        executor=WorkspaceExecutor(WorkspaceConfig(root=tmp_path / "ws")),
     )
     await skills.prepare()
     specs = [t.spec() for t in [*support_tools(), *skills.tools()]]
@@ -128,5 +139,6 @@ async def test_a_matching_skill_is_loaded_without_crowding_out_the_tools_the_req
     # "generate the report" still loads and runs the report skill in one step.
     report, _ = plan_tool_calls("generate the report", specs)
     assert [(p.tool, p.arguments.get("skill")) for p in report] == [
-        ("skill_load", "diagnostic-report"), ("skill_run", "diagnostic-report"),
+        ("skill_load", "diagnostic-report"),
+        ("skill_run", "diagnostic-report"),
     ]

@@ -86,13 +86,16 @@ async def test_demo_agents_are_the_support_agent_first_and_a_toolless_assistant(
     assert [a.name for a in agents] == ["support", "general"]
     support, general = agents
     assert sorted(support.tools) == [
-        "inspect_certificate", "lookup_ticket", "restart_service", "scan_fleet", "search_logs",
+        "inspect_certificate",
+        "lookup_ticket",
+        "restart_service",
+        "scan_fleet",
+        "search_logs",
     ]
     assert support.parallel_tools is True
     assert support.instruction == SUPPORT_INSTRUCTION
     assert support.model_name == "offline"
     assert general.tools == {}
-
 
 
 async def test_the_demo_governance_summarizes_in_the_background_without_holding_a_call_back(settings) -> None:
@@ -110,7 +113,9 @@ async def test_the_demo_governance_summarizes_in_the_background_without_holding_
     session_id = None
     reports: list[tuple[int, dict]] = []
     for turn in range(12):
-        handle = await runner.start(user_id="alice", session_id=session_id, message=f"Turn {turn}: {line * 8}", stream=True)
+        handle = await runner.start(
+            user_id="alice", session_id=session_id, message=f"Turn {turn}: {line * 8}", stream=True
+        )
         session_id = handle.session_id
         events = [e async for e in handle.events()]
         reports += [(turn, e.extensions["context"]) for e in events if not e.partial and "context" in e.extensions]
@@ -156,11 +161,13 @@ def final_answer(events: list[Event]) -> str:
 async def test_the_offline_answer_gives_the_cause_the_evidence_and_the_fix_in_short_markdown():
     runner = Runner(app="test", agents=[build_support_agent(OfflineModel())], session_service=InMemorySessionService())
 
-    answer = final_answer(await run(
-        runner,
-        "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com "
-        "and search the logs and tickets",
-    ))
+    answer = final_answer(
+        await run(
+            runner,
+            "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com "
+            "and search the logs and tickets",
+        )
+    )
 
     cause, evidence, fix = answer.index("**Cause:**"), answer.index("**Evidence**"), answer.index("**Fix**")
     assert 0 == cause < evidence < fix
@@ -222,12 +229,19 @@ def test_a_chinese_message_with_an_image_is_told_in_chinese_that_the_planner_rea
     from runs.core.llm.base import ModelRequest
     from sessions_app.core.events import ArtifactRef, ContentPart, Message
 
-    part = ContentPart(type="image", name="graph.png", mime="image/png", size=2048,
-                       artifact=ArtifactRef(filename="x-graph.png", version=0))
+    part = ContentPart(
+        type="image",
+        name="graph.png",
+        mime="image/png",
+        size=2048,
+        artifact=ArtifactRef(filename="x-graph.png", version=0),
+    )
 
     answer = OfflineModel().respond(ModelRequest(messages=(Message(role="user", content="这是什么？", parts=(part,)),)))
 
-    assert answer.content.startswith("我看不到图片，也读不了附件：离线规划器只处理文字。收到的附件：graph.png (image/png, 2.0 KiB)")
+    assert answer.content.startswith(
+        "我看不到图片，也读不了附件：离线规划器只处理文字。收到的附件：graph.png (image/png, 2.0 KiB)"
+    )
 
 
 async def test_a_structured_answer_carries_every_problem_of_the_cause(monkeypatch):
@@ -240,11 +254,16 @@ async def test_a_structured_answer_carries_every_problem_of_the_cause(monkeypatc
     scan = await run(runner, "scan the certificates of the whole fleet")
     turn = tuple(e.message for e in scan if e.message is not None and not e.partial and e.message.role != "user")[:-1]
 
-    answer = OfflineModel().respond(ModelRequest(
-        messages=(Message(role="user", content="scan the certificates of the whole fleet"), *turn),
-        output=OutputSpec(kind="json_object"),
-    ))
+    answer = OfflineModel().respond(
+        ModelRequest(
+            messages=(Message(role="user", content="scan the certificates of the whole fleet"), *turn),
+            output=OutputSpec(kind="json_object"),
+        )
+    )
 
     gist = json.loads(answer.content)["answer"]
     assert gist.startswith("the results report 2 problems:")
-    assert "1. auth.example.com: chain is missing" in gist and "2. payments.internal.example.com: certificate expired" in gist
+    assert (
+        "1. auth.example.com: chain is missing" in gist
+        and "2. payments.internal.example.com: certificate expired" in gist
+    )

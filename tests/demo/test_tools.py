@@ -207,7 +207,9 @@ def test_support_tools_expose_schemas_with_described_parameters():
     assert specs["inspect_certificate"].parameters["required"] == ["host"]
     assert specs["search_logs"].parameters["required"] == []
     assert specs["search_logs"].parameters["properties"]["limit"] == {
-        "type": "integer", "description": "Most lines to return (1-200).", "default": 20,
+        "type": "integer",
+        "description": "Most lines to return (1-200).",
+        "default": 20,
     }
     for spec in specs.values():
         assert spec.description

@@ -59,8 +59,9 @@ def support_by_name(*arguments: Any) -> Agent:
 async def evidence_run(task: str) -> ReviewDelta:
     """The recorded run the candidate is learned from: the support agent on the offline model."""
     sessions = InMemorySessionService()
-    runner = Runner(app="test", agents=[support(OfflineModel(), FolderSkillRepository([DEMO_SKILLS]))],
-                    session_service=sessions)
+    runner = Runner(
+        app="test", agents=[support(OfflineModel(), FolderSkillRepository([DEMO_SKILLS]))], session_service=sessions
+    )
     events = [e async for e in runner.run(user_id="alice", message=task)]
     record = await runner.status(events[-1].extensions["run_id"])
     session = await sessions.get_session(SessionKey(app="test", user_id="alice", session_id=record.session_id))
@@ -76,8 +77,9 @@ async def learned(delta: ReviewDelta) -> GateContext:
 
 
 def replayer() -> AgentReplayer:
-    return AgentReplayer(agent_factory=support_by_name, library=FolderSkillRepository([DEMO_SKILLS]), mode="model",
-                         model=OfflineModel())
+    return AgentReplayer(
+        agent_factory=support_by_name, library=FolderSkillRepository([DEMO_SKILLS]), mode="model", model=OfflineModel()
+    )
 
 
 async def test_the_readme_candidate_is_not_worse_than_the_run_without_it_and_passes() -> None:
@@ -123,8 +125,9 @@ async def test_more_failed_calls_with_the_candidate_fail_the_gate_and_equal_outc
     answer = context.delta.answers[0].text
     tools = ("search_logs", "inspect_certificate", "lookup_ticket")
     good = ReplayOutcome(completed=True, answer=answer, tool_calls=3, skill_seen=True, succeeded_tools=tools)
-    worse = ReplayOutcome(completed=True, answer=answer, tool_calls=4, tool_errors=1, skill_seen=True,
-                          succeeded_tools=tools)
+    worse = ReplayOutcome(
+        completed=True, answer=answer, tool_calls=4, tool_errors=1, skill_seen=True, succeeded_tools=tools
+    )
 
     same = Outcomes(without=good, with_=good)
     assert (await EffectivenessGate(replayer=same).check(context)).status == "pass"
@@ -132,6 +135,9 @@ async def test_more_failed_calls_with_the_candidate_fail_the_gate_and_equal_outc
     failed = await EffectivenessGate(replayer=Outcomes(without=good, with_=worse)).check(context)
     assert failed.status == "fail"
     assert failed.findings == ("more failed tool calls: 1 with the candidate, 0 without",)
-    unseen = await EffectivenessGate(replayer=Outcomes(without=good, with_=ReplayOutcome(
-        completed=True, answer=answer, tool_calls=3, succeeded_tools=tools))).check(context)
+    unseen = await EffectivenessGate(
+        replayer=Outcomes(
+            without=good, with_=ReplayOutcome(completed=True, answer=answer, tool_calls=3, succeeded_tools=tools)
+        )
+    ).check(context)
     assert unseen.findings == ("the replayed model never saw the candidate in its skill overview",)

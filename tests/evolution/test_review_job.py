@@ -38,10 +38,14 @@ def _evolution_on(settings: Any) -> None:
 def troubleshooting_model() -> ScriptedModel:
     """Four tool calls over two steps, then the report."""
     return ScriptedModel.of(
-        ScriptStep.calls(("search_logs", {"service": "payments", "query": "tls handshake"}),
-                         ("inspect_certificate", {"host": "payments.internal.example.com"})),
-        ScriptStep.calls(("lookup_ticket", {"query": "tls certificate"}),
-                         ("search_logs", {"service": "payments", "query": "certificate expired"})),
+        ScriptStep.calls(
+            ("search_logs", {"service": "payments", "query": "tls handshake"}),
+            ("inspect_certificate", {"host": "payments.internal.example.com"}),
+        ),
+        ScriptStep.calls(
+            ("lookup_ticket", {"query": "tls certificate"}),
+            ("search_logs", {"service": "payments", "query": "certificate expired"}),
+        ),
         "The certificate of payments.internal.example.com expired: renew it and reload the service.",
     )
 
@@ -60,7 +64,11 @@ def system_prompt(model: ScriptedModel) -> str:
 
 
 def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_run(
-    alice_api: Any, admin_client: Any, admin_user: Any, use_model: Callable[[Model], None], eager_celery: None,
+    alice_api: Any,
+    admin_client: Any,
+    admin_user: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
 ) -> None:
     model = troubleshooting_model()
     use_model(model)
@@ -71,7 +79,10 @@ def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_r
     candidate = orm.SkillCandidate.objects.get()
     assert (candidate.name, candidate.action, candidate.status) == (SKILL, "create", "pending_review")
     assert [(g.gate, g.status) for g in candidate.gate_results.all()] == [
-        ("spec", "pass"), ("safety", "pass"), ("effectiveness", "pass"), ("human", "hold")
+        ("spec", "pass"),
+        ("safety", "pass"),
+        ("effectiveness", "pass"),
+        ("human", "hold"),
     ]
     ledger = set(sessions.Event.objects.filter(session_id=first["session_id"]).values_list("event_id", flat=True))
     assert candidate.evidence and {e["event_id"] for e in candidate.evidence} <= ledger
@@ -86,8 +97,9 @@ def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_r
     assert "effectiveness" in html and "pending review" in html
     assert 'name="_approve"' in html and 'name="_reject"' in html  # the decision is on the page itself
 
-    ask = admin_client.post("/admin/evolution_app/skillcandidate/",
-                            {"action": "approve", "_selected_action": [candidate.pk]})
+    ask = admin_client.post(
+        "/admin/evolution_app/skillcandidate/", {"action": "approve", "_selected_action": [candidate.pk]}
+    )
     assert ask.status_code == 200 and b"Reason" in ask.content  # the list's action asks for the reason first
     decide = f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/"
     refused = admin_client.post(decide, {"_approve": "Approve and publish", "reason": "  "}, follow=True)
@@ -98,13 +110,18 @@ def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_r
     assert approved.status_code == 302 and approved["Location"].endswith(f"/skillcandidate/{candidate.pk}/change/")
     candidate.refresh_from_db()
     assert (candidate.status, candidate.decided_by, candidate.decision_reason) == (
-        "published", admin_user, "the method is sound"
+        "published",
+        admin_user,
+        "the method is sound",
     )
     revision = candidate.revision
     assert (revision.status, revision.source, revision.approved_by) == ("published", "evolution", admin_user)
     assert [g["gate"] for g in revision.gate_results] == ["spec", "safety", "effectiveness", "human", "human"]
     assert list(candidate.audit.values_list("action", "actor")) == [
-        ("proposed", None), ("held", None), ("approved", admin_user.pk), ("published", admin_user.pk)
+        ("proposed", None),
+        ("held", None),
+        ("approved", admin_user.pk),
+        ("published", admin_user.pk),
     ]
 
     nxt = ScriptedModel.of("Noted.")
@@ -114,9 +131,13 @@ def test_a_learned_skill_is_gated_approved_in_the_admin_and_loaded_by_the_next_r
 
 
 def test_a_run_under_the_evidence_gate_gives_no_candidate_and_the_skip_says_why(
-    alice_api: Any, use_model: Callable[[Model], None], eager_celery: None,
+    alice_api: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
 ) -> None:
-    use_model(ScriptedModel.of(ScriptStep.call("search_logs", {"service": "payments", "query": "tls"}), "Logs look fine."))
+    use_model(
+        ScriptedModel.of(ScriptStep.call("search_logs", {"service": "payments", "query": "tls"}), "Logs look fine.")
+    )
     done = run(alice_api)
     assert not orm.SkillCandidate.objects.exists()
     cursor = orm.ReviewCursor.objects.get(session_id=done["session_id"])
@@ -127,7 +148,9 @@ def test_a_run_under_the_evidence_gate_gives_no_candidate_and_the_skip_says_why(
 
 
 def test_the_job_run_twice_has_one_effect_and_reads_only_what_is_new(
-    alice_api: Any, use_model: Callable[[Model], None], settings: Any,
+    alice_api: Any,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_EVOLUTION = False  # the hook stays out: the job is called by hand
     use_model(troubleshooting_model())
@@ -149,24 +172,35 @@ def test_the_job_run_twice_has_one_effect_and_reads_only_what_is_new(
 def reviewer_proposing(skill: dict[str, Any], session_id: str) -> ModelReviewer:
     """A model reviewer whose (scripted) model proposes `skill`, citing the latest answer."""
     call = sessions.Event.objects.filter(session_id=session_id, role="assistant").order_by("-seq").first()
-    return ModelReviewer(ScriptedModel.of(ScriptStep.call(REVIEW_TOOL, {"skills": [{**skill, "evidence": [call.event_id]}]})))
+    return ModelReviewer(
+        ScriptedModel.of(ScriptStep.call(REVIEW_TOOL, {"skills": [{**skill, "evidence": [call.event_id]}]}))
+    )
 
 
 def skill_spec(**changes: Any) -> dict[str, Any]:
-    return {"name": "tls-triage", "description": "Diagnose TLS handshake failures.",
-            "when_to_use": "A service fails TLS handshakes.",
-            "steps": ["Inspect the certificate.", "Search the logs for handshake errors."], **changes}
+    return {
+        "name": "tls-triage",
+        "description": "Diagnose TLS handshake failures.",
+        "when_to_use": "A service fails TLS handshakes.",
+        "steps": ["Inspect the certificate.", "Search the logs for handshake errors."],
+        **changes,
+    }
 
 
 def test_an_unsafe_script_is_stopped_by_the_safety_gate(
-    alice_api: Any, use_model: Callable[[Model], None], settings: Any,
+    alice_api: Any,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_EVOLUTION = False
     use_model(troubleshooting_model())
     done = run(alice_api)
     unsafe = skill_spec(script={"path": "cleanup.sh", "content": "rm -rf / --no-preserve-root\n"})
-    outcome = evolution_review(session_id=done["session_id"], reviewer=reviewer_proposing(unsafe, done["session_id"]),
-                               gates=[SpecGate(), SafetyGate(), HumanGate()])
+    outcome = evolution_review(
+        session_id=done["session_id"],
+        reviewer=reviewer_proposing(unsafe, done["session_id"]),
+        gates=[SpecGate(), SafetyGate(), HumanGate()],
+    )
     assert [c["outcome"] for c in outcome["candidates"]] == ["rejected"]
     candidate = orm.SkillCandidate.objects.get()
     assert candidate.status == "rejected" and candidate.decision_reason.startswith("safety gate")
@@ -177,7 +211,10 @@ def test_an_unsafe_script_is_stopped_by_the_safety_gate(
 
 
 def test_user_facts_from_memory_and_the_account_never_enter_a_skill(
-    alice: Any, alice_api: Any, use_model: Callable[[Model], None], settings: Any,
+    alice: Any,
+    alice_api: Any,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_EVOLUTION = False
     alice.email = "alice@corp.example"
@@ -185,27 +222,36 @@ def test_user_facts_from_memory_and_the_account_never_enter_a_skill(
     use_model(troubleshooting_model())
     done = run(alice_api)
     now = timezone.now()
-    sessions.Memory.objects.create(id="m1", app="agentsite", user=alice, text="Lives in Lisbon", created_at=now,
-                                   updated_at=now)
-    for leaky in (skill_spec(steps=["Greet the user by name: my name is Alice.", "Search."]),
-                  skill_spec(steps=["Send the report to alice@corp.example.", "Search."]),
-                  skill_spec(steps=["The user is in Lisbon: use the Lisbon region.", "Search."])):
+    sessions.Memory.objects.create(
+        id="m1", app="agentsite", user=alice, text="Lives in Lisbon", created_at=now, updated_at=now
+    )
+    for leaky in (
+        skill_spec(steps=["Greet the user by name: my name is Alice.", "Search."]),
+        skill_spec(steps=["Send the report to alice@corp.example.", "Search."]),
+        skill_spec(steps=["The user is in Lisbon: use the Lisbon region.", "Search."]),
+    ):
         # Review the same delta afresh each time.
         orm.ReviewCursor.objects.filter(session_id=done["session_id"]).delete()
         orm.Review.objects.filter(session_id=done["session_id"]).delete()
-        outcome = evolution_review(session_id=done["session_id"], reviewer=reviewer_proposing(leaky, done["session_id"]),
-                                   gates=[])
+        outcome = evolution_review(
+            session_id=done["session_id"], reviewer=reviewer_proposing(leaky, done["session_id"]), gates=[]
+        )
         assert outcome["candidates"] == [] and "user facts never enter a skill" in outcome["notes"][0]
     assert not orm.SkillCandidate.objects.exists() and not skills.Skill.objects.filter(name="tls-triage").exists()
 
 
 def test_with_no_gate_a_candidate_is_published_directly_and_rollback_restores_the_previous_one(
-    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], settings: Any,
+    alice_api: Any,
+    admin_client: Any,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_EVOLUTION = False
     use_model(troubleshooting_model())
     done = run(alice_api)
-    evolution_review(session_id=done["session_id"], reviewer=reviewer_proposing(skill_spec(), done["session_id"]), gates=[])
+    evolution_review(
+        session_id=done["session_id"], reviewer=reviewer_proposing(skill_spec(), done["session_id"]), gates=[]
+    )
     v1 = skills.SkillRevision.objects.get(skill__name="tls-triage")
     assert (v1.status, v1.source) == ("published", "evolution")
 
@@ -221,19 +267,26 @@ def test_with_no_gate_a_candidate_is_published_directly_and_rollback_restores_th
 
 
 def test_a_reviewer_rejects_with_a_reason_and_a_stale_candidate_is_never_published(
-    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], settings: Any,
+    alice_api: Any,
+    admin_client: Any,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_EVOLUTION = False
     use_model(troubleshooting_model())
     done = run(alice_api)
     evolution_review_task(done["session_id"])
     candidate = orm.SkillCandidate.objects.get()
-    admin_client.post("/admin/evolution_app/skillcandidate/",
-                      {"action": "reject", "_selected_action": [candidate.pk], "apply": "1", "reason": ""})
+    admin_client.post(
+        "/admin/evolution_app/skillcandidate/",
+        {"action": "reject", "_selected_action": [candidate.pk], "apply": "1", "reason": ""},
+    )
     candidate.refresh_from_db()
     assert candidate.status == "pending_review"  # no reason, no rejection
-    admin_client.post("/admin/evolution_app/skillcandidate/",
-                      {"action": "reject", "_selected_action": [candidate.pk], "apply": "1", "reason": "too specific"})
+    admin_client.post(
+        "/admin/evolution_app/skillcandidate/",
+        {"action": "reject", "_selected_action": [candidate.pk], "apply": "1", "reason": "too specific"},
+    )
     candidate.refresh_from_db()
     assert (candidate.status, candidate.decision_reason) == ("rejected", "too specific")
     assert candidate.gate_results.last().status == "fail"
@@ -243,15 +296,20 @@ def test_a_reviewer_rejects_with_a_reason_and_a_stale_candidate_is_never_publish
 
     orm.SkillCandidate.objects.filter(pk=candidate.pk).update(status="pending_review")
     skill_revision_create(app="agentsite", files=candidate.files, status="published")
-    admin_client.post("/admin/evolution_app/skillcandidate/",
-                      {"action": "approve", "_selected_action": [candidate.pk], "apply": "1", "reason": "ok"})
+    admin_client.post(
+        "/admin/evolution_app/skillcandidate/",
+        {"action": "approve", "_selected_action": [candidate.pk], "apply": "1", "reason": "ok"},
+    )
     candidate.refresh_from_db()
     assert candidate.status == "stale" and candidate.revision is None
     assert skills.SkillRevision.objects.filter(skill__name=candidate.name).count() == 1
 
 
 def test_the_candidates_api_is_for_staff_only(
-    alice_api: Any, admin_user: Any, use_model: Callable[[Model], None], settings: Any,
+    alice_api: Any,
+    admin_user: Any,
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     from tests.conftest import _client_for
 
@@ -263,13 +321,19 @@ def test_the_candidates_api_is_for_staff_only(
     assert denied.status_code == 403 and denied.json()["error"]["code"] == "permission_denied"
     staff = _client_for(admin_user)
     listed = staff.get("/api/evolution/candidates/", {"status": "pending_review"}).json()["results"]
-    assert [(c["name"], c["status"], c["session_id"]) for c in listed] == [(SKILL, "pending_review", done["session_id"])]
+    assert [(c["name"], c["status"], c["session_id"]) for c in listed] == [
+        (SKILL, "pending_review", done["session_id"])
+    ]
     assert [g["gate"] for g in listed[0]["gate_results"]] == ["spec", "safety", "effectiveness", "human"]
     assert staff.get("/api/evolution/candidates/", {"status": "bogus"}).json()["error"]["field"] == "status"
 
 
 def test_the_same_procedure_learned_again_adds_evidence_to_the_waiting_candidate(
-    alice_api: Any, bob_api: Any, admin_client: Any, use_model: Callable[[Model], None], eager_celery: None,
+    alice_api: Any,
+    bob_api: Any,
+    admin_client: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
 ) -> None:
     use_model(troubleshooting_model())
     first = run(alice_api)
@@ -281,7 +345,7 @@ def test_the_same_procedure_learned_again_adds_evidence_to_the_waiting_candidate
     html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/").content.decode()
     links = html.count("/admin/sessions_app/event/") - html.count('href="/admin/sessions_app/event/"')
     cited = {(e["session_id"], e["event_id"]) for e in candidate.evidence}
-    assert "(gone) <em>" not in html and links == len(cited), html[html.find("(gone)") - 300:][:400]
+    assert "(gone) <em>" not in html and links == len(cited), html[html.find("(gone)") - 300 :][:400]
     # Grouped by session, each session named with its owner, each event once.
     for session_id, owner in ((first["session_id"], "alice"), (second["session_id"], "bob")):
         assert f"<code>{session_id}</code>, {owner}," in html
@@ -292,7 +356,9 @@ def test_the_admin_shows_evidence_grouped_by_session_each_event_once() -> None:
 
     step = {"event_id": "e2", "seq": 2, "kind": "tool_call", "excerpt": "search_logs, inspect_certificate"}
     items = [
-        step, {**step}, {**step},  # one step with three tool calls, cited once per call
+        step,
+        {**step},
+        {**step},  # one step with three tool calls, cited once per call
         {"event_id": "e3", "seq": 3, "kind": "tool_result", "excerpt": "expired"},
         {"event_id": "e1", "seq": 1, "kind": "user", "excerpt": "fails TLS"},
         {"event_id": "x9", "seq": 9, "kind": "tool_call", "excerpt": "again", "session_id": "other"},
@@ -302,13 +368,19 @@ def test_the_admin_shows_evidence_grouped_by_session_each_event_once() -> None:
 
     assert list(grouped) == ["first", "other"]
     assert [(e["event_id"], e["kinds"]) for e in grouped["first"]] == [
-        ("e1", ["user"]), ("e2", ["tool_call"]), ("e3", ["tool_result"])
+        ("e1", ["user"]),
+        ("e2", ["tool_call"]),
+        ("e3", ["tool_result"]),
     ]
     assert [e["event_id"] for e in grouped["other"]] == ["x9"]
 
 
 def test_a_candidate_worse_than_the_run_without_it_is_rejected_and_the_admin_says_why(
-    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], eager_celery: None, settings: Any,
+    alice_api: Any,
+    admin_client: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
+    settings: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 21: on the offline planner (replay `auto` = on the model), a learned skill that
@@ -319,7 +391,9 @@ def test_a_candidate_worse_than_the_run_without_it_is_rejected_and_the_admin_say
     monkeypatch.setenv("AGENTSITE_DEMO_SCAN_DELAY_S", "0")
     settings.AGENTSITE_EVOLUTION_REPLAY = "auto"
     use_model(OfflineModel())
-    run(alice_api, "Check the certificate of payments.internal.example.com, scan the fleet, search the logs and tickets")
+    run(
+        alice_api, "Check the certificate of payments.internal.example.com, scan the fleet, search the logs and tickets"
+    )
 
     candidate = orm.SkillCandidate.objects.get()
     assert candidate.status == "rejected"
@@ -333,7 +407,10 @@ def test_a_candidate_worse_than_the_run_without_it_is_rejected_and_the_admin_say
 
 
 def test_the_candidate_page_and_its_decisions_read_in_chinese(
-    alice_api: Any, admin_client: Any, use_model: Callable[[Model], None], eager_celery: None,
+    alice_api: Any,
+    admin_client: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
 ) -> None:
     use_model(troubleshooting_model())
     run(alice_api)
@@ -344,12 +421,21 @@ def test_the_candidate_page_and_its_decisions_read_in_chinese(
 
     assert "<h2>决定</h2>" in html and 'value="批准并发布"' in html and 'value="拒绝"' in html
     assert "引用了" in html  # the evidence's session heading
-    asked = admin_client.post("/admin/evolution_app/skillcandidate/",
-                              {"action": "approve", "_selected_action": [candidate.pk]}, **chinese).content.decode()
+    asked = admin_client.post(
+        "/admin/evolution_app/skillcandidate/", {"action": "approve", "_selected_action": [candidate.pk]}, **chinese
+    ).content.decode()
     assert "理由（必填）：" in asked and "批准技能候选" in asked
-    refused = admin_client.post(f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/",
-                                {"_approve": "1", "reason": " "}, follow=True, **chinese).content.decode()
+    refused = admin_client.post(
+        f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/",
+        {"_approve": "1", "reason": " "},
+        follow=True,
+        **chinese,
+    ).content.decode()
     assert "未作决定：请填写理由" in refused
-    approved = admin_client.post(f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/",
-                                 {"_approve": "1", "reason": "方法可靠"}, follow=True, **chinese).content.decode()
+    approved = admin_client.post(
+        f"/admin/evolution_app/skillcandidate/{candidate.pk}/decide/",
+        {"_approve": "1", "reason": "方法可靠"},
+        follow=True,
+        **chinese,
+    ).content.decode()
     assert f"{SKILL[0].upper()}{SKILL[1:]}：已发布为修订版 1" in approved  # the admin capitalises messages

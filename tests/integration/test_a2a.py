@@ -51,7 +51,11 @@ from tests.support.openai_server import ScriptedOpenAIServer, ServerStep
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 TLS_QUESTION = "Why does payments.internal.example.com fail TLS handshakes?"
-COMPLETED, WORKING, CANCELED = TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_CANCELED
+COMPLETED, WORKING, CANCELED = (
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_WORKING,
+    TaskState.TASK_STATE_CANCELED,
+)
 
 
 @pytest.fixture
@@ -63,9 +67,13 @@ def server(tmp_path: Path, transactional_db: Any) -> Iterator[LiveServer]:
 @pytest.fixture
 def slow_server(tmp_path: Path, transactional_db: Any) -> Iterator[LiveServer]:
     """Daphne whose model (a scripted OpenAI endpoint) takes half a minute to answer."""
-    with ScriptedOpenAIServer(ServerStep.answer("slow words " * 400, chunk_size=4, chunk_delay_s=0.01)) as model, \
-            live_daphne(tmp_path, env={"AGENTSITE_MODEL": "scripted-slow", "OPENAI_BASE_URL": model.base_url,
-                                       "OPENAI_API_KEY": "test"}) as live:
+    with (
+        ScriptedOpenAIServer(ServerStep.answer("slow words " * 400, chunk_size=4, chunk_delay_s=0.01)) as model,
+        live_daphne(
+            tmp_path,
+            env={"AGENTSITE_MODEL": "scripted-slow", "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "test"},
+        ) as live,
+    ):
         yield live
 
 
@@ -88,8 +96,9 @@ class TokenCredentials(CredentialService):
 
 
 @asynccontextmanager
-async def connected(server: LiveServer, token: str, *, agent: str = "support",
-                    streaming: bool = True) -> AsyncIterator[Client]:
+async def connected(
+    server: LiveServer, token: str, *, agent: str = "support", streaming: bool = True
+) -> AsyncIterator[Client]:
     """An SDK client from the agent's (public) card, authenticated the way the card says."""
     card = await resolve_card(server, agent)
     async with httpx.AsyncClient(timeout=60) as http:
@@ -103,8 +112,7 @@ async def resolve_card(server: LiveServer, agent: str = "support") -> AgentCard:
 
 
 def user_message(text: str, *, context_id: str = "", metadata: dict[str, Any] | None = None) -> SendMessageRequest:
-    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)],
-                      context_id=context_id)
+    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)], context_id=context_id)
     if metadata:
         message.metadata.update(metadata)
     return SendMessageRequest(message=message)
@@ -132,8 +140,9 @@ def api(server: LiveServer, user: Any, path: str) -> Any:
     return response.json()
 
 
-def rpc(server: LiveServer, body: Any, *, token: str | None = None, agent: str = "support",
-        version: str | None = "1.0") -> httpx.Response:
+def rpc(
+    server: LiveServer, body: Any, *, token: str | None = None, agent: str = "support", version: str | None = "1.0"
+) -> httpx.Response:
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -155,8 +164,14 @@ def test_the_public_card_describes_the_agent_its_tools_streaming_and_bearer_auth
     tools = {name for name, tags in skills.items() if tags == ["tool"]}
     assert skills["support"] == ["default"]
     # One skill per tool of the agent: its own, and those over recall, memory and artifacts.
-    assert {"search_logs", "lookup_ticket", "inspect_certificate", "session_search", "memory_search",
-            "artifact_save"} <= tools
+    assert {
+        "search_logs",
+        "lookup_ticket",
+        "inspect_certificate",
+        "session_search",
+        "memory_search",
+        "artifact_save",
+    } <= tools
     assert set(skills) == tools | {"support"}
     assert card.capabilities.streaming
     assert card.security_schemes["bearer"].http_auth_security_scheme.scheme.lower() == "bearer"
@@ -174,7 +189,9 @@ def test_send_runs_the_agent_and_answers_with_the_completed_task(server: LiveSer
 
     async def main() -> tuple[Task, Task, Task]:
         async with connected(server, token, streaming=False) as client:
-            [first] = await send(client, user_message(TLS_QUESTION, metadata={"customer": "acme", "tier": 2, "app:banner": "spoof"}))
+            [first] = await send(
+                client, user_message(TLS_QUESTION, metadata={"customer": "acme", "tier": 2, "app:banner": "spoof"})
+            )
             task = first.task
             [second] = await send(client, user_message("Look up ticket INC-1042", context_id=task.context_id))
             stored = await client.get_task(GetTaskRequest(id=task.id))
@@ -267,13 +284,20 @@ def test_protocol_errors_are_json_rpc_errors(server: LiveServer, alice: Any) -> 
     get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": "no-such-task"}}
     assert rpc(server, get, token=token).json()["error"]["code"] == -32001  # TaskNotFoundError
     assert rpc(server, get, token=token, version=None).json()["error"]["code"] == -32009  # no A2A-Version: 0.3
-    empty = {"jsonrpc": "2.0", "id": 3, "method": "SendMessage",
-             "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "  "}]}}}
+    empty = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "SendMessage",
+        "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "  "}]}},
+    }
     assert rpc(server, empty, token=token).json()["error"]["code"] == -32602
     too_big = rpc(server, b"[" + b" " * 1_100_000 + b"]", token=token)
     assert too_big.status_code == 413 and too_big.json()["error"]["code"] == -32600
-    chunked = httpx.post(agent_url(server), content=iter([b"[" + b" " * 700_000, b" " * 700_000 + b"]"]),
-                         headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"})
+    chunked = httpx.post(
+        agent_url(server),
+        content=iter([b"[" + b" " * 700_000, b" " * 700_000 + b"]"]),
+        headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"},
+    )
     # Sent without a length, refused as the body passes the limit, the same way.
     assert chunked.status_code == 413 and chunked.json()["error"]["code"] == -32600
     spoofed = httpx.get(f"{agent_url(server)}/.well-known/agent-card.json", headers={"Host": "evil.example"})
@@ -281,8 +305,12 @@ def test_protocol_errors_are_json_rpc_errors(server: LiveServer, alice: Any) -> 
 
 
 def test_unknown_agents_are_404_and_missing_or_wrong_tokens_401(server: LiveServer, alice: Any) -> None:
-    send_body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                 "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi"}]}}}
+    send_body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi"}]}},
+    }
     unknown = rpc(server, send_body, token=token_for(alice), agent="nope")
     assert unknown.status_code == 404 and "nope" in unknown.json()["error"]["message"]
     assert httpx.get(f"{agent_url(server, 'nope')}/.well-known/agent-card.json").status_code == 404
@@ -308,8 +336,7 @@ def test_someone_elses_context_and_tasks_are_not_found(server: LiveServer, alice
         async with AsyncExitStack() as stack:
             alices = await stack.enter_async_context(connected(server, alice_token, streaming=False))
             bobs = await stack.enter_async_context(connected(server, bob_token, streaming=False))
-            general = await stack.enter_async_context(
-                connected(server, alice_token, agent="general", streaming=False))
+            general = await stack.enter_async_context(connected(server, alice_token, agent="general", streaming=False))
             await check(alices, bobs, general)
 
     async def check(alices: Client, bobs: Client, general: Client) -> None:
@@ -322,8 +349,14 @@ def test_someone_elses_context_and_tasks_are_not_found(server: LiveServer, alice
         with pytest.raises(TaskNotFoundError):
             await bobs.cancel_task(CancelTaskRequest(id=task.id))
         with pytest.raises(TaskNotFoundError):
-            await send(bobs, SendMessageRequest(message=Message(
-                role=Role.ROLE_USER, message_id="m-bob", task_id=task.id, parts=[Part(text="continue")])))
+            await send(
+                bobs,
+                SendMessageRequest(
+                    message=Message(
+                        role=Role.ROLE_USER, message_id="m-bob", task_id=task.id, parts=[Part(text="continue")]
+                    )
+                ),
+            )
         with pytest.raises(TaskNotFoundError):  # a task belongs to the agent that ran it
             await general.get_task(GetTaskRequest(id=task.id))
 
@@ -332,9 +365,19 @@ def test_someone_elses_context_and_tasks_are_not_found(server: LiveServer, alice
 
 
 def test_a2a_0_3_callers_use_the_old_method_names(server: LiveServer, alice: Any) -> None:
-    body = {"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": {"message": {
-        "kind": "message", "role": "user", "messageId": "m-03", "parts": [{"kind": "text", "text": "Look up ticket INC-1042"}],
-    }}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": "r1",
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "role": "user",
+                "messageId": "m-03",
+                "parts": [{"kind": "text", "text": "Look up ticket INC-1042"}],
+            }
+        },
+    }
     result = rpc(server, body, token=token_for(alice), version=None).json()["result"]
     assert result["kind"] == "task" and result["status"]["state"] == "completed"
 
@@ -378,8 +421,11 @@ def test_a2a_tool_lets_a_model_ask_the_remote_agent(server: LiveServer, alice: A
     tool = A2ATool(remote_support(server, alice, name="support"))
     assert tool.name == "ask_support" and tool.spec().parameters["required"] == ["question"]
     model = ScriptedModel.of(ScriptStep.call("ask_support", {"question": TLS_QUESTION}), "The remote says: renew it.")
-    runner = Runner(app="client", agents=[LLMAgent(name="boss", model=model, tools=[tool])],
-                    session_service=InMemorySessionService())
+    runner = Runner(
+        app="client",
+        agents=[LLMAgent(name="boss", model=model, tools=[tool])],
+        session_service=InMemorySessionService(),
+    )
 
     async def main() -> list[Event]:
         return [e async for e in runner.run(user_id="u1", message="Find out why TLS fails on payments")]

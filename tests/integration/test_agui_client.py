@@ -38,9 +38,13 @@ def node() -> str:
     get it, since `make test` installs it wherever npm is."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("Node.js 20+ and npm are needed for the official AG-UI JavaScript client: install them and rerun `make test`")
+        pytest.skip(
+            "Node.js 20+ and npm are needed for the official AG-UI JavaScript client: install them and rerun `make test`"
+        )
     if not (ROOT / "node_modules" / "@ag-ui" / "client" / "package.json").exists():
-        pytest.fail("node_modules is missing @ag-ui/client: run `npm ci` (or `make test`, which runs it) in the repository root")
+        pytest.fail(
+            "node_modules is missing @ag-ui/client: run `npm ci` (or `make test`, which runs it) in the repository root"
+        )
     return node
 
 
@@ -53,7 +57,10 @@ def server(tmp_path: Path, transactional_db: Any) -> Iterator[LiveServer]:
 def run_client(node: str, server: LiveServer, token: str, thread_id: str, message: str) -> list[dict[str, Any]]:
     completed = subprocess.run(
         [node, str(CLIENT), f"{server.url}/agui/support", token, thread_id, message],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     lines = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
     failures = [line for line in lines if line["kind"] == "error"]

@@ -30,8 +30,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOTS = Path(os.environ.get("AGENTSITE_SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / "agentsite-screenshots")
 TLS_QUESTION = "Why does payments.internal.example.com fail TLS handshakes?"
@@ -364,11 +370,17 @@ def test_a_message_typed_while_the_reply_streams_is_queued_then_taken_by_the_sam
     from playwright.sync_api import expect
 
     slow_lookup = dataclasses.replace(
-        ServerStep.calls(("lookup_ticket", {"ticket_id": "INC-1042"}, "call_inc1042"),
-                         text="Let me check that ticket for you, one moment please. "),
-        chunk_size=2, fragment_size=1, chunk_delay_s=0.2,  # about 10 s
+        ServerStep.calls(
+            ("lookup_ticket", {"ticket_id": "INC-1042"}, "call_inc1042"),
+            text="Let me check that ticket for you, one moment please. ",
+        ),
+        chunk_size=2,
+        fragment_size=1,
+        chunk_delay_s=0.2,  # about 10 s
     )
-    scripted_model.script(slow_lookup, ServerStep.answer("INC-1042 is open, and so is INC-1187.", chunk_size=4, chunk_delay_s=0.05))
+    scripted_model.script(
+        slow_lookup, ServerStep.answer("INC-1042 is open, and so is INC-1187.", chunk_size=4, chunk_delay_s=0.05)
+    )
     page = open_page(browser, color_scheme="light")
     frames = Frames(page)
     log_in(page, slow_server)

@@ -30,7 +30,11 @@ SKILL = "search-logs-inspect-certificate-lookup-ticket"
 
 @pytest.fixture
 def candidate(
-    alice_api: Any, use_model: Callable[[Model], None], eager_celery: None, settings: Any, admin_user: Any,
+    alice_api: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
+    settings: Any,
+    admin_user: Any,
 ) -> tuple[int, str, str]:
     """(candidate id, session id, skill name): the README prompt's run, reviewed and gated,
     waiting for a person."""

@@ -24,13 +24,12 @@ from tests.support.daphne import LiveServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
-)
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=")
 
 
 def test_an_attached_image_shows_as_a_thumbnail_in_the_transcript_and_after_a_reload(
-    offline_server: LiveServer, browser: Any  # noqa: F811
+    offline_server: LiveServer,  # noqa: F811
+    browser: Any,  # noqa: F811
 ) -> None:
     from playwright.sync_api import expect
 
@@ -57,6 +56,8 @@ def test_an_attached_image_shows_as_a_thumbnail_in_the_transcript_and_after_a_re
     thumb = page.locator(".msg-user img.attachment-thumb")
     expect(thumb).to_be_visible()
     assert "/artifacts/" in (thumb.get_attribute("src") or "")
-    page.wait_for_function("() => { const i = document.querySelector('.msg-user img.attachment-thumb'); "
-                           "return i && i.complete && i.naturalWidth === 1; }")
+    page.wait_for_function(
+        "() => { const i = document.querySelector('.msg-user img.attachment-thumb'); "
+        "return i && i.complete && i.naturalWidth === 1; }"
+    )
     assert page.js_errors == []

@@ -34,7 +34,8 @@ def server(tmp_path: Path, transactional_db: Any, carol: Any) -> Iterator[LiveSe
 
 
 def test_a_new_user_logs_in_in_english_switches_to_chinese_and_the_chat_answers(
-    server: LiveServer, browser: Any  # noqa: F811
+    server: LiveServer,
+    browser: Any,  # noqa: F811
 ) -> None:
     from playwright.sync_api import expect
 

@@ -32,7 +32,12 @@ BAR = '.tool-card[data-tool-name="scan_fleet"] progress'
 def scan_server(tmp_path: Path, transactional_db: Any, carol: Any) -> Iterator[LiveServer]:  # noqa: F811
     # Twelve steps of a second: slow enough to watch the bar and cancel half-way, and a
     # scan that did not stop would move the bar within the checks below.
-    env = {"DJANGO_DEBUG": "1", "AGENTSITE_MODEL": "offline", "AGENTSITE_DEMO_SCAN_DELAY_S": "12", "AGENTSITE_MEMORY_AUTO": "0"}
+    env = {
+        "DJANGO_DEBUG": "1",
+        "AGENTSITE_MODEL": "offline",
+        "AGENTSITE_DEMO_SCAN_DELAY_S": "12",
+        "AGENTSITE_MEMORY_AUTO": "0",
+    }
     with live_daphne(tmp_path, env=env) as live:
         yield live
 
@@ -42,7 +47,8 @@ def bar_value(page: Any) -> float:
 
 
 def test_the_fleet_scan_shows_a_moving_progress_bar_and_cancel_stops_it(
-    scan_server: LiveServer, browser: Any  # noqa: F811
+    scan_server: LiveServer,
+    browser: Any,  # noqa: F811
 ) -> None:
     from playwright.sync_api import expect
 

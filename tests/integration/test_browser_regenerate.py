@@ -141,10 +141,13 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
 
     # After a reload: the same versions, the newest shown; the ledger says what each redoes.
     page.reload()
-    expect(page.locator(".msg-assistant:visible .msg-bubble")).to_have_text([
-        "Edited answer: on Friday the certificate expired at noon.", "I saved the report as report.md.",
-        "On Saturday nothing broke.",
-    ])
+    expect(page.locator(".msg-assistant:visible .msg-bubble")).to_have_text(
+        [
+            "Edited answer: on Friday the certificate expired at noon.",
+            "I saved the report as report.md.",
+            "On Saturday nothing broke.",
+        ]
+    )
     expect(versions).to_contain_text("3 / 3")
     versions.get_by_role("button", name="Show the previous version").click()
     expect(page.locator(".msg-assistant:visible .msg-bubble").first).to_have_text(
@@ -166,7 +169,9 @@ def test_regenerate_edit_and_resend_and_the_files_panel(
     ]
     redone = [f for f in frames.of_type("run.accepted") if "turn_event_id" in f]
     assert [(f["turn_event_id"], f.get("regenerates"), f.get("edit_of")) for f in redone] == [
-        (users[1]["id"], users[0]["id"], None), (users[2]["id"], None, users[1]["id"]), (users[4]["id"], None, users[2]["id"]),
+        (users[1]["id"], users[0]["id"], None),
+        (users[2]["id"], None, users[1]["id"]),
+        (users[4]["id"], None, users[2]["id"]),
     ]
     assert rest_redos == []
     assert scripted_model.remaining == 0
@@ -205,7 +210,9 @@ def test_a_failed_answer_can_be_tried_again(
     field = page.get_by_label("Edit your message (Enter sends, Shift+Enter adds a line, Escape cancels)")
     field.fill("x" * 32001)
     field.press("Enter")
-    expect(page.locator(".msg-editing .turn-error")).to_contain_text("Not sent: message is 32001 characters; the limit is 32000")
+    expect(page.locator(".msg-editing .turn-error")).to_contain_text(
+        "Not sent: message is 32001 characters; the limit is 32000"
+    )
     expect(field).to_be_enabled()
     expect(field).to_be_focused()
     assert scripted_model.remaining == 0

@@ -29,11 +29,13 @@ from tests.support.graph_double import NAME as DOUBLE
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-AGENTS = ",".join((
-    "agentsite.demo.factories:support_agent",
-    "agentsite.demo.factories:troubleshoot_agent",
-    "tests.support.graph_double:gated_graph_double",
-))
+AGENTS = ",".join(
+    (
+        "agentsite.demo.factories:support_agent",
+        "agentsite.demo.factories:troubleshoot_agent",
+        "tests.support.graph_double:gated_graph_double",
+    )
+)
 
 
 @pytest.fixture
@@ -44,8 +46,11 @@ def gate(tmp_path: Path) -> Path:
 @pytest.fixture
 def graph_server(tmp_path: Path, transactional_db: Any, carol: Any, gate: Path) -> Iterator[LiveServer]:  # noqa: F811
     env = {
-        "DJANGO_DEBUG": "1", "AGENTSITE_MODEL": "offline", "AGENTSITE_MEMORY_AUTO": "0",
-        "AGENTSITE_AGENTS": AGENTS, GATE_ENV: str(gate),
+        "DJANGO_DEBUG": "1",
+        "AGENTSITE_MODEL": "offline",
+        "AGENTSITE_MEMORY_AUTO": "0",
+        "AGENTSITE_AGENTS": AGENTS,
+        GATE_ENV: str(gate),
     }
     with live_daphne(tmp_path, env=env) as live:
         yield live
@@ -63,7 +68,8 @@ def open_trace(page: Any) -> Any:
 
 
 def test_the_trace_of_a_graph_run_draws_its_graph_with_each_node_s_state(
-    graph_server: LiveServer, browser: Any  # noqa: F811
+    graph_server: LiveServer,
+    browser: Any,  # noqa: F811
 ) -> None:
     from playwright.sync_api import expect
 
@@ -76,7 +82,9 @@ def test_the_trace_of_a_graph_run_draws_its_graph_with_each_node_s_state(
     chat_url = page.url
     open_trace(page)
 
-    diagram = page.get_by_role("img", name="Diagram of the troubleshoot graph; the list beside it gives each node's state")
+    diagram = page.get_by_role(
+        "img", name="Diagram of the troubleshoot graph; the list beside it gives each node's state"
+    )
     expect(diagram).to_be_visible()
     listed = page.get_by_role("list", name="Nodes of the troubleshoot graph and their states")
     expect(listed.get_by_role("listitem")).to_have_count(9)  # the agent's nine nodes, not start and end
@@ -102,7 +110,9 @@ def test_the_trace_of_a_graph_run_draws_its_graph_with_each_node_s_state(
     expect(page.locator(".msg-assistant .msg-bubble").last).to_contain_text("Approved: this report is final.")
     open_trace(page)
     for name in ("approve", "publish"):
-        expect(node(page, name)).to_have_text(f"{name}: done ({'wait for a human to approve the report' if name == 'approve' else 'make the approved report final'})")
+        expect(node(page, name)).to_have_text(
+            f"{name}: done ({'wait for a human to approve the report' if name == 'approve' else 'make the approved report final'})"
+        )
     for name in ("plan", "decide"):
         expect(node(page, name)).to_have_attribute("data-state", "done")
         expect(node(page, name)).to_contain_text(f"{name}: done · before the pause")
@@ -113,7 +123,9 @@ def test_the_trace_of_a_graph_run_draws_its_graph_with_each_node_s_state(
 
 
 def test_the_trace_opened_mid_run_follows_the_graph_live(
-    graph_server: LiveServer, browser: Any, gate: Path  # noqa: F811
+    graph_server: LiveServer,
+    browser: Any,  # noqa: F811
+    gate: Path,
 ) -> None:
     from playwright.sync_api import expect
 
@@ -123,7 +135,9 @@ def test_the_trace_opened_mid_run_follows_the_graph_live(
     page.get_by_label("Agent").select_option(DOUBLE)
     send(page, "go")
     run_id = chat_frames.wait_for(page, "run.accepted")[-1]["run_id"]
-    expect(page.locator('.graph-card .graph-node[data-node="wait_for_gate"]')).to_have_attribute("data-status", "running")
+    expect(page.locator('.graph-card .graph-node[data-node="wait_for_gate"]')).to_have_attribute(
+        "data-status", "running"
+    )
 
     trace = page.context.new_page()
     errors: list[str] = []
@@ -145,6 +159,7 @@ def test_the_trace_opened_mid_run_follows_the_graph_live(
     expect(node(trace, "skipped")).to_contain_text("skipped: not reached")
     expect(root).to_have_attribute("data-live", "ended")
     expect(root.get_by_role("link", name="Show its timeline")).to_be_visible()
+
     # The states came over the trace page's own socket, as the run made them (a node that
     # started before the page connected ends without a STEP_FINISHED of its own: the next
     # node's start says it).

@@ -57,7 +57,9 @@ class Catalog:
             (django_root / "contrib" / "admin" / "locale", "django"),
             (django_root / "conf" / "locale", "django"),
         ]
-        chain = [gettext.translation(domain, localedir=str(folder), languages=["zh_Hans"]) for folder, domain in sources]
+        chain = [
+            gettext.translation(domain, localedir=str(folder), languages=["zh_Hans"]) for folder, domain in sources
+        ]
         for fallback in chain[1:]:
             chain[0].add_fallback(fallback)
         self.translations = chain[0]
@@ -80,8 +82,11 @@ def walk_server(tmp_path: Path, transactional_db: Any, carol: Any) -> Iterator[L
     # The scan takes twelve steps of a second: long enough to watch the bar and cancel it.
     # No auto memory (it would share the process's runs), no evolution (no new candidates).
     env = {
-        "DJANGO_DEBUG": "1", "AGENTSITE_MODEL": "offline", "AGENTSITE_DEMO_SCAN_DELAY_S": str(SCAN_STEPS),
-        "AGENTSITE_MEMORY_AUTO": "0", "AGENTSITE_EVOLUTION": "0",
+        "DJANGO_DEBUG": "1",
+        "AGENTSITE_MODEL": "offline",
+        "AGENTSITE_DEMO_SCAN_DELAY_S": str(SCAN_STEPS),
+        "AGENTSITE_MEMORY_AUTO": "0",
+        "AGENTSITE_EVOLUTION": "0",
     }
     with live_daphne(tmp_path, env=env) as live:
         yield live
@@ -148,7 +153,9 @@ def test_a_new_user_and_a_reviewer_walk_through_the_site(
     page.locator(".msg-assistant:visible .trace-link").last.click()
     page.wait_for_url("**/trace/")
     timeline = page.get_by_role("table", name=t("Timeline of the run"))
-    expect(timeline.locator('tr[data-kind="tool"]', has_text="inspect_certificate")).to_have_attribute("data-status", "ok")
+    expect(timeline.locator('tr[data-kind="tool"]', has_text="inspect_certificate")).to_have_attribute(
+        "data-status", "ok"
+    )
     shoot(page, f"walk-{language}-trace.png")
     page.get_by_role("link", name=t("Back to the chat")).click()
     page.wait_for_url(chat_url)

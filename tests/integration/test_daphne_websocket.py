@@ -44,8 +44,12 @@ def server(
 ) -> Iterator[LiveServer]:
     # Auto memory off: the scripted model answers only the chat turns these tests script, and
     # an extraction after a run would take one of them (or find the script exhausted).
-    env = {"AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model_server.base_url, "OPENAI_API_KEY": "sk-test",
-           "AGENTSITE_MEMORY_AUTO": "0"}
+    env = {
+        "AGENTSITE_MODEL": "gpt-4o-mini",
+        "OPENAI_BASE_URL": model_server.base_url,
+        "OPENAI_API_KEY": "sk-test",
+        "AGENTSITE_MEMORY_AUTO": "0",
+    }
     with live_daphne(tmp_path_factory.mktemp("daphne"), env=env) as live:
         yield live
 
@@ -205,11 +209,14 @@ async def test_refusals_over_a_real_socket(server: LiveServer, token: str, sessi
             await foreign.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404  # not yours = not there
     with pytest.raises(InvalidStatus):  # a foreign origin never gets a socket
-        async with connect(f"{server.ws_url}/ws/sessions/{session_id}/", origin="https://evil.example",  # type: ignore[arg-type]
-                           additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=TIMEOUT):
+        async with connect(
+            f"{server.ws_url}/ws/sessions/{session_id}/",
+            origin="https://evil.example",  # type: ignore[arg-type]
+            additional_headers={"Authorization": f"Bearer {token}"},
+            open_timeout=TIMEOUT,
+        ):
             pass
 
 
 def test_server_log_has_no_tracebacks(server: LiveServer) -> None:
     assert "Traceback" not in server.output(), server.output()[-4000:]
-

@@ -34,8 +34,10 @@ def client_for(server: LiveServer, user: Any) -> openai.OpenAI:
 
 
 def ledger(server: LiveServer, user: Any, session_id: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{server.url}/api/sessions/{session_id}/events/?limit=500",
-                         headers={"Authorization": f"Bearer {token_for(user)}"})
+    response = httpx.get(
+        f"{server.url}/api/sessions/{session_id}/events/?limit=500",
+        headers={"Authorization": f"Bearer {token_for(user)}"},
+    )
     assert response.status_code == 200, response.text
     return response.json()["results"]
 
@@ -62,7 +64,9 @@ def test_a_non_streaming_completion_runs_the_agent_with_its_tools(server: LiveSe
 
 def test_streaming_sends_role_deltas_finish_and_the_whole_answer(server: LiveServer, alice: Any) -> None:
     stream = client_for(server, alice).chat.completions.create(
-        model="support", messages=[{"role": "user", "content": TLS_QUESTION}], stream=True,
+        model="support",
+        messages=[{"role": "user", "content": TLS_QUESTION}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -81,7 +85,8 @@ def test_the_async_client_streams_too(server: LiveServer, alice: Any) -> None:
     async def main() -> str:
         client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=token, max_retries=0)
         stream = await client.chat.completions.create(
-            model="support", messages=[{"role": "user", "content": "Search the logs of auth-gateway for errors"}],
+            model="support",
+            messages=[{"role": "user", "content": "Search the logs of auth-gateway for errors"}],
             stream=True,
         )
         parts = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
@@ -93,14 +98,18 @@ def test_the_async_client_streams_too(server: LiveServer, alice: Any) -> None:
 
 def test_x_session_id_continues_a_session_and_earlier_messages_seed_a_new_one(server: LiveServer, alice: Any) -> None:
     client = client_for(server, alice)
-    first = client.chat.completions.with_raw_response.create(model="support", messages=[
-        {"role": "user", "content": "We run the payments service behind nginx."},
-        {"role": "assistant", "content": "Noted."},
-        {"role": "user", "content": "Look up ticket INC-1042"},
-    ])
+    first = client.chat.completions.with_raw_response.create(
+        model="support",
+        messages=[
+            {"role": "user", "content": "We run the payments service behind nginx."},
+            {"role": "assistant", "content": "Noted."},
+            {"role": "user", "content": "Look up ticket INC-1042"},
+        ],
+    )
     session_id = first.headers["X-Session-Id"]
     second = client.chat.completions.with_raw_response.create(
-        model="support", messages=[{"role": "user", "content": "And ticket INC-1187?"}],
+        model="support",
+        messages=[{"role": "user", "content": "And ticket INC-1187?"}],
         extra_headers={"X-Session-Id": session_id},
     )
     assert second.headers["X-Session-Id"] == session_id
@@ -117,19 +126,27 @@ def test_errors_come_in_openais_format(server: LiveServer, alice: Any, bob: Any)
         client.chat.completions.create(model="support", n=2, messages=[{"role": "user", "content": "hi"}])
     assert n_two.value.body["param"] == "n"  # type: ignore[index]  # OpenAI's error body
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="support", messages=[{"role": "user", "content": "hi"}],
-                                       tool_choice="sometimes")  # type: ignore[arg-type]  # bad on purpose
+        client.chat.completions.create(
+            model="support", messages=[{"role": "user", "content": "hi"}], tool_choice="sometimes"
+        )  # type: ignore[arg-type]  # bad on purpose
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0).models.list()
 
     bobs = client_for(server, bob).chat.completions.with_raw_response.create(
-        model="support", messages=[{"role": "user", "content": "bob's secret"}])
+        model="support", messages=[{"role": "user", "content": "bob's secret"}]
+    )
     with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(model="support", messages=[{"role": "user", "content": "let me in"}],
-                                       extra_headers={"X-Session-Id": bobs.headers["X-Session-Id"]})
+        client.chat.completions.create(
+            model="support",
+            messages=[{"role": "user", "content": "let me in"}],
+            extra_headers={"X-Session-Id": bobs.headers["X-Session-Id"]},
+        )
 
-    bad_json = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json",
-                          headers={"Authorization": f"Bearer {token_for(alice)}", "Content-Type": "application/json"})
+    bad_json = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {token_for(alice)}", "Content-Type": "application/json"},
+    )
     assert bad_json.status_code == 400 and bad_json.json()["error"]["type"] == "invalid_request_error"
     no_token = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "support", "messages": []})
     assert no_token.status_code == 401 and no_token.json()["error"]["code"] == "invalid_api_key"

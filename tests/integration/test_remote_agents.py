@@ -36,16 +36,28 @@ def _no_auto_memory(settings: Any) -> None:
 
 
 def form(remote: LiveServer, **fields: Any) -> dict[str, Any]:
-    return {"name": "faraway", "url": f"{remote.url}/a2a/support", "description": "", "header_name": "",
-            "as_agent": "on", "tool_of": "", "enabled": "on", "token": "", **fields}
+    return {
+        "name": "faraway",
+        "url": f"{remote.url}/a2a/support",
+        "description": "",
+        "header_name": "",
+        "as_agent": "on",
+        "tool_of": "",
+        "enabled": "on",
+        "token": "",
+        **fields,
+    }
 
 
 def test_a_remote_agent_added_in_the_admin_is_listed_and_runs_as_an_agent(
     remote: LiveServer, admin_client: Any, alice: Any, alice_api: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    remote_token = Token.objects.create(user=alice).key if not Token.objects.filter(user=alice).exists() \
+    remote_token = (
+        Token.objects.create(user=alice).key
+        if not Token.objects.filter(user=alice).exists()
         else Token.objects.get(user=alice).key
+    )
 
     response = admin_client.post(ADD, form(remote, token=remote_token))
     assert response.status_code == 302, response.content.decode()[:3000]
@@ -71,8 +83,11 @@ def test_a_remote_agent_added_in_the_admin_is_listed_and_runs_as_an_agent(
     [answer] = [e for e in events if e["role"] == "assistant"]
     assert answer["author"] == "faraway" and "expired" in answer["text"]
     # Every surface serves it: the OpenAI-compatible one too.
-    chat = alice_api.post("/v1/chat/completions", {"model": "faraway", "messages": [
-        {"role": "user", "content": TLS_QUESTION}]}, format="json")
+    chat = alice_api.post(
+        "/v1/chat/completions",
+        {"model": "faraway", "messages": [{"role": "user", "content": TLS_QUESTION}]},
+        format="json",
+    )
     assert chat.status_code == 200, chat.content
     assert "expired" in chat.json()["choices"][0]["message"]["content"]
 
@@ -90,13 +105,15 @@ def test_a_remote_agent_is_offered_as_a_tool_of_a_registered_agent(
 ) -> None:
     model = ScriptedModel.of(ScriptStep.call("ask_faraway", {"question": TLS_QUESTION}), "The remote says: renew it.")
     use_model(model)
-    response = admin_client.post(ADD, form(remote, token=Token.objects.get_or_create(user=alice)[0].key, as_agent="",
-                                           tool_of="general"))
+    response = admin_client.post(
+        ADD, form(remote, token=Token.objects.get_or_create(user=alice)[0].key, as_agent="", tool_of="general")
+    )
     assert response.status_code == 302, response.content.decode()[:3000]
     assert "faraway" not in {a["name"] for a in alice_api.get("/api/agents/").json()["results"]}
 
-    run = alice_api.post("/api/runs/", {"message": "Why does TLS fail on payments?", "agent": "general", "wait": True},
-                         format="json")
+    run = alice_api.post(
+        "/api/runs/", {"message": "Why does TLS fail on payments?", "agent": "general", "wait": True}, format="json"
+    )
     assert run.status_code == 201, run.content
     assert run.json()["status"] == "completed", run.json()
     model.assert_consumed()

@@ -79,11 +79,24 @@ def running_stack(env: dict[str, str], log: Path) -> Iterator[dict[str, int]]:
     ports = {"balancer": free_port(), "web1": free_port(), "web2": free_port(), "stats": free_port()}
     with log.open("w") as out:
         launcher = subprocess.Popen(
-            [str(PYTHON), "deploy/stack.py", "--port", str(ports["balancer"]),
-             "--web-ports", f"{ports['web1']},{ports['web2']}", "--stats-port", str(ports["stats"])],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(PYTHON),
+                "deploy/stack.py",
+                "--port",
+                str(ports["balancer"]),
+                "--web-ports",
+                f"{ports['web1']},{ports['web2']}",
+                "--stats-port",
+                str(ports["stats"]),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
+
         def ready() -> bool:
             assert launcher.poll() is None, f"the stack exited {launcher.returncode}:\n{log.read_text()[-4000:]}"
             return "READY http://" in log.read_text()
@@ -113,8 +126,12 @@ def _ws_run(base: str, token: str, session_id: str, after_seq: int, message: str
     from websockets.sync.client import connect
 
     url = f"{base.replace('http', 'ws', 1)}/ws/sessions/{session_id}/?after_seq={after_seq}"
-    with connect(url, origin=base, additional_headers={"Authorization": f"Bearer {token}"},  # type: ignore[arg-type]  # Origin is a str
-                 open_timeout=TIMEOUT_S) as ws:
+    with connect(
+        url,
+        origin=base,
+        additional_headers={"Authorization": f"Bearer {token}"},  # type: ignore[arg-type]  # Origin is a str
+        open_timeout=TIMEOUT_S,
+    ) as ws:
         ws.send(json.dumps({"type": "run", "message": message}))
         text, run_id, answers = [], None, set()
         while True:
@@ -134,8 +151,12 @@ def _ws_run(base: str, token: str, session_id: str, after_seq: int, message: str
 def test_the_stack_serves_runs_streams_cancels_and_jobs_through_its_balancer(tmp_path: Path) -> None:
     if shutil.which("haproxy") is None:
         skip("haproxy is not installed (`apt-get install -y haproxy`; .ci/run installs it)")
-    if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")) or not os.environ.get("REDIS_URL"):
-        skip("needs PostgreSQL and Redis: set DATABASE_URL=postgres://... and REDIS_URL=redis://... (the services pass)")
+    if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")) or not os.environ.get(
+        "REDIS_URL"
+    ):
+        skip(
+            "needs PostgreSQL and Redis: set DATABASE_URL=postgres://... and REDIS_URL=redis://... (the services pass)"
+        )
     database_url = _database_url(os.environ["DATABASE_URL"].rsplit("/", 1)[1].split("?")[0] + "_stack_smoke")
     _recreate(database_url)
     try:
@@ -146,17 +167,29 @@ def test_the_stack_serves_runs_streams_cancels_and_jobs_through_its_balancer(tmp
 
 def _smoke(tmp_path: Path, database_url: str) -> None:
     slow = ServerStep.answer("word " * 400, chunk_size=5, chunk_delay_s=0.05)  # about 20 s unless cancelled
-    with ScriptedOpenAIServer(REST_ANSWER, ServerStep.answer(WS_ANSWER, chunk_size=6), slow) as model, \
-            private_redis() as redis_server:
+    with (
+        ScriptedOpenAIServer(REST_ANSWER, ServerStep.answer(WS_ANSWER, chunk_size=6), slow) as model,
+        private_redis() as redis_server,
+    ):
         env = {
-            **os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_server.url,
-            "AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-test",
-            "AGENTSITE_MODEL_MAX_RETRIES": "0", "AGENTSITE_SUMMARY_MODEL": "offline", "AGENTSITE_MEMORY_AUTO": "1",
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_server.url,
+            "AGENTSITE_MODEL": "gpt-4o-mini",
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "AGENTSITE_MODEL_MAX_RETRIES": "0",
+            "AGENTSITE_SUMMARY_MODEL": "offline",
+            "AGENTSITE_MEMORY_AUTO": "1",
         }
         with running_stack(env, tmp_path / "stack.log") as ports:
             token = subprocess.run(
-                [str(PYTHON), "manage.py", "create_api_token", "--create-user", "smoke"], cwd=ROOT, env=env,
-                capture_output=True, text=True, check=True,
+                [str(PYTHON), "manage.py", "create_api_token", "--create-user", "smoke"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.split()[-1]
             base = f"http://127.0.0.1:{ports['balancer']}"
             headers = {"Authorization": f"Bearer {token}"}
@@ -167,10 +200,14 @@ def _smoke(tmp_path: Path, database_url: str) -> None:
 
                 # A REST run with wait; its user message states a preference the memory job keeps.
                 session_id = http.post("/api/sessions/", json={"title": "smoke"}).json()["id"]
-                reply = http.post("/api/runs/", json={
-                    "session_id": session_id, "message": "I prefer Go for backend services. Why does TLS fail?",
-                    "wait": True,
-                })
+                reply = http.post(
+                    "/api/runs/",
+                    json={
+                        "session_id": session_id,
+                        "message": "I prefer Go for backend services. Why does TLS fail?",
+                        "wait": True,
+                    },
+                )
                 assert reply.status_code == 201, reply.text
                 assert (reply.json()["status"], reply.json()["answer"]) == ("completed", REST_ANSWER)
 

@@ -40,13 +40,20 @@ def test_a_message_posted_to_another_process_reaches_the_run_once(tmp_path: Path
     token = Token.objects.create(user=alice).key
     with ScriptedOpenAIServer() as model, private_redis() as redis_server:
         model.script(
-            dataclasses.replace(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
-                                fragment_size=1, chunk_delay_s=0.2),  # about 5 s
+            dataclasses.replace(
+                ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
+                fragment_size=1,
+                chunk_delay_s=0.2,
+            ),  # about 5 s
             "INC-1042 and INC-1187 are both open.",
         )
         env = {
-            "REDIS_URL": redis_server.url, "AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url,
-            "OPENAI_API_KEY": "sk-test", "AGENTSITE_MODEL_MAX_RETRIES": "0", "AGENTSITE_MEMORY_AUTO": "0",
+            "REDIS_URL": redis_server.url,
+            "AGENTSITE_MODEL": "gpt-4o-mini",
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "AGENTSITE_MODEL_MAX_RETRIES": "0",
+            "AGENTSITE_MEMORY_AUTO": "0",
         }
         (tmp_path / "a").mkdir()
         (tmp_path / "b").mkdir()
@@ -77,13 +84,20 @@ def test_an_ag_ui_steer_sent_to_another_process_follows_the_run_from_its_ledger(
     token = Token.objects.create(user=alice).key
     with ScriptedOpenAIServer() as model, private_redis() as redis_server:
         model.script(
-            dataclasses.replace(ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
-                                fragment_size=1, chunk_delay_s=0.2),
+            dataclasses.replace(
+                ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
+                fragment_size=1,
+                chunk_delay_s=0.2,
+            ),
             "Both are open.",
         )
         env = {
-            "REDIS_URL": redis_server.url, "AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url,
-            "OPENAI_API_KEY": "sk-test", "AGENTSITE_MODEL_MAX_RETRIES": "0", "AGENTSITE_MEMORY_AUTO": "0",
+            "REDIS_URL": redis_server.url,
+            "AGENTSITE_MODEL": "gpt-4o-mini",
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "AGENTSITE_MODEL_MAX_RETRIES": "0",
+            "AGENTSITE_MEMORY_AUTO": "0",
         }
         (tmp_path / "a").mkdir()
         (tmp_path / "b").mkdir()
@@ -93,13 +107,21 @@ def test_an_ag_ui_steer_sent_to_another_process_follows_the_run_from_its_ledger(
             run = a.post("/api/runs/", json={"message": "Is INC-1042 open?"}).json()
             wait_until(lambda: model.requests)
             body = {
-                "threadId": run["session_id"], "runId": "client-2", "state": {}, "tools": [], "context": [],
+                "threadId": run["session_id"],
+                "runId": "client-2",
+                "state": {},
+                "tools": [],
+                "context": [],
                 "forwardedProps": {"agentsite": {"steer": True}},
                 "messages": [{"id": "u2", "role": "user", "content": "and INC-1187?"}],
             }
-            with httpx.stream("POST", f"{node_b.url}/agui/support", json=body, headers=headers, timeout=TIMEOUT) as response:
+            with httpx.stream(
+                "POST", f"{node_b.url}/agui/support", json=body, headers=headers, timeout=TIMEOUT
+            ) as response:
                 assert response.status_code == 200, response.read()
-                events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
+                events = [
+                    json.loads(line[len("data: ") :]) for line in response.iter_lines() if line.startswith("data: ")
+                ]
             kinds = [e["type"] for e in events]
             assert events[0]["type"] == "RUN_STARTED" and events[0]["runId"] == run["id"]
             assert kinds[-1] == "RUN_FINISHED"

@@ -106,13 +106,30 @@ def workers(transactional_db: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
         log = tmp_path / f"worker-{index}.log"
         logs.append(log)
         with log.open("wb") as out:
-            processes.append(subprocess.Popen(
-                [
-                    sys.executable, "-m", "celery", "-A", "agentsite", "worker", "--pool=solo", "-Q", queue,
-                    "-n", f"w{index}-{run}@%h", "--without-gossip", "--without-mingle", "--loglevel=INFO",
-                ],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            ))
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "agentsite",
+                        "worker",
+                        "--pool=solo",
+                        "-Q",
+                        queue,
+                        "-n",
+                        f"w{index}-{run}@%h",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "--loglevel=INFO",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
     client = redis.Redis.from_url(redis_url)
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -150,7 +167,7 @@ def test_two_workers_never_summarize_twice_and_never_move_a_boundary_back(worker
         nonlocal appended
         for i in range(count):
             ledger.simple_turn(f"question {appended + i}", f"answer {appended + i}", tool=("lookup", f"result {i}"))
-        fresh = ledger.events[len(ledger.events) - count * 5:]
+        fresh = ledger.events[len(ledger.events) - count * 5 :]
         appended += count
         return [async_to_sync(service.append_event)(session, e.replace(seq=None)).seq for e in fresh]
 

@@ -35,7 +35,9 @@ from tests.support.daphne import LiveServer, live_daphne
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs a channel layer shared by two processes (REDIS_URL)"),
+    pytest.mark.skipif(
+        not os.environ.get("REDIS_URL"), reason="needs a channel layer shared by two processes (REDIS_URL)"
+    ),
 ]
 
 EVENTS = 10_000
@@ -61,28 +63,43 @@ async def open_socket(server: LiveServer, session_id: str, token: str, *, readin
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect((server.host, server.port))
     return await connect(
-        f"{server.ws_url}/ws/sessions/{session_id}/?token={token}", sock=sock, max_queue=1 if not reading else 16,
-        max_size=None, open_timeout=10, ping_interval=None,  # a pong would wait unread behind the frames
+        f"{server.ws_url}/ws/sessions/{session_id}/?token={token}",
+        sock=sock,
+        max_queue=1 if not reading else 16,
+        max_size=None,
+        open_timeout=10,
+        ping_interval=None,  # a pong would wait unread behind the frames
     )
 
 
 async def publish(session_id: str, user_id: int) -> None:
     """Save EVENTS assistant messages and publish them live in batches, as a run would."""
     service = DjangoSessionService()
-    session = await service.get_session_head(SessionKey(app=settings.AGENTSITE_APP, user_id=str(user_id), session_id=session_id))
+    session = await service.get_session_head(
+        SessionKey(app=settings.AGENTSITE_APP, user_id=str(user_id), session_id=session_id)
+    )
     assert session is not None
     layer = get_channel_layer()
     for start in range(0, EVENTS, BATCH):
         events = [
-            Event(author="support", request_id=RUN_ID, message=Message(role="assistant", content=f"{n} {TEXT}"),
-                  extensions={"message_id": f"m{n}"})
+            Event(
+                author="support",
+                request_id=RUN_ID,
+                message=Message(role="assistant", content=f"{n} {TEXT}"),
+                extensions={"message_id": f"m{n}"},
+            )
             for n in range(start, start + BATCH)
         ]
         saved = await service.append_events(session, events)
-        await layer.group_send(session_group(session_id), {
-            "type": EVENT_MESSAGE, "session_id": session_id, "user_id": str(user_id),
-            "items": [[RUN_ID, event.to_dict()] for event in saved],
-        })
+        await layer.group_send(
+            session_group(session_id),
+            {
+                "type": EVENT_MESSAGE,
+                "session_id": session_id,
+                "user_id": str(user_id),
+                "items": [[RUN_ID, event.to_dict()] for event in saved],
+            },
+        )
 
 
 async def keep_alive(ws: ClientConnection) -> None:

@@ -53,9 +53,13 @@ def langchain_chat() -> dict[str, Any]:
     structured = model.with_structured_output(Incident).invoke("Is the payments certificate expired?")
     # `use_responses_api`: the same model through /v1/responses.
     responses = _chat_model(max_retries=0, use_responses_api=True).invoke("And through the Responses API?")
-    return {"invoke": invoked.content, "stream_chunks": len(streamed), "stream": "".join(map(str, streamed)),
-            "structured": structured.model_dump() if isinstance(structured, Incident) else repr(structured),
-            "responses": responses.text}
+    return {
+        "invoke": invoked.content,
+        "stream_chunks": len(streamed),
+        "stream": "".join(map(str, streamed)),
+        "structured": structured.model_dump() if isinstance(structured, Incident) else repr(structured),
+        "responses": responses.text,
+    }
 
 
 def langgraph_react() -> dict[str, Any]:
@@ -65,9 +69,16 @@ def langgraph_react() -> dict[str, Any]:
 
     agent = create_react_agent(_chat_model(max_retries=0), [tool(get_weather)])
     state = agent.invoke({"messages": [("user", "What is the weather in Paris?")]})
-    return {"messages": [{"type": m.type, "content": m.content,
-                          "tool_calls": [c["name"] for c in getattr(m, "tool_calls", []) or []]}
-                         for m in state["messages"]]}
+    return {
+        "messages": [
+            {
+                "type": m.type,
+                "content": m.content,
+                "tool_calls": [c["name"] for c in getattr(m, "tool_calls", []) or []],
+            }
+            for m in state["messages"]
+        ]
+    }
 
 
 def agents_sdk() -> dict[str, Any]:
@@ -78,15 +89,19 @@ def agents_sdk() -> dict[str, Any]:
 
     set_tracing_disabled(True)
     set_default_openai_client(AsyncOpenAI(base_url=f"{URL}/v1", api_key=TOKEN, max_retries=0), use_for_tracing=False)
-    agent = Agent(name="weather", instructions="Report the weather as asked.", model=MODEL,
-                  tools=[function_tool(get_weather)], output_type=WeatherReport)
+    agent = Agent(
+        name="weather",
+        instructions="Report the weather as asked.",
+        model=MODEL,
+        tools=[function_tool(get_weather)],
+        output_type=WeatherReport,
+    )
 
     async def run() -> Any:
         return await Runner.run(agent, "What is the weather in Paris?")
 
     result = asyncio.run(run())
-    return {"final_output": result.final_output.model_dump(),
-            "items": [item.type for item in result.new_items]}
+    return {"final_output": result.final_output.model_dump(), "items": [item.type for item in result.new_items]}
 
 
 def agents_sdk_handoff() -> dict[str, Any]:
@@ -98,14 +113,18 @@ def agents_sdk_handoff() -> dict[str, Any]:
     set_tracing_disabled(True)
     set_default_openai_client(AsyncOpenAI(base_url=f"{URL}/v1", api_key=TOKEN, max_retries=0), use_for_tracing=False)
     desk = Agent(name="support desk", instructions="Answer ticket questions.", model="support")
-    triage = Agent(name="triage", instructions="Hand ticket questions to the support desk.", model="general",
-                   handoffs=[desk])
+    triage = Agent(
+        name="triage", instructions="Hand ticket questions to the support desk.", model="general", handoffs=[desk]
+    )
 
     async def run() -> dict[str, Any]:
         result = Runner.run_streamed(triage, "What is INC-1042?")
         kinds = [event.type async for event in result.stream_events()]
-        return {"final_output": result.final_output, "last_agent": result.last_agent.name,
-                "stream_events": sorted(set(kinds))}
+        return {
+            "final_output": result.final_output,
+            "last_agent": result.last_agent.name,
+            "stream_events": sorted(set(kinds)),
+        }
 
     return asyncio.run(run())
 
@@ -150,8 +169,11 @@ def _adk_openai_model() -> Any:
     `apigee/openai/` model: plain httpx, no LiteLLM), pointed at ADK_MODEL_URL."""
     from google.adk.models.apigee_llm import ApigeeLlm
 
-    return ApigeeLlm(model="apigee/openai/gpt-4o-mini", proxy_url=os.environ["ADK_MODEL_URL"],
-                     custom_headers={"Authorization": "Bearer sk-test"})
+    return ApigeeLlm(
+        model="apigee/openai/gpt-4o-mini",
+        proxy_url=os.environ["ADK_MODEL_URL"],
+        custom_headers={"Authorization": "Bearer sk-test"},
+    )
 
 
 def adk_remote_sub_agent() -> dict[str, Any]:
@@ -168,12 +190,17 @@ def adk_remote_sub_agent() -> dict[str, Any]:
 
     async def run(http: httpx.AsyncClient, streaming: bool) -> list[dict[str, Any]]:
         remote = RemoteA2aAgent(
-            name="agentsite", description="Answers questions about incidents.",
+            name="agentsite",
+            description="Answers questions about incidents.",
             agent_card=f"{URL}/a2a/{MODEL}/.well-known/agent-card.json",
-            a2a_client_factory=ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)))
-        root = LlmAgent(name="triage", instruction="Hand incident questions to agentsite.",
-                        model=_adk_openai_model(),
-                        sub_agents=[remote])
+            a2a_client_factory=ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)),
+        )
+        root = LlmAgent(
+            name="triage",
+            instruction="Hand incident questions to agentsite.",
+            model=_adk_openai_model(),
+            sub_agents=[remote],
+        )
         sessions = InMemorySessionService()
         runner = Runner(app_name="interop", agent=root, session_service=sessions)
         session = await sessions.create_session(app_name="interop", user_id="u")
@@ -183,12 +210,21 @@ def adk_remote_sub_agent() -> dict[str, Any]:
         stored = await sessions.get_session(app_name="interop", user_id="u", session_id=session.id)
         assert stored is not None
         # An error ADK recorded (a failed A2A call) shows as a part of its own, for the test's message.
-        return [{"author": event.author, "text": part.text or "", "thought": bool(part.thought),
-                 "call": part.function_call.name if part.function_call else None,
-                 "response": part.function_response.name if part.function_response else None}
-                for event in stored.events for part in ((event.content.parts if event.content else None) or [])] + [
+        return [
+            {
+                "author": event.author,
+                "text": part.text or "",
+                "thought": bool(part.thought),
+                "call": part.function_call.name if part.function_call else None,
+                "response": part.function_response.name if part.function_response else None,
+            }
+            for event in stored.events
+            for part in ((event.content.parts if event.content else None) or [])
+        ] + [
             {"author": event.author, "error": f"{event.error_code}: {event.error_message}"}
-            for event in stored.events if event.error_code or event.error_message]
+            for event in stored.events
+            if event.error_code or event.error_message
+        ]
 
     async def both() -> dict[str, Any]:
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as http:
@@ -205,16 +241,25 @@ def adk_serve() -> dict[str, Any]:
     from google.adk.agents import LlmAgent
 
     port = int(sys.argv[2])
-    agent = LlmAgent(name="adk_certs", description="Knows the certificates of the fleet.",
-                     instruction="Answer certificate questions.", model=_adk_openai_model())
+    agent = LlmAgent(
+        name="adk_certs",
+        description="Knows the certificates of the fleet.",
+        instruction="Answer certificate questions.",
+        model=_adk_openai_model(),
+    )
     uvicorn.run(to_a2a(agent, host="127.0.0.1", port=port), host="127.0.0.1", port=port, log_level="warning")
     return {}
 
 
 CASES: dict[str, Callable[[], dict[str, Any]]] = {
-    "langchain_chat": langchain_chat, "langgraph_react": langgraph_react, "agents_sdk": agents_sdk,
-    "agents_sdk_handoff": agents_sdk_handoff, "retried_failure": retried_failure,
-    "retried_timeout": retried_timeout, "adk_remote_sub_agent": adk_remote_sub_agent, "adk_serve": adk_serve,
+    "langchain_chat": langchain_chat,
+    "langgraph_react": langgraph_react,
+    "agents_sdk": agents_sdk,
+    "agents_sdk_handoff": agents_sdk_handoff,
+    "retried_failure": retried_failure,
+    "retried_timeout": retried_timeout,
+    "adk_remote_sub_agent": adk_remote_sub_agent,
+    "adk_serve": adk_serve,
 }
 
 if __name__ == "__main__":

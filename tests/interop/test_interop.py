@@ -57,9 +57,22 @@ def _build() -> str | None:
     if _stamp().exists():
         return None
     # Few retries: without PyPI the suite should skip soon, not after pip's long backoff.
-    steps = {"venv": [sys.executable, "-m", "venv", "--clear", str(VENV)],
-             "pip install": [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--retries", "1",
-                             "--timeout", "30", "-r", str(REQUIREMENTS)]}
+    steps = {
+        "venv": [sys.executable, "-m", "venv", "--clear", str(VENV)],
+        "pip install": [
+            str(VENV / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--retries",
+            "1",
+            "--timeout",
+            "30",
+            "-r",
+            str(REQUIREMENTS),
+        ],
+    }
     deadline = time.monotonic() + BUILD_TIMEOUT_S
     for name, step in steps.items():
         try:
@@ -87,12 +100,18 @@ def model() -> Iterator[ScriptedOpenAIServer]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, interop_python: Path,
-           model: ScriptedOpenAIServer) -> Iterator[LiveServer]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, interop_python: Path, model: ScriptedOpenAIServer
+) -> Iterator[LiveServer]:
     # Auto memory off: its extraction would take a scripted answer. No model retries inside
     # the server: the failure case needs the upstream's error to fail the run at once.
-    env = {"AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-test",
-           "AGENTSITE_MEMORY_AUTO": "0", "AGENTSITE_MODEL_MAX_RETRIES": "0"}
+    env = {
+        "AGENTSITE_MODEL": "gpt-4o-mini",
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "sk-test",
+        "AGENTSITE_MEMORY_AUTO": "0",
+        "AGENTSITE_MODEL_MAX_RETRIES": "0",
+    }
     with live_daphne(tmp_path_factory.mktemp("interop"), env=env) as live:
         yield live
 
@@ -116,8 +135,9 @@ def run_case(python: Path, server: LiveServer, user: Any, case: str, **extra_env
     env = {**os.environ, "AGENTSITE_URL": server.url, "AGENTSITE_TOKEN": token, **extra_env}
     for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         env.pop(name, None)  # the client knows the server, nothing else
-    done = subprocess.run([str(python), str(HERE / "clients.py"), case], capture_output=True, text=True,
-                          timeout=CASE_TIMEOUT_S, env=env)
+    done = subprocess.run(
+        [str(python), str(HERE / "clients.py"), case], capture_output=True, text=True, timeout=CASE_TIMEOUT_S, env=env
+    )
     assert done.returncode == 0, f"{case} failed:\n{done.stderr[-3000:]}\nserver log:\n{server.output()[-3000:]}"
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -135,8 +155,12 @@ def test_langchain_chat_openai_invokes_streams_and_returns_structured_output(
     interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
 ) -> None:
     incident = {"host": "payments.internal", "expired": True, "severity": "high"}
-    script.script("INC-1042 is a certificate expiry.", ServerStep.answer("The certificate expired.", chunk_size=4),
-                  json.dumps(incident), "The same answer, as a response.")
+    script.script(
+        "INC-1042 is a certificate expiry.",
+        ServerStep.answer("The certificate expired.", chunk_size=4),
+        json.dumps(incident),
+        "The same answer, as a response.",
+    )
     got = run_case(interop_python, server, alice, "langchain_chat")
     assert got["invoke"] == "INC-1042 is a certificate expiry."
     assert got["stream"] == "The certificate expired." and got["stream_chunks"] > 3
@@ -166,7 +190,9 @@ def test_a_langgraph_react_loop_runs_its_local_tool_and_continues_one_session(
 def test_the_agents_sdk_on_its_default_responses_path_calls_a_local_tool_and_returns_its_output_type(
     interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
 ) -> None:
-    script.script(ServerStep.call("get_weather", {"city": "Paris"}, id="call_sdk1"), json.dumps({"city": "Paris", "celsius": 18}))
+    script.script(
+        ServerStep.call("get_weather", {"city": "Paris"}, id="call_sdk1"), json.dumps({"city": "Paris", "celsius": 18})
+    )
     got = run_case(interop_python, server, alice, "agents_sdk")
     assert got["final_output"] == {"city": "Paris", "celsius": 18}
     assert "tool_call_item" in got["items"] and "tool_call_output_item" in got["items"]
@@ -179,15 +205,19 @@ def test_the_agents_sdk_on_its_default_responses_path_calls_a_local_tool_and_ret
     assert session_orm.Session.objects.filter(user=alice).count() == 1
     assert _user_turns(alice) == ["What is the weather in Paris?"]
     # Both requests came through /v1/responses: their turns hold what the request said.
-    turns = [event_from_row(e) for e in session_orm.Event.objects.filter(session__user=alice, role__in=("user", "tool"))]
+    turns = [
+        event_from_row(e) for e in session_orm.Event.objects.filter(session__user=alice, role__in=("user", "tool"))
+    ]
     assert len(turns) == 2 and all(ECHO_EXTENSION in e.extensions for e in turns)
 
 
 def test_an_agents_sdk_handoff_into_an_agentsite_agent_streams_its_answer(
     interop_python: Path, server: LiveServer, script: ScriptedOpenAIServer, alice: Any
 ) -> None:
-    script.script(ServerStep.call("transfer_to_support_desk", {}, id="call_h1"),
-                  ServerStep.answer("Support desk: INC-1042 is a certificate expiry.", chunk_size=6))
+    script.script(
+        ServerStep.call("transfer_to_support_desk", {}, id="call_h1"),
+        ServerStep.answer("Support desk: INC-1042 is a certificate expiry.", chunk_size=6),
+    )
     got = run_case(interop_python, server, alice, "agents_sdk_handoff")
     assert got["final_output"] == "Support desk: INC-1042 is a certificate expiry."
     assert got["last_agent"] == "support desk"
@@ -229,16 +259,23 @@ def test_an_adk_remote_a2a_agent_as_a_sub_agent_stores_agentsites_answer_once(
     # called streamed, then not.
     answers = ["INC-1042 is a certificate expiry on payments.internal.", "INC-1042: the certificate expired."]
     transfer = ServerStep.call("transfer_to_agent", {"agent_name": "agentsite"})
-    script.script(transfer, ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk1"),
-                  ServerStep.answer(answers[0], chunk_size=5),
-                  transfer, ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk2"), answers[1])
+    script.script(
+        transfer,
+        ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk1"),
+        ServerStep.answer(answers[0], chunk_size=5),
+        transfer,
+        ServerStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_adk2"),
+        answers[1],
+    )
     got = run_case(interop_python, server, alice, "adk_remote_sub_agent", ADK_MODEL_URL=script.base_url)
     for mode, answer in zip(("streamed", "not_streamed"), answers, strict=True):
         parts = got[mode]
         assert not [p for p in parts if "error" in p], (mode, got)
         # The root agent's model transferred to the remote agent...
         assert [(p["call"], p["response"]) for p in parts if p["author"] == "triage"] == [
-            ("transfer_to_agent", None), (None, "transfer_to_agent")], mode
+            ("transfer_to_agent", None),
+            (None, "transfer_to_agent"),
+        ], mode
         # ...whose session holds Agentsite's answer once: no progress text, no thoughts, no copies.
         assert [p["text"] for p in parts if p["author"] == "agentsite" and p["text"]] == [answer], (mode, got)
         assert not any(p["thought"] for p in parts), mode
@@ -261,9 +298,12 @@ def adk_agent(interop_python: Path, tmp_path: Path, model: ScriptedOpenAIServer)
     port = free_port()
     log = tmp_path / "adk.log"
     with log.open("wb") as out:
-        process = subprocess.Popen([str(interop_python), str(HERE / "clients.py"), "adk_serve", str(port)],
-                                   env={**os.environ, "ADK_MODEL_URL": model.base_url}, stdout=out,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [str(interop_python), str(HERE / "clients.py"), "adk_serve", str(port)],
+            env={**os.environ, "ADK_MODEL_URL": model.base_url},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -273,7 +313,9 @@ def adk_agent(interop_python: Path, tmp_path: Path, model: ScriptedOpenAIServer)
                     break
             except httpx.TransportError:
                 pass
-            assert process.poll() is None and time.monotonic() < deadline, f"ADK did not start:\n{log.read_text()[-3000:]}"
+            assert process.poll() is None and time.monotonic() < deadline, (
+                f"ADK did not start:\n{log.read_text()[-3000:]}"
+            )
             time.sleep(0.2)
         yield url
     finally:
@@ -290,24 +332,40 @@ def test_agentsite_runs_an_adk_to_a2a_agent_registered_in_the_admin_without_code
 ) -> None:
     settings.AGENTSITE_MEMORY_AUTO = False  # no post-run extraction asks the model
     script.script(ADK_ANSWER, ADK_ANSWER)  # what the ADK agent's model answers, on each surface
-    response = admin_client.post("/admin/runs/remoteagent/add/", {
-        "name": "adk-certs", "url": adk_agent, "description": "", "header_name": "", "as_agent": "on",
-        "tool_of": "", "enabled": "on", "token": ""})
+    response = admin_client.post(
+        "/admin/runs/remoteagent/add/",
+        {
+            "name": "adk-certs",
+            "url": adk_agent,
+            "description": "",
+            "header_name": "",
+            "as_agent": "on",
+            "tool_of": "",
+            "enabled": "on",
+            "token": "",
+        },
+    )
     assert response.status_code == 302, response.content.decode()[:3000]
     row = run_orm.RemoteAgent.objects.get(name="adk-certs")
     assert row.card["name"] == "adk_certs" and row.description == "Knows the certificates of the fleet."
 
     listed = {agent["name"]: agent for agent in alice_api.get("/api/agents/").json()["results"]}
     assert listed["adk-certs"]["kind"] == "a2a"
-    run = alice_api.post("/api/runs/", {"message": "When did the payments certificate expire?", "agent": "adk-certs",
-                                        "wait": True}, format="json")
+    run = alice_api.post(
+        "/api/runs/",
+        {"message": "When did the payments certificate expire?", "agent": "adk-certs", "wait": True},
+        format="json",
+    )
     assert run.status_code == 201, run.content
     assert run.json()["status"] == "completed", run.json()
     events = alice_api.get(f"/api/sessions/{run.json()['session_id']}/events/").json()["results"]
     [answer] = [e for e in events if e["role"] == "assistant"]
     assert (answer["author"], answer["text"]) == ("adk-certs", ADK_ANSWER)
-    chat = alice_api.post("/v1/chat/completions", {"model": "adk-certs", "messages": [
-        {"role": "user", "content": "And the date again?"}]}, format="json")
+    chat = alice_api.post(
+        "/v1/chat/completions",
+        {"model": "adk-certs", "messages": [{"role": "user", "content": "And the date again?"}]},
+        format="json",
+    )
     assert chat.status_code == 200, chat.content
     assert chat.json()["choices"][0]["message"]["content"] == ADK_ANSWER
     # The ADK agent's model got each question, with the agent's instruction.

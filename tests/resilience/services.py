@@ -59,9 +59,22 @@ class PrivatePostgres:
     def _ctl(self, *args: str) -> None:
         options = f"-p {self.port} -k {self.data.parent} -c listen_addresses=127.0.0.1 -c fsync=off"
         subprocess.run(
-            [*self.run_as, str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.data.parent / "pg.log"),
-             "-o", options, "-w", "-t", "30", *args],
-            check=True, capture_output=True,
+            [
+                *self.run_as,
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.data.parent / "pg.log"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "30",
+                *args,
+            ],
+            check=True,
+            capture_output=True,
         )
 
     def start(self) -> None:
@@ -103,7 +116,8 @@ def private_postgres(tmp_path: Path) -> Iterator[PrivatePostgres]:
     data = home / "data"
     done = subprocess.run(
         [*run_as, str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:  # say why (a CalledProcessError alone hides initdb's reason)
         raise RuntimeError(f"initdb failed ({done.returncode}) in {data}: {done.stderr.strip() or done.stdout.strip()}")
@@ -123,15 +137,20 @@ def private_postgres(tmp_path: Path) -> Iterator[PrivatePostgres]:
 def createdb(cluster: PrivatePostgres, database: str) -> None:
     subprocess.run(
         [str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", database],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
 
 
 def manage(*args: str, env: Mapping[str, str]) -> str:
     """Run `manage.py` in a child process with these variables; its stdout."""
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env={**os.environ, **env},
-        capture_output=True, text=True, timeout=180,
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     if done.returncode:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
@@ -163,7 +182,8 @@ class PrivateRedis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         import redis
 

@@ -52,23 +52,36 @@ class Fault:
 FAULTS = {
     "timeout-every-attempt": Fault(
         steps=(ServerStep.delay(5, then=ServerStep.answer(ANSWER)),) * 2,
-        status="failed", end_frame="RUN_ERROR", middle=("error",), error_fragment="2 attempt(s)",
+        status="failed",
+        end_frame="RUN_ERROR",
+        middle=("error",),
+        error_fragment="2 attempt(s)",
     ),
     "500-then-answer": Fault(
         steps=(ServerStep.error(500, "upstream exploded"), ServerStep.answer(ANSWER, chunk_size=8)),
-        status="completed", end_frame="RUN_FINISHED", middle=("chat.completion",),
+        status="completed",
+        end_frame="RUN_FINISHED",
+        middle=("chat.completion",),
     ),
     "500-every-attempt": Fault(
         steps=(ServerStep.error(500, "upstream exploded"),) * 2,
-        status="failed", end_frame="RUN_ERROR", middle=("error",), error_fragment="upstream exploded",
+        status="failed",
+        end_frame="RUN_ERROR",
+        middle=("error",),
+        error_fragment="upstream exploded",
     ),
     "malformed-json-in-stream": Fault(
         steps=(ServerStep.stream_events("{this is not json", done=True),),
-        status="failed", end_frame="RUN_ERROR", middle=("error",), error_fragment="invalid JSON",
+        status="failed",
+        end_frame="RUN_ERROR",
+        middle=("error",),
+        error_fragment="invalid JSON",
     ),
     "stream-drops-before-text-then-answer": Fault(
         steps=(ServerStep.broken_stream(ANSWER, after_chunks=1), ServerStep.answer(ANSWER, chunk_size=8)),
-        status="completed", end_frame="RUN_FINISHED", middle=("chat.completion",),
+        status="completed",
+        end_frame="RUN_FINISHED",
+        middle=("chat.completion",),
     ),
     # A tool round completes, then the answer's stream breaks after some text was shown:
     # retrying would repeat that text, so the run fails, keeping the finished tool round.
@@ -77,7 +90,9 @@ FAULTS = {
             ServerStep.call("search_logs", {"query": "tls"}, id="call_logs"),
             ServerStep.broken_stream(ANSWER, after_chunks=4, chunk_size=6),
         ),
-        status="failed", end_frame="RUN_ERROR", middle=("chat.completion", "tool.response", "error"),
+        status="failed",
+        end_frame="RUN_ERROR",
+        middle=("chat.completion", "tool.response", "error"),
         error_fragment="broke after text was streamed",
     ),
 }
@@ -92,10 +107,7 @@ def _token_and_session(alice: Any) -> tuple[str, str]:
 @sync_to_async
 def _ledger(session_id: str) -> list[tuple[int, str, str, str, bool]]:
     rows = orm.Event.objects.filter(session_id=session_id).order_by("seq")
-    return [
-        (r.seq, r.event_id, r.payload.get("object", ""), r.role, bool(r.payload.get("partial")))
-        for r in rows
-    ]
+    return [(r.seq, r.event_id, r.payload.get("object", ""), r.role, bool(r.payload.get("partial"))) for r in rows]
 
 
 @sync_to_async
@@ -115,7 +127,9 @@ async def _final_run(run_id: str) -> run_orm.Run:
 
 async def _frames_of_one_run(token: str, session_id: str) -> tuple[str, list[dict[str, Any]]]:
     socket = WebsocketCommunicator(
-        application, f"/ws/sessions/{session_id}/?token={token}", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")]
+        application,
+        f"/ws/sessions/{session_id}/?token={token}",
+        headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")],
     )
     connected, _ = await socket.connect(timeout=TIMEOUT)
     assert connected
@@ -135,10 +149,17 @@ async def test_a_model_fault_ends_the_run_cleanly_and_keeps_every_complete_event
 ) -> None:
     fault = FAULTS[name]
     openai_server.script(*fault.steps)
-    use_model(OpenAIModel(
-        model="scripted-openai-model", base_url=openai_server.base_url, api_key="test",
-        timeout_s=0.5, max_retries=1, backoff_base_s=0.01, backoff_max_s=0.05,
-    ))
+    use_model(
+        OpenAIModel(
+            model="scripted-openai-model",
+            base_url=openai_server.base_url,
+            api_key="test",
+            timeout_s=0.5,
+            max_retries=1,
+            backoff_base_s=0.01,
+            backoff_max_s=0.05,
+        )
+    )
     token, session_id = await _token_and_session(alice)
 
     run_id, frames = await _frames_of_one_run(token, session_id)

@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 TIMEOUT = 30
 FIRST = " ".join(f"Step {n}: the certificate chain of checkout-api is incomplete." for n in range(1, 31))
-SECOND = " ".join(f"Fix {n}: renew the intermediate and redeploy checkout-api with its full chain." for n in range(1, 21))
+SECOND = " ".join(
+    f"Fix {n}: renew the intermediate and redeploy checkout-api with its full chain." for n in range(1, 21)
+)
 
 
 async def frames_until_end(ws: ClientConnection, collected: list[dict[str, Any]]) -> None:
@@ -39,7 +41,8 @@ async def frames_until_end(ws: ClientConnection, collected: list[dict[str, Any]]
 def socket(server: LiveServer, session_id: str, token: str, after_seq: int = 0) -> Any:
     return connect(
         f"{server.ws_url}/ws/sessions/{session_id}/?after_seq={after_seq}&token={token}",
-        origin=server.url, open_timeout=TIMEOUT,  # type: ignore[arg-type]  # an Origin is a str
+        origin=server.url,
+        open_timeout=TIMEOUT,  # type: ignore[arg-type]  # an Origin is a str
     )
 
 
@@ -58,8 +61,11 @@ def test_a_run_outlives_a_redis_outage_and_the_next_turn_streams_again(tmp_path:
             ServerStep.answer(SECOND, chunk_size=20, chunk_delay_s=0.1),
         )
         env = {
-            "REDIS_URL": redis_server.url, "AGENTSITE_MODEL": "gpt-4o-mini", "OPENAI_BASE_URL": model.base_url,
-            "OPENAI_API_KEY": "sk-test", "AGENTSITE_MODEL_MAX_RETRIES": "0",
+            "REDIS_URL": redis_server.url,
+            "AGENTSITE_MODEL": "gpt-4o-mini",
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "AGENTSITE_MODEL_MAX_RETRIES": "0",
             "AGENTSITE_REDIS_SOCKET_TIMEOUT_S": "6",
             # A post-run job every turn (a summary job is queued only when its trigger could
             # fire, which two short turns never reach): it shows that jobs reach the broker again.
@@ -119,7 +125,10 @@ def test_a_run_outlives_a_redis_outage_and_the_next_turn_streams_again(tmp_path:
             # The ledger is whole and ordered across the outage; jobs reach the broker again.
             events = api.get(f"/api/sessions/{session_id}/events/", params={"limit": 500}).json()["results"]
             assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-            assert [e["text"] for e in events if e["role"] == "user"] == ["Why does checkout-api fail TLS?", "And the fix?"]
+            assert [e["text"] for e in events if e["role"] == "user"] == [
+                "Why does checkout-api fail TLS?",
+                "And the fix?",
+            ]
             import redis
 
             broker = redis.Redis.from_url(redis_server.url)

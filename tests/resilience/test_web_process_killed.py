@@ -51,8 +51,10 @@ def test_runs_of_a_killed_web_process_are_interrupted_and_a_graph_run_resumes(
     started = time.monotonic()
     openai_server.script(ServerStep.delay(60, then=ServerStep.answer("too late")))
     env = {
-        "AGENTSITE_MODEL": "scripted-openai-model", "OPENAI_BASE_URL": openai_server.base_url,
-        "OPENAI_API_KEY": "sk-test", "AGENTSITE_TEST_SLOW_NODE_S": "60",
+        "AGENTSITE_MODEL": "scripted-openai-model",
+        "OPENAI_BASE_URL": openai_server.base_url,
+        "OPENAI_API_KEY": "sk-test",
+        "AGENTSITE_TEST_SLOW_NODE_S": "60",
     }
     headers = {"Authorization": f"Bearer {token}"}
 
@@ -64,10 +66,15 @@ def test_runs_of_a_killed_web_process_are_interrupted_and_a_graph_run_resumes(
         assert graph.status_code == 201, graph.text
         llm_id, graph_id = llm.json()["id"], graph.json()["id"]
         _until("the model call", lambda: openai_server.requests)
-        _until("the checkpoint before draft_report", lambda: any(
-            "draft_report" in nodes
-            for nodes in run_orm.GraphCheckpoint.objects.filter(run_id=graph_id).values_list("next_nodes", flat=True)
-        ))
+        _until(
+            "the checkpoint before draft_report",
+            lambda: any(
+                "draft_report" in nodes
+                for nodes in run_orm.GraphCheckpoint.objects.filter(run_id=graph_id).values_list(
+                    "next_nodes", flat=True
+                )
+            ),
+        )
         print(f"killing the first web process {time.monotonic() - started:.1f}s in")
         first.process.send_signal(signal.SIGKILL)
         first.process.wait(10)
@@ -78,14 +85,18 @@ def test_runs_of_a_killed_web_process_are_interrupted_and_a_graph_run_resumes(
         restarted = time.monotonic()
         api = httpx.Client(base_url=second.url, headers=headers, timeout=TIMEOUT)
         for run_id in (llm_id, graph_id):
-            _until(f"run {run_id} interrupted", lambda run_id=run_id: api.get(f"/api/runs/{run_id}/").json()["status"]
-                   == "interrupted")
+            _until(
+                f"run {run_id} interrupted",
+                lambda run_id=run_id: api.get(f"/api/runs/{run_id}/").json()["status"] == "interrupted",
+            )
         print(f"both runs interrupted {time.monotonic() - restarted:.1f}s after the new process listened")
         resumed = api.post(f"/api/runs/{graph_id}/resume/", json={"value": "continue", "message": "Carry on"})
         assert resumed.status_code == 201, resumed.text
         resumed_id = resumed.json()["id"]
-        run = _until("the resumed run", lambda: (r := api.get(f"/api/runs/{resumed_id}/").json())["status"]
-                     not in ("queued", "running") and r)
+        run = _until(
+            "the resumed run",
+            lambda: (r := api.get(f"/api/runs/{resumed_id}/").json())["status"] not in ("queued", "running") and r,
+        )
         assert run["status"] == "completed", run
         assert run["interrupt"]["node"] == "approve", run  # it went on from draft_report to the approval
         # A second resume of the interrupted run is refused: it was resumed once.
@@ -105,12 +116,16 @@ def test_runs_of_a_killed_web_process_are_interrupted_and_a_graph_run_resumes(
         for r in orm.Event.objects.filter(session_id__in=[chat, incident], payload__object="runner.completion")
     }
     assert statuses == {llm_id: "interrupted", graph_id: "interrupted", resumed_id: "completed"}
-    texts = [r.payload["message"].get("content") or "" for r in orm.Event.objects.filter(session_id=incident)
-             if r.payload.get("message")]
+    texts = [
+        r.payload["message"].get("content") or ""
+        for r in orm.Event.objects.filter(session_id=incident)
+        if r.payload.get("message")
+    ]
     assert sum(t.startswith("**Draft incident report: payments") for t in texts) == 1  # drafted once, after the resume
     # The tool nodes ran once, before the kill: the resume did not repeat their supersteps.
     tools = Counter(
-        r.payload["message"].get("tool_name") for r in orm.Event.objects.filter(session_id=incident)
+        r.payload["message"].get("tool_name")
+        for r in orm.Event.objects.filter(session_id=incident)
         if r.payload.get("object") == "tool.response"
     )
     assert tools == Counter({"search_logs": 1, "inspect_certificate": 1}), tools

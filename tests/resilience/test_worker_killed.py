@@ -63,22 +63,52 @@ def stall_once_summarizer() -> StallOnceSummarizer:
 
 def _start_workers(tmp_path: Path, run: str, queue: str, redis_url: str) -> list[tuple[subprocess.Popen[bytes], Path]]:
     env = {
-        **os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "DATABASE_URL": database_url_for_tests(),
-        "REDIS_URL": redis_url, "AGENTSITE_MODEL": "offline", "AGENTSITE_DEMO_GOVERNANCE": "0",
-        "AGENTSITE_SUMMARIZER": f"{__name__}:stall_once_summarizer", "AGENTSITE_SUMMARY_LOCK": "redis",
-        "AGENTSITE_SUMMARY_TRIGGER_RATIO": "0.0001", "AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS": "1",
-        "AGENTSITE_JOB_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S), "AGENTSITE_SUMMARY_LOCK_TTL_S": str(LOCK_TTL_S),
-        PROBE_KEY: run, "PYTHONUNBUFFERED": "1",
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+        "DATABASE_URL": database_url_for_tests(),
+        "REDIS_URL": redis_url,
+        "AGENTSITE_MODEL": "offline",
+        "AGENTSITE_DEMO_GOVERNANCE": "0",
+        "AGENTSITE_SUMMARIZER": f"{__name__}:stall_once_summarizer",
+        "AGENTSITE_SUMMARY_LOCK": "redis",
+        "AGENTSITE_SUMMARY_TRIGGER_RATIO": "0.0001",
+        "AGENTSITE_SUMMARY_TRIGGER_MIN_TOKENS": "1",
+        "AGENTSITE_JOB_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+        "AGENTSITE_SUMMARY_LOCK_TTL_S": str(LOCK_TTL_S),
+        PROBE_KEY: run,
+        "PYTHONUNBUFFERED": "1",
     }
     workers = []
     for index in range(2):
         log = tmp_path / f"worker-{index}.log"
         with log.open("wb") as out:
-            workers.append((subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "agentsite", "worker", "--pool=solo", "-Q", queue,
-                 "-n", f"w{index}-{run}@%h", "--without-gossip", "--without-mingle", "--loglevel=INFO"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            ), log))
+            workers.append(
+                (
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "celery",
+                            "-A",
+                            "agentsite",
+                            "worker",
+                            "--pool=solo",
+                            "-Q",
+                            queue,
+                            "-n",
+                            f"w{index}-{run}@%h",
+                            "--without-gossip",
+                            "--without-mingle",
+                            "--loglevel=INFO",
+                        ],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    ),
+                    log,
+                )
+            )
     deadline = time.monotonic() + TIMEOUT
     while not all("ready." in log.read_text(errors="replace") for _, log in workers):
         for process, log in workers:
@@ -122,9 +152,12 @@ def test_a_summary_job_of_a_killed_worker_runs_again_elsewhere_once(tmp_path: Pa
         victim.wait(10)
         killed_at = time.monotonic()
 
-        while (row := orm.Summary.objects.filter(session_id=session.id, filter_key=APP).exclude(text="").first()) is None:
+        while (
+            row := orm.Summary.objects.filter(session_id=session.id, filter_key=APP).exclude(text="").first()
+        ) is None:
             assert time.monotonic() < deadline + TIMEOUT, "the job never ran again:\n" + "\n".join(
-                log.read_text(errors="replace")[-2000:] for _, log in workers)
+                log.read_text(errors="replace")[-2000:] for _, log in workers
+            )
             time.sleep(0.1)
         recovered_s = time.monotonic() - killed_at
         time.sleep(VISIBILITY_S + 2)  # a second redelivery, if any, would have landed by now
@@ -137,8 +170,10 @@ def test_a_summary_job_of_a_killed_worker_runs_again_elsewhere_once(tmp_path: Pa
         assert calls[1][:2] == [first, last] and calls[1][2] != pid, calls
         assert row.last_seq == last_seq and row.version == 1, (row.last_seq, row.version)
         assert row.text == f"[events 1-{last_seq}]\nsummary of 1..{last_seq}"  # one section (issue 12, C1)
-        print(f"job rerun by another worker and stored {recovered_s:.1f}s after the SIGKILL "
-              f"(visibility timeout {VISIBILITY_S}s, lock lease {LOCK_TTL_S}s)")
+        print(
+            f"job rerun by another worker and stored {recovered_s:.1f}s after the SIGKILL "
+            f"(visibility timeout {VISIBILITY_S}s, lock lease {LOCK_TTL_S}s)"
+        )
     finally:
         for process, _ in workers:
             if process.poll() is None:

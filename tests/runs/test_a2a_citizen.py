@@ -51,7 +51,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TLS_QUESTION = "Why does payments.internal.example.com fail TLS handshakes?"
 APPROVED = "Approved: this report is final."
 INPUT_REQUIRED, COMPLETED, FAILED, WORKING = (
-    TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED,
+    TaskState.TASK_STATE_INPUT_REQUIRED,
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_FAILED,
     TaskState.TASK_STATE_WORKING,
 )
 
@@ -77,9 +79,14 @@ def use_agents(no_memory: Any) -> Iterator[Callable[[Sequence[Any]], None]]:
     from sessions_app.backends import DjangoSessionService
 
     def use(agents: Sequence[Any]) -> None:
-        run_manager().reset(lambda: Runner(
-            app=settings.AGENTSITE_APP, agents=agents, session_service=DjangoSessionService(), run_store=DjangoRunStore(),
-        ))
+        run_manager().reset(
+            lambda: Runner(
+                app=settings.AGENTSITE_APP,
+                agents=agents,
+                session_service=DjangoSessionService(),
+                run_store=DjangoRunStore(),
+            )
+        )
 
     yield use
     run_manager().reset(build_runner)
@@ -89,8 +96,9 @@ def use_agents(no_memory: Any) -> Iterator[Callable[[Sequence[Any]], None]]:
 async def connected(token: str, agent: str, *, streaming: bool = False) -> AsyncIterator[Client]:
     """The SDK's client, from the agent's card, over the ASGI application (no socket)."""
     transport = httpx.ASGITransport(app=application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://testserver", timeout=30,
-                                 headers={"Authorization": f"Bearer {token}"}) as http:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://testserver", timeout=30, headers={"Authorization": f"Bearer {token}"}
+    ) as http:
         card_json = (await http.get(f"/a2a/{agent}/.well-known/agent-card.json")).json()
         card = AgentCard()
         from google.protobuf.json_format import ParseDict
@@ -99,10 +107,16 @@ async def connected(token: str, agent: str, *, streaming: bool = False) -> Async
         yield ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
 
 
-def user_message(text: str, *, context_id: str = "", task_id: str = "",
-                 metadata: dict[str, Any] | None = None) -> SendMessageRequest:
-    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)],
-                      context_id=context_id, task_id=task_id)
+def user_message(
+    text: str, *, context_id: str = "", task_id: str = "", metadata: dict[str, Any] | None = None
+) -> SendMessageRequest:
+    message = Message(
+        role=Role.ROLE_USER,
+        message_id=str(uuid.uuid4()),
+        parts=[Part(text=text)],
+        context_id=context_id,
+        task_id=task_id,
+    )
     if metadata:
         message.metadata.update(metadata)
     return SendMessageRequest(message=message)
@@ -130,20 +144,24 @@ def metadata(struct: Any) -> dict[str, Any]:
 
 
 async def test_a_paused_graph_is_input_required_and_the_next_message_on_the_task_completes_it(
-    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+    alice_token: str,
+    no_memory: Any,
+    use_model: Callable[[Any], None],
 ) -> None:
     use_model(ScriptedModel.of())  # the demo graph asks no model
     async with connected(alice_token, "troubleshoot") as sdk:
         paused = final_task(await send(sdk, user_message("payments TLS handshake failures")))
-        answered = final_task(await send(sdk, user_message("approve", context_id=paused.context_id,
-                                                           task_id=paused.id)))
+        answered = final_task(await send(sdk, user_message("approve", context_id=paused.context_id, task_id=paused.id)))
         stored = await sdk.get_task(GetTaskRequest(id=paused.id))
 
     assert paused.status.state == INPUT_REQUIRED
     question = text_of(paused.status.message.parts)
     assert question.startswith("Approve this incident report?")
-    assert metadata(paused.metadata)["agentsite_pause"] == {"kind": "graph_interrupt", "question": question,
-                                                            "routed": True}
+    assert metadata(paused.metadata)["agentsite_pause"] == {
+        "kind": "graph_interrupt",
+        "question": question,
+        "routed": True,
+    }
     assert list(paused.artifacts) == []  # a question is not an answer
 
     # The same task continues: the graph resumed (no fresh diagnosis) and completed.
@@ -152,12 +170,17 @@ async def test_a_paused_graph_is_input_required_and_the_next_message_on_the_task
     assert text_of(artifact.parts).endswith(APPROVED)
     assert stored.status.state == COMPLETED
     history = [(Role.Name(m.role), text_of(m.parts)) for m in stored.history]
-    assert history == [("ROLE_USER", "payments TLS handshake failures"), ("ROLE_AGENT", question),
-                       ("ROLE_USER", "approve")]
+    assert history == [
+        ("ROLE_USER", "payments TLS handshake failures"),
+        ("ROLE_AGENT", question),
+        ("ROLE_USER", "approve"),
+    ]
 
 
 async def test_a_paused_task_answered_by_a_new_task_on_its_context_ends_naming_that_task(
-    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+    alice_token: str,
+    no_memory: Any,
+    use_model: Callable[[Any], None],
 ) -> None:
     use_model(ScriptedModel.of())
     async with connected(alice_token, "troubleshoot") as sdk:
@@ -173,13 +196,23 @@ async def test_a_paused_task_answered_by_a_new_task_on_its_context_ends_naming_t
     assert text_of(before.history[-1].parts).startswith("Approve this incident report?")
 
 
-async def test_a_0_3_caller_sees_input_required(alice_token: str, no_memory: Any,
-                                                use_model: Callable[[Any], None]) -> None:
+async def test_a_0_3_caller_sees_input_required(
+    alice_token: str, no_memory: Any, use_model: Callable[[Any], None]
+) -> None:
     use_model(ScriptedModel.of())
-    body = {"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": {"message": {
-        "kind": "message", "role": "user", "messageId": "m-03",
-        "parts": [{"kind": "text", "text": "payments TLS handshake failures"}],
-    }}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": "r1",
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "role": "user",
+                "messageId": "m-03",
+                "parts": [{"kind": "text", "text": "payments TLS handshake failures"}],
+            }
+        },
+    }
     async with client(alice_token) as http:
         response = await http.post("/a2a/troubleshoot", json=body)
     result = response.json()["result"]
@@ -188,7 +221,8 @@ async def test_a_0_3_caller_sees_input_required(alice_token: str, no_memory: Any
 
 
 async def test_an_agent_that_asks_the_user_is_input_required_until_the_reply_on_the_task(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     model = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Which region?"}), "Deploying to eu-west-1.")
     use_agents([LLMAgent(name="deploy", model=model, await_user_reply=True)])
@@ -208,7 +242,8 @@ async def test_an_agent_that_asks_the_user_is_input_required_until_the_reply_on_
 
 
 async def test_a_graph_without_routing_is_input_required_and_its_task_resumes_that_run(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     effects: list[str] = []
     graph = StateGraph("approve", StateSchema.of(decision="overwrite"))
@@ -229,18 +264,25 @@ async def test_a_graph_without_routing_is_input_required_and_its_task_resumes_th
 
 
 async def test_our_a2a_agent_answers_a_remote_pause_on_the_same_remote_task(
-    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+    alice_token: str,
+    no_memory: Any,
+    use_model: Callable[[Any], None],
 ) -> None:
     use_model(ScriptedModel.of())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://testserver",
-                                 headers={"Authorization": f"Bearer {alice_token}"}, timeout=30) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application),
+        base_url="http://testserver",
+        headers={"Authorization": f"Bearer {alice_token}"},
+        timeout=30,
+    ) as http:
         remote = A2AAgent(name="remote", url="http://testserver/a2a/troubleshoot", http_client=http)
         sessions = InMemorySessionService()
         runner = Runner(app="client", agents=[remote], session_service=sessions)
         first = [e async for e in runner.run(user_id="u1", message="payments TLS handshake failures")]
         [session] = await sessions.list_sessions(app="client", user_id="u1")
-        paused_task = (await sessions.get_session(SessionKey(app="client", user_id="u1", session_id=session.id))
-                       ).state[remote.task_key]
+        paused_task = (await sessions.get_session(SessionKey(app="client", user_id="u1", session_id=session.id))).state[
+            remote.task_key
+        ]
         second = [e async for e in runner.run(user_id="u1", session_id=session.id, message="approve")]
 
     [question] = [e for e in first if e.message is not None and e.message.role == "assistant" and not e.partial]
@@ -253,14 +295,21 @@ async def test_our_a2a_agent_answers_a_remote_pause_on_the_same_remote_task(
 
 
 async def test_on_v1_a_paused_run_is_marked_on_the_session_and_run_its_headers_name(
-    alice_token: str, no_memory: Any, use_model: Callable[[Any], None],
+    alice_token: str,
+    no_memory: Any,
+    use_model: Callable[[Any], None],
 ) -> None:
     """OpenAI's wire has no paused state: the documented marker (README, 'Answering a
     question or a pause') is the session's route and the run's interrupt."""
     use_model(ScriptedModel.of())
     async with client(alice_token) as http:
-        response = await http.post("/v1/chat/completions", json={
-            "model": "troubleshoot", "messages": [{"role": "user", "content": "payments TLS handshake failures"}]})
+        response = await http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "troubleshoot",
+                "messages": [{"role": "user", "content": "payments TLS handshake failures"}],
+            },
+        )
         assert response.status_code == 200, response.text[:300]
         session = (await http.get(f"/api/sessions/{response.headers['X-Session-Id']}/")).json()
         run = (await http.get(f"/api/runs/{response.headers['X-Run-Id']}/")).json()
@@ -287,15 +336,21 @@ async def test_progress_is_status_metadata_and_the_answer_is_one_artifact_when_s
     assert all(s.status.state == WORKING for s in statuses[:-1])
     kinds = [p["kind"] for p in progress]
     assert "tool_calls" in kinds and "tool_result" in kinds and "text_delta" in kinds
-    [call] = [c for p in progress if p["kind"] == "tool_calls" for c in p["calls"] if c["name"] == "inspect_certificate"]
+    [call] = [
+        c for p in progress if p["kind"] == "tool_calls" for c in p["calls"] if c["name"] == "inspect_certificate"
+    ]
     assert call["id"] and "Calling inspect_certificate" in next(
-        p["summary"] for p in progress if p["kind"] == "tool_calls" and call in p["calls"])
+        p["summary"] for p in progress if p["kind"] == "tool_calls" and call in p["calls"]
+    )
 
     [artifact_update] = [r.artifact_update for r in responses if r.HasField("artifact_update")]
     answer = text_of(artifact_update.artifact.parts)
     assert "expired" in answer and artifact_update.last_chunk and not artifact_update.append
-    deltas = "".join(p["text"] for p in progress
-                     if p["kind"] == "text_delta" and p["messageId"] == artifact_update.artifact.artifact_id)
+    deltas = "".join(
+        p["text"]
+        for p in progress
+        if p["kind"] == "text_delta" and p["messageId"] == artifact_update.artifact.artifact_id
+    )
     assert deltas == answer  # the live text is the answer's, streamed as progress
     assert statuses[-1].status.state == COMPLETED and metadata(statuses[-1].metadata)["agentsite_progress"] is None
 
@@ -323,7 +378,8 @@ async def test_sent_and_streamed_tasks_hold_the_same_single_answer(alice_token: 
 
 
 async def test_a_failed_run_is_a_failed_task_with_the_error_and_no_answer(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     model = ScriptedModel.of(ScriptStep.fail(RuntimeError("upstream exploded")))
     use_agents([LLMAgent(name="fragile", model=model)])
@@ -339,18 +395,24 @@ async def test_a_failed_run_is_a_failed_task_with_the_error_and_no_answer(
 
 # -- structured output -------------------------------------------------------------------------
 
-SEVERITY = {"type": "object", "properties": {"severity": {"enum": ["low", "high"]}, "summary": {"type": "string"}},
-            "required": ["severity", "summary"], "additionalProperties": False}
+SEVERITY = {
+    "type": "object",
+    "properties": {"severity": {"enum": ["low", "high"]}, "summary": {"type": "string"}},
+    "required": ["severity", "summary"],
+    "additionalProperties": False,
+}
 
 
 async def test_metadata_output_schema_returns_the_validated_value_as_a_data_part(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     model = ScriptedModel.of('{"severity": "urgent"}', '{"severity": "high", "summary": "cert expired"}')
     use_agents([LLMAgent(name="triage", model=model)])
     async with connected(alice_token, "triage") as sdk:
-        task = final_task(await send(sdk, user_message("Triage INC-1042", metadata={"outputSchema": SEVERITY,
-                                                                                     "customer": "acme"})))
+        task = final_task(
+            await send(sdk, user_message("Triage INC-1042", metadata={"outputSchema": SEVERITY, "customer": "acme"}))
+        )
     model.assert_consumed()  # the first answer was refused and retried with feedback
 
     assert task.status.state == COMPLETED
@@ -364,11 +426,16 @@ async def test_metadata_output_schema_returns_the_validated_value_as_a_data_part
 
 
 async def test_our_a2a_agent_reads_a_structured_answer_as_its_json(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     use_agents([LLMAgent(name="triage", model=ScriptedModel.of('{"severity": "low", "summary": "fine"}'))])
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://testserver",
-                                 headers={"Authorization": f"Bearer {alice_token}"}, timeout=30) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application),
+        base_url="http://testserver",
+        headers={"Authorization": f"Bearer {alice_token}"},
+        timeout=30,
+    ) as http:
         remote = A2AAgent(name="remote", url="http://testserver/a2a/triage", http_client=http)
         updates = [u async for u in remote.exchange("Triage INC-1", metadata={"outputSchema": SEVERITY})]
 
@@ -376,7 +443,8 @@ async def test_our_a2a_agent_reads_a_structured_answer_as_its_json(
 
 
 async def test_an_invalid_output_schema_is_refused_with_32602_naming_it_before_anything_runs(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     model = ScriptedModel.of()
     use_agents([LLMAgent(name="triage", model=model)])
@@ -384,8 +452,14 @@ async def test_an_invalid_output_schema_is_refused_with_32602_naming_it_before_a
         with pytest.raises(InvalidParamsError, match=r"params\.message\.metadata\.outputSchema"):
             await send(sdk, user_message("Triage", metadata={"outputSchema": {"type": "nonsense"}}))
 
-    raw = {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "Triage"}],
-                       "metadata": {"outputSchema": "not a schema"}}}
+    raw = {
+        "message": {
+            "role": "ROLE_USER",
+            "messageId": "m1",
+            "parts": [{"text": "Triage"}],
+            "metadata": {"outputSchema": "not a schema"},
+        }
+    }
     error = (await a2a("triage", rpc("SendMessage", raw), alice_token)).json()["error"]
     assert error["code"] == -32602 and "outputSchema" in error["message"]
     async with client(alice_token) as http:
@@ -408,20 +482,22 @@ async def test_the_pre_0_3_card_path_answers_the_card_not_401() -> None:
     assert "supportedInterfaces" in as_1_0.json() and "url" not in as_1_0.json()
 
 
-
 # -- SPEC 1.2.1 ----------------------------------------------------------------------------------
 
 
 async def test_spec_1_2_1_does_not_apply_to_a2a_whose_schema_requires_the_role(
-    alice_token: str, use_agents: Callable[[Sequence[Any]], None],
+    alice_token: str,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     # A2A's `Message.role` is a required enum (user/agent): the SDK refuses a missing or empty
     # role with -32602 naming it before our executor sees the message, so there is no empty
     # role to take as the user's here (SPEC 1.2.1 holds on /v1, AG-UI and the runner).
     model = ScriptedModel.of()
     use_agents([LLMAgent(name="triage", model=model)])
-    for message in ({"messageId": "m-no-role", "parts": [{"text": TLS_QUESTION}]},
-                    {"role": "", "messageId": "m-empty-role", "parts": [{"text": TLS_QUESTION}]}):
+    for message in (
+        {"messageId": "m-no-role", "parts": [{"text": TLS_QUESTION}]},
+        {"role": "", "messageId": "m-empty-role", "parts": [{"text": TLS_QUESTION}]},
+    ):
         error = (await a2a("triage", rpc("SendMessage", {"message": message}), alice_token)).json()["error"]
         assert error["code"] == -32602 and "message.role" in json.dumps(error), error
     assert model.requests == []

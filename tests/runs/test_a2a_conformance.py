@@ -92,19 +92,32 @@ async def test_list_tasks_with_an_invalid_status_is_refused_naming_the_field(ali
     assert "params.status" in error["message"] and "INVALID_STATUS" in error["message"]
 
 
-@pytest.mark.parametrize(("method", "params", "field"), [
-    ("ListTasks", {"bogusField": "x"}, "params.bogusField"),
-    ("GetTask", {"id": "t1", "bogusField": 1}, "params.bogusField"),
-    ("CancelTask", {"id": "t1", "bogusField": 1}, "params.bogusField"),
-    ("SubscribeToTask", {"id": "t1", "bogusField": 1}, "params.bogusField"),
-    ("SendMessage", {**a2a_message("hi"), "bogusField": 1}, "params.bogusField"),
-    ("SendMessage", {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi", "bogus": 1}]}},
-     "params.message.parts[0].bogus"),
-    ("SendMessage", {"message": {"role": "ROLE_NOBODY", "messageId": "m1", "parts": [{"text": "hi"}]}},
-     "params.message.role"),
-])
+@pytest.mark.parametrize(
+    ("method", "params", "field"),
+    [
+        ("ListTasks", {"bogusField": "x"}, "params.bogusField"),
+        ("GetTask", {"id": "t1", "bogusField": 1}, "params.bogusField"),
+        ("CancelTask", {"id": "t1", "bogusField": 1}, "params.bogusField"),
+        ("SubscribeToTask", {"id": "t1", "bogusField": 1}, "params.bogusField"),
+        ("SendMessage", {**a2a_message("hi"), "bogusField": 1}, "params.bogusField"),
+        (
+            "SendMessage",
+            {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi", "bogus": 1}]}},
+            "params.message.parts[0].bogus",
+        ),
+        (
+            "SendMessage",
+            {"message": {"role": "ROLE_NOBODY", "messageId": "m1", "parts": [{"text": "hi"}]}},
+            "params.message.role",
+        ),
+    ],
+)
 async def test_unknown_fields_and_enum_values_answer_invalid_params_naming_the_field(
-    alice_token: str, use_model: Callable[[Model], None], method: str, params: dict[str, Any], field: str,
+    alice_token: str,
+    use_model: Callable[[Model], None],
+    method: str,
+    params: dict[str, Any],
+    field: str,
 ) -> None:
     use_model(ScriptedModel.of())  # nothing may reach the model
 
@@ -135,7 +148,9 @@ async def test_the_error_answers_the_requests_id(alice_token: str) -> None:
 
 @pytest.mark.parametrize(("method", "renamed"), [("message/send", "SendMessage"), ("tasks/get", "GetTask")])
 async def test_a_0_3_method_under_a2a_version_1_0_says_which_version_it_belongs_to(
-    alice_token: str, method: str, renamed: str,
+    alice_token: str,
+    method: str,
+    renamed: str,
 ) -> None:
     params = a2a_message("hi") if method == "message/send" else {"id": "t1"}
 
@@ -146,7 +161,8 @@ async def test_a_0_3_method_under_a2a_version_1_0_says_which_version_it_belongs_
 
 
 async def test_a_0_3_name_is_served_without_the_header_and_refused_under_1_0(
-    alice_token: str, use_model: Callable[[Model], None],
+    alice_token: str,
+    use_model: Callable[[Model], None],
 ) -> None:
     use_model(ScriptedModel.of())
     body = rpc("tasks/get", {"id": "unknown-task"})
@@ -178,7 +194,10 @@ async def test_the_0_3_card_is_a_0_3_card() -> None:
     assert card["url"] == "http://testserver/a2a/support" and card["preferredTransport"] == "JSONRPC"
     assert "supportedInterfaces" not in card
     assert card["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "Bearer", "description": card["securitySchemes"]["bearer"]["description"]}
+        "type": "http",
+        "scheme": "Bearer",
+        "description": card["securitySchemes"]["bearer"]["description"],
+    }
 
 
 async def test_without_a_version_header_the_card_is_a_1_0_card_and_says_it_varies() -> None:
@@ -201,7 +220,8 @@ async def test_the_conformance_agent_is_off_by_default(alice_token: str) -> None
 
 
 async def test_a_blocking_send_to_the_conformance_agent_returns_a_live_task_that_can_be_cancelled(
-    conformance: Any, alice_token: str,
+    conformance: Any,
+    alice_token: str,
 ) -> None:
     sent = await a2a("conformance", rpc("SendMessage", a2a_message("hi")), alice_token)
     task = sent.json()["result"]["task"]
@@ -227,7 +247,8 @@ async def test_a_follow_up_message_answers_a_live_conformance_task(conformance: 
 
 
 async def test_a_resubscribe_message_keeps_its_streamed_task_working_for_the_hold(
-    conformance: Any, alice_token: str,
+    conformance: Any,
+    alice_token: str,
 ) -> None:
     body = rpc("SendStreamingMessage", a2a_message("stream me", message_id="test-resubscribe-message-id-42"))
     started = time.monotonic()
@@ -238,7 +259,7 @@ async def test_a_resubscribe_message_keeps_its_streamed_task_working_for_the_hol
     assert [t["status"]["state"] for t in tasks] == ["TASK_STATE_WORKING"]
     response = await streaming
     assert time.monotonic() - started >= 2.0  # AGENTSITE_A2A_CONFORMANCE_HOLD_S
-    events = [json.loads(line[len("data:"):]) for line in response.text.splitlines() if line.startswith("data:")]
+    events = [json.loads(line[len("data:") :]) for line in response.text.splitlines() if line.startswith("data:")]
     states = [e["result"]["statusUpdate"]["status"]["state"] for e in events if "statusUpdate" in e.get("result", {})]
     assert states[0] == "TASK_STATE_WORKING" and states[-1] == "TASK_STATE_COMPLETED", states
 

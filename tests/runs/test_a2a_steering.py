@@ -39,7 +39,9 @@ def slow_tool_step() -> ScriptStep:
     """A model step that talks for a while (about two seconds) before it calls a tool."""
     return dataclasses.replace(
         ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_1"),
-        text="Let me look that ticket up. " * 4, chunk_size=4, delay_s=0.08,
+        text="Let me look that ticket up. " * 4,
+        chunk_size=4,
+        delay_s=0.08,
     )
 
 
@@ -72,7 +74,8 @@ class FirstStream:
     @staticmethod
     def _working_row() -> tuple[str, str] | None:
         for task_id, context_id, payload in A2ATask.objects.filter(state="TASK_STATE_WORKING").values_list(
-                "id", "context_id", "payload"):
+            "id", "context_id", "payload"
+        ):
             if (payload.get("metadata") or {}).get("agentsite_run_id"):
                 return task_id, context_id
         return None
@@ -83,7 +86,8 @@ class FirstStream:
 
 async def ledger(alice: Any, session_id: str) -> list[Any]:
     session = await DjangoSessionService().get_session(
-        SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=session_id))
+        SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=session_id)
+    )
     assert session is not None
     return list(session.events)
 
@@ -98,17 +102,24 @@ def assert_steered(model: ScriptedModel, events: list[Any], text: str) -> None:
     assert [(e.extensions[QUEUED], e.message.content) for e in queued] == [(CONSUMED, text)]
     first_user = next(e for e in events if e.message is not None and e.message.role == "user")
     assert queued[0].invocation_id == first_user.invocation_id
-    answers = [e for e in events if e.message is not None and e.message.role == "assistant" and e.message.content == ANSWER]
+    answers = [
+        e for e in events if e.message is not None and e.message.role == "assistant" and e.message.content == ANSWER
+    ]
     assert len(answers) == 1
 
 
 async def test_a_message_on_a_working_task_is_queued_into_its_run(
-    alice: Any, alice_token: str, no_memory: Any, use_model: Callable[[Model], None]  # noqa: F811
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    no_memory: Any,  # noqa: F811
+    use_model: Callable[[Model], None],
 ) -> None:
     model = ScriptedModel.of(slow_tool_step(), ANSWER)
     use_model(model)
-    async with connected(alice_token, "support", streaming=True) as streaming, \
-            connected(alice_token, "support") as sending:
+    async with (
+        connected(alice_token, "support", streaming=True) as streaming,
+        connected(alice_token, "support") as sending,
+    ):
         first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
         [steered] = [r async for r in sending.send_message(user_message("and INC-1187?", task_id=first.task_id))]
@@ -122,12 +133,17 @@ async def test_a_message_on_a_working_task_is_queued_into_its_run(
 
 
 async def test_a_streamed_message_on_the_context_follows_the_steered_task_to_its_end(
-    alice: Any, alice_token: str, no_memory: Any, use_model: Callable[[Model], None]  # noqa: F811
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    no_memory: Any,  # noqa: F811
+    use_model: Callable[[Model], None],
 ) -> None:
     model = ScriptedModel.of(slow_tool_step(), ANSWER)
     use_model(model)
-    async with connected(alice_token, "support", streaming=True) as streaming, \
-            connected(alice_token, "support", streaming=True) as second:
+    async with (
+        connected(alice_token, "support", streaming=True) as streaming,
+        connected(alice_token, "support", streaming=True) as second,
+    ):
         first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
         follow = [r async for r in second.send_message(user_message("and INC-1187?", context_id=first.context_id))]
@@ -141,23 +157,33 @@ async def test_a_streamed_message_on_the_context_follows_the_steered_task_to_its
 
 @pytest.mark.parametrize("method", ["message/send", "message/stream"])
 async def test_the_0_3_names_steer_a_working_task(
-    alice: Any, alice_token: str, no_memory: Any, use_model: Callable[[Model], None], method: str  # noqa: F811
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    no_memory: Any,  # noqa: F811
+    use_model: Callable[[Model], None],
+    method: str,
 ) -> None:
     model = ScriptedModel.of(slow_tool_step(), ANSWER)
     use_model(model)
     async with connected(alice_token, "support", streaming=True) as streaming, client(alice_token) as http:
         first = FirstStream(streaming, "Is INC-1042 open?", model)
         await first.started()
-        message = {"kind": "message", "role": "user", "messageId": "m-steer", "taskId": first.task_id,
-                   "parts": [{"kind": "text", "text": "and INC-1187?"}]}
-        response = await http.post("/a2a/support", json=rpc(method, {"message": message}),
-                                   headers={"A2A-Version": "0.3"})
+        message = {
+            "kind": "message",
+            "role": "user",
+            "messageId": "m-steer",
+            "taskId": first.task_id,
+            "parts": [{"kind": "text", "text": "and INC-1187?"}],
+        }
+        response = await http.post(
+            "/a2a/support", json=rpc(method, {"message": message}), headers={"A2A-Version": "0.3"}
+        )
         assert response.status_code == 200, response.text
         if method == "message/send":
             result = response.json()["result"]
         else:
             first_data = next(line for line in response.text.splitlines() if line.startswith("data:"))
-            result = json.loads(first_data[len("data:"):])["result"]
+            result = json.loads(first_data[len("data:") :])["result"]
         assert result["id"] == first.task_id and result["status"]["state"] == "working", result
         await asyncio.wait_for(first.done, 20)
     assert first.states()[-1] == COMPLETED
@@ -166,15 +192,20 @@ async def test_the_0_3_names_steer_a_working_task(
 
 async def steer_raw(http: Any, task_id: str, text: str) -> dict[str, Any]:
     message = {"role": "ROLE_USER", "messageId": f"m-{text}", "taskId": task_id, "parts": [{"text": text}]}
-    response = await http.post("/a2a/support", json=rpc("SendMessage", {"message": message}),
-                               headers={"A2A-Version": "1.0"})
+    response = await http.post(
+        "/a2a/support", json=rpc("SendMessage", {"message": message}), headers={"A2A-Version": "1.0"}
+    )
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
 async def test_a_full_queue_is_a_json_rpc_error_naming_the_limit(
-    alice: Any, alice_token: str, no_memory: Any, use_model: Callable[[Model], None], settings: Any  # noqa: F811
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    no_memory: Any,  # noqa: F811
+    use_model: Callable[[Model], None],
+    settings: Any,
 ) -> None:
     settings.AGENTSITE_MAX_QUEUED_MESSAGES = 1
     model = ScriptedModel.of(slow_tool_step(), ANSWER, "Noted.")
@@ -207,7 +238,10 @@ def await_task(body: dict[str, Any]) -> Any:
 
 
 async def test_an_unreachable_run_is_a_json_rpc_error(
-    alice: Any, alice_token: str, no_memory: Any, use_model: Callable[[Model], None],  # noqa: F811
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    no_memory: Any,  # noqa: F811
+    use_model: Callable[[Model], None],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def unreachable(runner: Any, run_id: str, message: str, **_: Any) -> Any:
@@ -227,7 +261,10 @@ async def test_an_unreachable_run_is_a_json_rpc_error(
 
 
 async def test_a_message_on_an_ended_task_is_refused_as_before(
-    alice: Any, alice_token: str, no_memory: Any, use_model: Callable[[Model], None]  # noqa: F811
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    no_memory: Any,  # noqa: F811
+    use_model: Callable[[Model], None],
 ) -> None:
     use_model(ScriptedModel.of("Done."))
     async with connected(alice_token, "support") as sdk, client(alice_token) as http:

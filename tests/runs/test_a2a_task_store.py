@@ -100,10 +100,13 @@ async def test_another_users_task_is_invisible_and_untouchable(backend: Backend)
 
 
 async def test_list_filters_by_context_and_state_newest_first(backend: Backend) -> None:
-    for index, (context_id, state) in enumerate([
-        ("ctx-1", TaskState.TASK_STATE_COMPLETED), ("ctx-2", TaskState.TASK_STATE_COMPLETED),
-        ("ctx-1", TaskState.TASK_STATE_FAILED),
-    ]):
+    for index, (context_id, state) in enumerate(
+        [
+            ("ctx-1", TaskState.TASK_STATE_COMPLETED),
+            ("ctx-2", TaskState.TASK_STATE_COMPLETED),
+            ("ctx-1", TaskState.TASK_STATE_FAILED),
+        ]
+    ):
         await backend.store.save(make_task(f"t-{index}", context_id=context_id, state=state), backend.alice)
         await asyncio.sleep(0.002)  # distinct update times
     everything = await backend.store.list(ListTasksRequest(), backend.alice)
@@ -152,9 +155,17 @@ def test_the_stored_row_says_whose_task_it_is(django_user_model: Any) -> None:
 
     alice = django_user_model.objects.create_user(username="alice")
     store = DjangoTaskStore(agent="support")
-    asyncio.run(store.save(make_task("t-1", context_id="session-9", state=TaskState.TASK_STATE_COMPLETED),
-                           ServerCallContext(user=A2AUser(alice))))
+    asyncio.run(
+        store.save(
+            make_task("t-1", context_id="session-9", state=TaskState.TASK_STATE_COMPLETED),
+            ServerCallContext(user=A2AUser(alice)),
+        )
+    )
     row = A2ATask.objects.get(pk="t-1")
-    assert (row.user_id, row.agent, row.context_id, row.state) == (alice.pk, "support", "session-9",
-                                                                  "TASK_STATE_COMPLETED")
+    assert (row.user_id, row.agent, row.context_id, row.state) == (
+        alice.pk,
+        "support",
+        "session-9",
+        "TASK_STATE_COMPLETED",
+    )
     assert row.payload["status"]["state"] == "TASK_STATE_COMPLETED"

@@ -30,8 +30,13 @@ ANSWER = "Billing agent here: your invoice is paid."
 def billing_agent(context: AgentContext) -> LLMAgent:
     """A project's agent, defined outside Agentsite: its own model and instruction, no tools."""
     model = context.model if context.replay else ScriptedModel(steps=[ScriptStep.answer(ANSWER)], name="billing-model")
-    return LLMAgent(name="billing", model=model, description="Answers billing questions.",
-                    instruction="You answer billing questions.", governance=context.governance)
+    return LLMAgent(
+        name="billing",
+        model=model,
+        description="Answers billing questions.",
+        instruction="You answer billing questions.",
+        governance=context.governance,
+    )
 
 
 def two_agents(context: AgentContext) -> list[LLMAgent]:
@@ -86,8 +91,9 @@ def test_an_agent_registered_from_another_module_is_listed_and_runs_on_api_runs(
     assert listed["billing"]["description"] == "Answers billing questions."
     assert listed["support"]["default"] is True
 
-    response = alice_api.post("/api/runs/", {"message": "Is my invoice paid?", "agent": "billing", "wait": True},
-                              format="json")
+    response = alice_api.post(
+        "/api/runs/", {"message": "Is my invoice paid?", "agent": "billing", "wait": True}, format="json"
+    )
     assert response.status_code == 201, response.content
     run = response.json()
     assert run["status"] == "completed", run
@@ -127,8 +133,9 @@ def test_a_factory_that_returns_no_agent_or_a_taken_name_is_refused() -> None:
     context = AgentContext(model=ScriptedModel(), model_named=lambda _name: ScriptedModel())
     with pytest.raises(ImproperlyConfigured, match="returned 'nope', not an agent"):
         AgentRegistry.from_paths(["tests.runs.test_agent_registry:not_an_agent"]).build(context)
-    twice = AgentRegistry.from_paths(["tests.runs.test_agent_registry:billing_agent",
-                                      "tests.runs.test_agent_registry:two_agents"])
+    twice = AgentRegistry.from_paths(
+        ["tests.runs.test_agent_registry:billing_agent", "tests.runs.test_agent_registry:two_agents"]
+    )
     with pytest.raises(ImproperlyConfigured, match="both make an agent named 'billing'"):
         twice.build(context)
 
@@ -152,7 +159,12 @@ def test_each_registered_agent_calls_its_model_under_its_own_context_policy(alic
     for agent in ("pinning", "plain"):
         session_id = None
         for message in ("Always answer in German.", "Is my invoice paid?"):
-            body = {"message": message, "agent": agent, "wait": True, **({"session_id": session_id} if session_id else {})}
+            body = {
+                "message": message,
+                "agent": agent,
+                "wait": True,
+                **({"session_id": session_id} if session_id else {}),
+            }
             response = alice_api.post("/api/runs/", body, format="json")
             assert response.status_code == 201, response.content
             assert response.json()["status"] == "completed", response.json()
@@ -168,8 +180,9 @@ def test_an_agents_own_policy_without_summaries_gets_no_in_run_summaries() -> No
     from sessions_app.core.summary import SummaryEngine
 
     engine = SummaryEngine(summarizer=extractive_summarizer(budget_tokens=256))
-    context = AgentContext(model=ScriptedModel(), model_named=lambda _name: ScriptedModel(), summary_engine=engine,
-                           context_window=4096)
+    context = AgentContext(
+        model=ScriptedModel(), model_named=lambda _name: ScriptedModel(), summary_engine=engine, context_window=4096
+    )
     assert context.governance_for(ContextPolicy()).summaries is engine
     own = context.governance_for(ContextPolicy(summaries=False, compaction_ratio=0.5))
     assert own.summaries is None and own.precall.ratio == 0.5 and own.context_window == 4096

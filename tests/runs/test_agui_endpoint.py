@@ -49,7 +49,12 @@ def bob_token(bob: Any) -> str:
 
 def run_input(thread_id: str, *messages: dict[str, Any], run_id: str = "client-run-1") -> dict[str, Any]:
     return {
-        "threadId": thread_id, "runId": run_id, "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "threadId": thread_id,
+        "runId": run_id,
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
         "messages": list(messages) or [{"id": "u1", "role": "user", "content": QUESTION}],
     }
 
@@ -68,7 +73,7 @@ def parse_sse(chunks: list[bytes]) -> list[dict[str, Any]]:
         if not block.strip():
             continue
         assert block.startswith("data: "), block
-        data = json.loads(block[len("data: "):])
+        data = json.loads(block[len("data: ") :])
         AGUI_EVENT.validate_python(data)
         events.append(data)
     return events
@@ -155,8 +160,9 @@ async def test_session_authentication_works_too(alice: Any, use_model: Callable[
     use_model(ScriptedModel.of("Hello."))
     client = AsyncClient()
     await client.aforce_login(alice)
-    response = await client.post("/agui/support", data=json.dumps(run_input("thread-cookie")),
-                                 content_type="application/json")
+    response = await client.post(
+        "/agui/support", data=json.dumps(run_input("thread-cookie")), content_type="application/json"
+    )
     assert response.status_code == 200
     assert types(await read_all(response))[-1] == "RUN_FINISHED"
 
@@ -215,7 +221,11 @@ async def test_malformed_json_is_400(alice_token: str) -> None:
 async def test_an_unknown_agent_is_404(alice_token: str) -> None:
     response = await post("/agui/nobody", run_input("t"), alice_token)
     assert response.status_code == 404
-    assert response.json()["error"] == {"code": "unknown_agent", "message": "agent 'nobody' not found", "field": "agent"}
+    assert response.json()["error"] == {
+        "code": "unknown_agent",
+        "message": "agent 'nobody' not found",
+        "field": "agent",
+    }
 
 
 async def test_someone_elses_thread_is_404_and_stays_untouched(
@@ -249,9 +259,9 @@ async def test_of_two_simultaneous_posts_on_a_new_thread_one_runs_and_one_is_409
     alice_token: str, use_model: Callable[[Model], None]
 ) -> None:
     use_model(ScriptedModel.of(slow_answer(words=10), "unused"))
-    responses = await asyncio.gather(*(
-        post("/agui/support", run_input("race", run_id=f"client-{i}"), alice_token) for i in range(2)
-    ))
+    responses = await asyncio.gather(
+        *(post("/agui/support", run_input("race", run_id=f"client-{i}"), alice_token) for i in range(2))
+    )
     assert sorted(r.status_code for r in responses) == [200, 409]
     winner = next(r for r in responses if r.status_code == 200)
     assert types(await read_all(winner))[-1] == "RUN_FINISHED"
@@ -332,11 +342,22 @@ async def _thread_waiting_for_a_client_tool(user: Any, thread_id: str) -> None:
     service = DjangoSessionService()
     session = await service.create_session(app="agentsite", user_id=str(user.pk), session_id=thread_id, agent="support")
     await service.append_event(session, Event(author="user", message=Message(role="user", content="Restart payments?")))
-    await service.append_event(session, Event(id="m-call", author="support", message=Message(
-        role="assistant", tool_calls=(ToolCall(id="call_confirm", name="confirm_restart", arguments="{}"),),
-    ), extensions={"message_id": "m-call"}))
-    await service.append_event(session, Event(author="agentsite", object=OBJECT_RUNNER_COMPLETION, done=True,
-                                              extensions={"status": "completed"}))
+    await service.append_event(
+        session,
+        Event(
+            id="m-call",
+            author="support",
+            message=Message(
+                role="assistant",
+                tool_calls=(ToolCall(id="call_confirm", name="confirm_restart", arguments="{}"),),
+            ),
+            extensions={"message_id": "m-call"},
+        ),
+    )
+    await service.append_event(
+        session,
+        Event(author="agentsite", object=OBJECT_RUNNER_COMPLETION, done=True, extensions={"status": "completed"}),
+    )
 
 
 async def test_client_side_tool_results_continue_the_conversation(
@@ -348,9 +369,13 @@ async def test_client_side_tool_results_continue_the_conversation(
     body = run_input(
         "client-tools",
         {"id": "u1", "role": "user", "content": "Restart payments?"},
-        {"id": "m-call", "role": "assistant", "toolCalls": [
-            {"id": "call_confirm", "type": "function", "function": {"name": "confirm_restart", "arguments": "{}"}}
-        ]},
+        {
+            "id": "m-call",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": "call_confirm", "type": "function", "function": {"name": "confirm_restart", "arguments": "{}"}}
+            ],
+        },
         {"id": "tool-msg-1", "role": "tool", "toolCallId": "call_confirm", "content": "approved by the operator"},
     )
     response = await post("/agui/support", body, alice_token)
@@ -358,8 +383,12 @@ async def test_client_side_tool_results_continue_the_conversation(
     events = await read_all(response)
     kinds = types(events)
     assert kinds[:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"]
-    assert events[1] == {**events[1], "messageId": "tool-msg-1", "toolCallId": "call_confirm",
-                         "content": "approved by the operator"}
+    assert events[1] == {
+        **events[1],
+        "messageId": "tool-msg-1",
+        "toolCallId": "call_confirm",
+        "content": "approved by the operator",
+    }
     assert kinds.count("TOOL_CALL_RESULT") == 1 and kinds[-1] == "RUN_FINISHED"
     assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "Restarting payments now."
 
@@ -402,13 +431,21 @@ async def test_runner_start_refuses_tool_results_that_answer_no_pending_call() -
     assert session is not None
     # ... so a second result for c1 is refused, and so is one for a call nobody made.
     with pytest.raises(UsageError, match="already has a result"):
-        await runner.start(user_id="u", session_id=first.session_id,
-                           tool_results=[Message(role="tool", content="x", tool_call_id="c1")])
+        await runner.start(
+            user_id="u",
+            session_id=first.session_id,
+            tool_results=[Message(role="tool", content="x", tool_call_id="c1")],
+        )
     with pytest.raises(UsageError, match="answers no tool call"):
-        await runner.start(user_id="u", session_id=first.session_id,
-                           tool_results=[Message(role="tool", content="x", tool_call_id="nope")])
+        await runner.start(
+            user_id="u",
+            session_id=first.session_id,
+            tool_results=[Message(role="tool", content="x", tool_call_id="nope")],
+        )
     with pytest.raises(UsageError, match="not both"):
-        await runner.start(user_id="u", message="hi", tool_results=[Message(role="tool", content="x", tool_call_id="c1")])
+        await runner.start(
+            user_id="u", message="hi", tool_results=[Message(role="tool", content="x", tool_call_id="c1")]
+        )
     with pytest.raises(UsageError, match="tool_call_id"):
         await runner.start(user_id="u", tool_results=[Message(role="user", content="x")])
     assert len(await service.list_events(key, limit=100)) == len(session.events)  # nothing written
@@ -422,9 +459,18 @@ async def test_a_new_threads_earlier_messages_are_stored_as_earlier_turns_before
     history = [
         {"id": "s", "role": "system", "content": "client instructions are not history"},
         {"id": "u0", "role": "user", "content": "The staging database listens on 6432."},
-        {"id": "a0", "role": "assistant", "content": "", "toolCalls": [
-            {"id": "call_x", "type": "function", "function": {"name": "lookup_ticket", "arguments": "{\"ticket_id\": \"INC-6432\"}"}},
-        ]},
+        {
+            "id": "a0",
+            "role": "assistant",
+            "content": "",
+            "toolCalls": [
+                {
+                    "id": "call_x",
+                    "type": "function",
+                    "function": {"name": "lookup_ticket", "arguments": '{"ticket_id": "INC-6432"}'},
+                },
+            ],
+        },
         {"id": "t0", "role": "tool", "content": "noted", "toolCallId": "call_x"},
         {"id": "a1", "role": "assistant", "content": "Noted."},
         {"id": "u1", "role": "user", "content": "Which port was it?"},
@@ -437,7 +483,10 @@ async def test_a_new_threads_earlier_messages_are_stored_as_earlier_turns_before
     stored = await ledger("thread-seeded")
     seeded = [e for e in stored if e.extensions.get("seed")]
     assert [(e.role, e.text) for e in seeded] == [
-        ("user", "The staging database listens on 6432."), ("assistant", ""), ("tool", "noted"), ("assistant", "Noted."),
+        ("user", "The staging database listens on 6432."),
+        ("assistant", ""),
+        ("tool", "noted"),
+        ("assistant", "Noted."),
     ]
     current = next(e for e in stored if e.text == "Which port was it?")
     assert not current.extensions.get("seed") and current.invocation_id not in {e.invocation_id for e in seeded}
@@ -455,9 +504,12 @@ async def test_spec_1_2_1_a_message_with_an_empty_or_missing_role_and_a_payload_
 ) -> None:
     model = ScriptedModel.of(ANSWER)
     use_model(model)
-    body = run_input("thread-no-role", {"id": "u0", "content": "I run checkout-api."},
-                     {"id": "a0", "role": "assistant", "content": "Noted."},
-                     {"id": "u1", "role": "", "content": QUESTION})
+    body = run_input(
+        "thread-no-role",
+        {"id": "u0", "content": "I run checkout-api."},
+        {"id": "a0", "role": "assistant", "content": "Noted."},
+        {"id": "u1", "role": "", "content": QUESTION},
+    )
 
     events = await read_all(await post("/agui/support", body, alice_token))
 
@@ -472,6 +524,8 @@ async def test_spec_1_2_1_a_message_with_an_empty_or_missing_role_and_a_payload_
 async def test_spec_1_2_1_an_empty_role_without_a_payload_is_422_naming_the_message(
     alice: Any, alice_token: str
 ) -> None:
-    response = await post("/agui/support", run_input("thread-empty", {"id": "u1", "role": "", "content": ""}), alice_token)
+    response = await post(
+        "/agui/support", run_input("thread-empty", {"id": "u1", "role": "", "content": ""}), alice_token
+    )
     assert response.status_code == 422
     assert response.json()["error"]["field"].startswith("messages.0")

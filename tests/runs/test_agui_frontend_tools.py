@@ -39,10 +39,14 @@ def _with_tools(body: dict[str, Any], *tools: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continues_it(
-    alice_token: str, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]  # noqa: F811
+    alice_token: str,  # noqa: F811
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
 ) -> None:
-    openai_server.script(ServerStep.call("confirm_restart", {"service": "payments"}, id="call_fe1"),
-                         "Confirmed: restarting payments now.")
+    openai_server.script(
+        ServerStep.call("confirm_restart", {"service": "payments"}, id="call_fe1"),
+        "Confirmed: restarting payments now.",
+    )
     agents_on(openai_server, use_model)
 
     response = await post("/agui/support", _with_tools(run_input("fe-thread", ASK), CONFIRM), alice_token)
@@ -65,9 +69,15 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
 
     # CopilotKit's next input: the history with the call, then the tool message.
     follow_up = run_input(
-        "fe-thread", ASK,
-        {"id": start["parentMessageId"], "role": "assistant", "toolCalls": [
-            {"id": "call_fe1", "type": "function", "function": {"name": "confirm_restart", "arguments": args}}]},
+        "fe-thread",
+        ASK,
+        {
+            "id": start["parentMessageId"],
+            "role": "assistant",
+            "toolCalls": [
+                {"id": "call_fe1", "type": "function", "function": {"name": "confirm_restart", "arguments": args}}
+            ],
+        },
         {"id": "tool-1", "role": "tool", "toolCallId": "call_fe1", "content": "confirmed by the operator"},
         run_id="client-run-2",
     )
@@ -86,19 +96,33 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     openai_server.assert_consumed()
     stored = [e for e in await ledger("fe-thread") if e.is_tool_result]
     assert [(e.author, e.message.tool_name, e.text) for e in stored if e.message] == [
-        ("support", "confirm_restart", "confirmed by the operator")]
-    assert [(e.extensions["run_id"], e.extensions["status"]) for e in await ledger("fe-thread")
-            if e.is_runner_completion] == [(run_id, "requires_action"), (run_id, "completed")]
+        ("support", "confirm_restart", "confirmed by the operator")
+    ]
+    assert [
+        (e.extensions["run_id"], e.extensions["status"]) for e in await ledger("fe-thread") if e.is_runner_completion
+    ] == [(run_id, "requires_action"), (run_id, "completed")]
 
 
-@pytest.mark.parametrize(("tool", "field", "code"), [
-    pytest.param({**CONFIRM, "name": "lookup_ticket"}, "tools.0.name", "tool_name_clash", id="clashes-with-the-agents"),
-    pytest.param({**CONFIRM, "name": "confirm restart"}, "tools.0.name", "invalid_tools", id="bad-name"),
-    pytest.param({**CONFIRM, "parameters": {"type": "array"}}, "tools.0.parameters.type", "invalid_tools",
-                 id="parameters-not-an-object"),
-])
+@pytest.mark.parametrize(
+    ("tool", "field", "code"),
+    [
+        pytest.param(
+            {**CONFIRM, "name": "lookup_ticket"}, "tools.0.name", "tool_name_clash", id="clashes-with-the-agents"
+        ),
+        pytest.param({**CONFIRM, "name": "confirm restart"}, "tools.0.name", "invalid_tools", id="bad-name"),
+        pytest.param(
+            {**CONFIRM, "parameters": {"type": "array"}},
+            "tools.0.parameters.type",
+            "invalid_tools",
+            id="parameters-not-an-object",
+        ),
+    ],
+)
 async def test_a_bad_frontend_tool_is_a_400_naming_it_and_nothing_is_stored(
-    alice_token: str, tool: dict[str, Any], field: str, code: str  # noqa: F811
+    alice_token: str,  # noqa: F811
+    tool: dict[str, Any],
+    field: str,
+    code: str,
 ) -> None:
     response = await post("/agui/support", _with_tools(run_input("fe-bad", ASK), tool), alice_token)
     assert response.status_code == 400

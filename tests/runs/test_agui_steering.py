@@ -37,12 +37,15 @@ def slow_tool_step() -> ScriptStep:
     """A model step that talks for a while before it calls a tool."""
     return dataclasses.replace(
         ScriptStep.call("lookup_ticket", {"ticket_id": "T-100"}, id="call_1"),
-        text="Let me look that ticket up. " * 4, chunk_size=4, delay_s=0.08,
+        text="Let me look that ticket up. " * 4,
+        chunk_size=4,
+        delay_s=0.08,
     )
 
 
 async def test_an_opted_in_input_on_a_busy_thread_steers_its_run_and_streams_it(
-    alice_token: str, use_model: Callable[[Model], None]  # noqa: F811
+    alice_token: str,  # noqa: F811
+    use_model: Callable[[Model], None],
 ) -> None:
     model = ScriptedModel.of(slow_tool_step(), "T-100 and T-200 are open.")
     use_model(model)
@@ -58,8 +61,14 @@ async def test_an_opted_in_input_on_a_busy_thread_steers_its_run_and_streams_it(
     assert queued["type"] == "CUSTOM" and queued["name"] == "agentsite.message.queued"
     assert queued["value"]["runId"] == run_id and queued["value"]["message"] == "and T-200?"
     consumed = next(e for e in events if e["type"] == "CUSTOM" and e["name"] == "agentsite.message.consumed")
-    assert consumed["value"] == {"id": queued["value"]["id"], "messageId": consumed["value"]["messageId"], "state": "consumed"}
-    user = [e for e in events if e["type"] == "TEXT_MESSAGE_CONTENT" and e["messageId"] == consumed["value"]["messageId"]]
+    assert consumed["value"] == {
+        "id": queued["value"]["id"],
+        "messageId": consumed["value"]["messageId"],
+        "state": "consumed",
+    }
+    user = [
+        e for e in events if e["type"] == "TEXT_MESSAGE_CONTENT" and e["messageId"] == consumed["value"]["messageId"]
+    ]
     assert [e["delta"] for e in user] == ["and T-200?"]
     kinds = types(events)
     assert kinds.index("TOOL_CALL_RESULT") < events.index(user[0]) and kinds[-1] == "RUN_FINISHED"
@@ -71,7 +80,8 @@ async def test_an_opted_in_input_on_a_busy_thread_steers_its_run_and_streams_it(
 
 
 async def test_without_an_active_run_an_opted_in_input_starts_a_run(
-    alice_token: str, use_model: Callable[[Model], None]  # noqa: F811
+    alice_token: str,  # noqa: F811
+    use_model: Callable[[Model], None],
 ) -> None:
     use_model(ScriptedModel.of("Hello."))
     response = await post("/agui/support", steering_input("idle", "hi"), alice_token)
@@ -81,10 +91,13 @@ async def test_without_an_active_run_an_opted_in_input_starts_a_run(
     assert not any(e["type"] == "CUSTOM" and e["name"].startswith("agentsite.message") for e in events)
 
 
-@pytest.mark.parametrize(("props", "field"), [
-    ({"agentsite": {"steer": "yes"}}, "forwardedProps.agentsite.steer"),
-    ({"agentsite": True}, "forwardedProps.agentsite"),
-])
+@pytest.mark.parametrize(
+    ("props", "field"),
+    [
+        ({"agentsite": {"steer": "yes"}}, "forwardedProps.agentsite.steer"),
+        ({"agentsite": True}, "forwardedProps.agentsite"),
+    ],
+)
 async def test_a_bad_steering_flag_is_422_naming_it(alice_token: str, props: dict[str, Any], field: str) -> None:  # noqa: F811
     response = await post("/agui/support", steering_input("t", "hi", **props), alice_token)
     assert response.status_code == 422

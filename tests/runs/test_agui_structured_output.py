@@ -42,7 +42,9 @@ def _structured(thread_id: str) -> dict[str, Any]:
 
 
 async def test_agui_shows_only_the_valid_structured_answer_and_run_finished_carries_its_value(
-    alice_token: str, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]  # noqa: F811
+    alice_token: str,  # noqa: F811
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
 ) -> None:
     openai_server.script(REFUSED, json.dumps(GOOD))
     agents_on(openai_server, use_model)
@@ -64,11 +66,15 @@ async def test_agui_shows_only_the_valid_structured_answer_and_run_finished_carr
     assert any("output_feedback" in e.extensions for e in stored)
     snapshot = messages_snapshot(stored)
     assert [(m.role, m.content) for m in snapshot.messages] == [
-        ("user", "Is the payments certificate expired?"), ("assistant", json.dumps(GOOD))]
+        ("user", "Is the payments certificate expired?"),
+        ("assistant", json.dumps(GOOD)),
+    ]
 
 
 async def test_agui_run_without_an_output_schema_finishes_without_a_result(
-    alice_token: str, openai_server: ScriptedOpenAIServer, use_model: Callable[[Model], None]  # noqa: F811
+    alice_token: str,  # noqa: F811
+    openai_server: ScriptedOpenAIServer,
+    use_model: Callable[[Model], None],
 ) -> None:
     openai_server.script("It expires on Friday.")
     agents_on(openai_server, use_model)

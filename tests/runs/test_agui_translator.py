@@ -44,23 +44,45 @@ ANY_EVENT: TypeAdapter[Any] = TypeAdapter(AguiEvent)
 
 
 def delta(message_id: str, text: str) -> Event:
-    return Event(author=AGENT, object=OBJECT_CHUNK, partial=True, message=Message(role="assistant", content=text),
-                 extensions={"message_id": message_id})
+    return Event(
+        author=AGENT,
+        object=OBJECT_CHUNK,
+        partial=True,
+        message=Message(role="assistant", content=text),
+        extensions={"message_id": message_id},
+    )
 
 
 def complete(message_id: str, text: str = "", calls: Sequence[ToolCall] = (), seq: int | None = None) -> Event:
-    return Event(id=message_id, seq=seq, author=AGENT, message=Message(role="assistant", content=text, tool_calls=tuple(calls)),
-                 done=not calls, extensions={"message_id": message_id})
+    return Event(
+        id=message_id,
+        seq=seq,
+        author=AGENT,
+        message=Message(role="assistant", content=text, tool_calls=tuple(calls)),
+        done=not calls,
+        extensions={"message_id": message_id},
+    )
 
 
 def result(call: ToolCall, content: str, seq: int | None = None, state_delta: dict[str, Any] | None = None) -> Event:
-    return Event(seq=seq, author=AGENT, object=OBJECT_TOOL_RESPONSE, state_delta=state_delta or {},
-                 message=Message(role="tool", content=content, tool_call_id=call.id, tool_name=call.name))
+    return Event(
+        seq=seq,
+        author=AGENT,
+        object=OBJECT_TOOL_RESPONSE,
+        state_delta=state_delta or {},
+        message=Message(role="tool", content=content, tool_call_id=call.id, tool_name=call.name),
+    )
 
 
 def completion(status: str = "completed", error: EventError | None = None, seq: int | None = None) -> Event:
-    return Event(seq=seq, author="agentsite", object=OBJECT_RUNNER_COMPLETION, done=True, error=error,
-                 extensions={"run_id": RUN, "status": status})
+    return Event(
+        seq=seq,
+        author="agentsite",
+        object=OBJECT_RUNNER_COMPLETION,
+        done=True,
+        error=error,
+        extensions={"run_id": RUN, "status": status},
+    )
 
 
 CALL = ToolCall(id="call_1", name="search_logs", arguments='{"query": "tls"}')
@@ -116,9 +138,20 @@ def test_a_live_run_maps_to_a_valid_ag_ui_sequence_in_order() -> None:
     wire = revalidated(events)
     assert types(events) == [
         "RUN_STARTED",
-        "STEP_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "STEP_FINISHED",
-        "STEP_STARTED", "TOOL_CALL_RESULT", "STATE_DELTA", "STEP_FINISHED",
-        "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+        "STEP_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STEP_FINISHED",
+        "STEP_STARTED",
+        "TOOL_CALL_RESULT",
+        "STATE_DELTA",
+        "STEP_FINISHED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
         "STEP_FINISHED",
         "RUN_FINISHED",
     ]
@@ -174,23 +207,40 @@ def test_an_artifact_extension_becomes_a_custom_event() -> None:
     event = Event(author=AGENT, extensions={"artifact": {"filename": "report.md", "version": 0}})
     wire = revalidated(translate([event, event]))
     custom = [w for w in wire if w["type"] == "CUSTOM"]
-    assert custom == [{"type": "CUSTOM", "name": ARTIFACT_EVENT, "value": {"filename": "report.md", "version": 0},
-                       "timestamp": custom[0]["timestamp"]}]
+    assert custom == [
+        {
+            "type": "CUSTOM",
+            "name": ARTIFACT_EVENT,
+            "value": {"filename": "report.md", "version": 0},
+            "timestamp": custom[0]["timestamp"],
+        }
+    ]
 
 
 def test_user_messages_are_shown_only_when_asked() -> None:
     user = Event(author="user", message=Message(role="user", content="hello"), seq=1)
     assert types(translate([user])) == ["RUN_STARTED"]
     shown = revalidated(translate([user], include_user_messages=True))
-    assert [w["type"] for w in shown] == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"]
+    assert [w["type"] for w in shown] == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+    ]
     assert shown[1]["role"] == "user" and shown[1]["messageId"] == user.id and shown[2]["delta"] == "hello"
 
 
 def test_text_and_tool_calls_in_one_message_close_the_text_before_the_calls() -> None:
     events = translate([delta("m1", "Let me look."), complete("m1", "Let me look.", calls=[CALL])])
     assert types(events)[1:] == [
-        "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
-        "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "STEP_FINISHED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "STEP_FINISHED",
     ]
 
 
@@ -210,12 +260,14 @@ def test_feeding_every_event_twice_emits_nothing_twice() -> None:
 
 def test_the_same_result_or_tool_call_in_another_event_is_not_sent_again() -> None:
     second_call = ToolCall(id="call_2", name="lookup_ticket", arguments="{}")
-    events = translate([
-        complete("m1", calls=[CALL]),
-        complete("m1b", calls=[CALL, second_call]),  # a later segment repeats call_1
-        result(CALL, "one"),
-        result(CALL, "one again"),  # a retried result, under a new event id
-    ])
+    events = translate(
+        [
+            complete("m1", calls=[CALL]),
+            complete("m1b", calls=[CALL, second_call]),  # a later segment repeats call_1
+            result(CALL, "one"),
+            result(CALL, "one again"),  # a retried result, under a new event id
+        ]
+    )
     starts = [e.tool_call_id for e in events if e.type == EventType.TOOL_CALL_START]
     results = [e.tool_call_id for e in events if e.type == EventType.TOOL_CALL_RESULT]
     assert starts == ["call_1", "call_2"]
@@ -246,8 +298,13 @@ def test_deltas_after_their_complete_message_are_dropped_and_a_partial_stream_is
     # then the remaining (buffered) delta.
     events = translate([first_delta, answer, second_delta])
     assert types(events) == [
-        "RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT",
-        "TEXT_MESSAGE_END", "STEP_FINISHED",
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
     ]
     assert "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT) == "The certificate expired."
 
@@ -264,13 +321,20 @@ def test_nothing_follows_the_end_of_a_run() -> None:
 
 def test_a_failed_run_ends_with_exactly_one_run_error_after_closing_its_streams() -> None:
     error = EventError(type="model_error", message="the model refused")
-    events = translate([
-        delta("m1", "partial answer"),
-        Event(author=AGENT, object=OBJECT_ERROR, done=True, error=error),
-        completion("failed", error=error),
-    ])
+    events = translate(
+        [
+            delta("m1", "partial answer"),
+            Event(author=AGENT, object=OBJECT_ERROR, done=True, error=error),
+            completion("failed", error=error),
+        ]
+    )
     assert types(events) == [
-        "RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED",
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
         "RUN_ERROR",
     ]
     run_error = events[-1]
@@ -313,7 +377,10 @@ def test_two_runs_each_get_their_own_start_and_finish() -> None:
     first = translator.translate(completion(), run_id="a")
     second = translator.translate(completion(), run_id="b")
     assert [(e.type.value, e.run_id) for e in first + second] == [
-        ("RUN_STARTED", "a"), ("RUN_FINISHED", "a"), ("RUN_STARTED", "b"), ("RUN_FINISHED", "b"),
+        ("RUN_STARTED", "a"),
+        ("RUN_FINISHED", "a"),
+        ("RUN_STARTED", "b"),
+        ("RUN_FINISHED", "b"),
     ]
 
 

@@ -28,15 +28,17 @@ from sessions_app.core.artifacts import ArtifactScope, InMemoryArtifactService
 from sessions_app.core.events import IMAGE_TOKEN_ESTIMATE, ArtifactRef, ContentPart, Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
-)
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=")
 LIMITS = AttachmentLimits(max_bytes=1000, max_count=3)
 
 
 def test_an_event_stored_before_parts_loads_and_serializes_as_before() -> None:
-    old = {"id": "e1", "author": "user", "created_at": "2026-01-01T00:00:00+00:00",
-           "message": {"role": "user", "content": "hello"}}
+    old = {
+        "id": "e1",
+        "author": "user",
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "message": {"role": "user", "content": "hello"},
+    }
     event = Event.from_dict(old)
     assert event.message is not None and event.message.parts == () and event.text == "hello"
     assert "parts" not in event.to_dict()["message"]
@@ -44,8 +46,9 @@ def test_an_event_stored_before_parts_loads_and_serializes_as_before() -> None:
 
 
 def test_a_part_round_trips_by_reference_and_its_bytes_are_never_serialized() -> None:
-    stored = ContentPart(type="image", name="a.png", mime="image/png", size=len(PNG),
-                         artifact=ArtifactRef(filename="x-a.png", version=2))
+    stored = ContentPart(
+        type="image", name="a.png", mime="image/png", size=len(PNG), artifact=ArtifactRef(filename="x-a.png", version=2)
+    )
     message = Message(role="user", content="look", parts=(stored,))
     assert Message.from_dict(message.to_dict()) == message
     with pytest.raises(ValueError, match="must be stored as an artifact"):
@@ -73,7 +76,9 @@ async def test_the_runner_stores_uploads_as_session_artifacts_and_the_model_gets
     artifacts = InMemoryArtifactService()
     model = ScriptedModel.of("I see a pixel.")
     runner = Runner(
-        agents=[LLMAgent(name="a", model=model)], session_service=InMemorySessionService(), app="app",
+        agents=[LLMAgent(name="a", model=model)],
+        session_service=InMemorySessionService(),
+        app="app",
         services={ARTIFACT_SERVICE: artifacts},
     )
     upload = upload_part(PNG, limits=LIMITS, field="p", name="pixel.png")
@@ -91,12 +96,16 @@ async def test_the_runner_stores_uploads_as_session_artifacts_and_the_model_gets
     (part,) = next(e for e in session.events if e.is_user_message).message.parts  # type: ignore[union-attr]
     assert part.artifact == image.artifact and part.data is None
     scope_session = handle.record.session_id
-    stored = await artifacts.load(ArtifactScope(app="app", user_id="u", session_id=scope_session), image.artifact.filename)
+    stored = await artifacts.load(
+        ArtifactScope(app="app", user_id="u", session_id=scope_session), image.artifact.filename
+    )
     assert stored is not None and stored.data == PNG and stored.mime == "image/png"
 
 
 def test_the_request_counts_a_fixed_estimate_per_image() -> None:
-    part = ContentPart(type="image", name="a.png", mime="image/png", size=10, artifact=ArtifactRef(filename="a.png", version=0))
+    part = ContentPart(
+        type="image", name="a.png", mime="image/png", size=10, artifact=ArtifactRef(filename="a.png", version=0)
+    )
     with_image = Message(role="user", content="look", parts=(part,))
     assert count_message(with_image) - count_message(Message(role="user", content="look")) >= IMAGE_TOKEN_ESTIMATE
 
@@ -104,9 +113,16 @@ def test_the_request_counts_a_fixed_estimate_per_image() -> None:
 def test_the_offline_model_says_it_cannot_see_images_and_lists_them() -> None:
     from runs.core.llm.base import ModelRequest
 
-    part = ContentPart(type="image", name="graph.png", mime="image/png", size=2048,
-                       artifact=ArtifactRef(filename="x-graph.png", version=0))
-    answer = OfflineModel().respond(ModelRequest(messages=(Message(role="user", content="what is this?", parts=(part,)),)))
+    part = ContentPart(
+        type="image",
+        name="graph.png",
+        mime="image/png",
+        size=2048,
+        artifact=ArtifactRef(filename="x-graph.png", version=0),
+    )
+    answer = OfflineModel().respond(
+        ModelRequest(messages=(Message(role="user", content="what is this?", parts=(part,)),))
+    )
     assert answer.content.startswith("I cannot see images or read attached files")
     assert "graph.png (image/png, 2.0 KiB)" in answer.content
 
@@ -114,10 +130,17 @@ def test_the_offline_model_says_it_cannot_see_images_and_lists_them() -> None:
 def test_build_context_adds_the_note_to_a_user_message_with_attachments() -> None:
     from sessions_app.core.session import Session
 
-    part = ContentPart(type="file", name="r.pdf", mime="application/pdf", size=5, artifact=ArtifactRef(filename="r.pdf", version=0))
-    session = Session(app="a", user_id="u", id="s", events=[
-        Event(seq=1, author="user", message=Message(role="user", content="read", parts=(part,))),
-    ])
+    part = ContentPart(
+        type="file", name="r.pdf", mime="application/pdf", size=5, artifact=ArtifactRef(filename="r.pdf", version=0)
+    )
+    session = Session(
+        app="a",
+        user_id="u",
+        id="s",
+        events=[
+            Event(seq=1, author="user", message=Message(role="user", content="read", parts=(part,))),
+        ],
+    )
     built = build_context(session, filter_key="a", instruction="", tools=[], governance=None, window=8192)
     (message,) = built.request.messages
     assert message.parts[-1].text == "Attached files: r.pdf (application/pdf, 5 B)"

@@ -60,9 +60,7 @@ class GatedSummarizer:
 
 
 def governed(summarizer: Any, *, background: BackgroundCompactionConfig | None = SOFT) -> ContextGovernance:
-    return ContextGovernance(
-        summaries=SummaryEngine(summarizer=summarizer, tokenizer=TIKTOKEN), background=background
-    )
+    return ContextGovernance(summaries=SummaryEngine(summarizer=summarizer, tokenizer=TIKTOKEN), background=background)
 
 
 def builder(invocation: Invocation, governance: ContextGovernance) -> Any:
@@ -93,7 +91,9 @@ async def test_a_request_past_the_soft_threshold_goes_out_at_once_while_the_summ
     assert 2200 <= built.sent_tokens < 2800
     background = BackgroundCompactions()
 
-    chosen, report = await compact_before_call(invocation, built, governance=governance, rebuild=build, background=background)
+    chosen, report = await compact_before_call(
+        invocation, built, governance=governance, rebuild=build, background=background
+    )
 
     # Not waited for: the summary is still blocked on its gate, and the request is unchanged.
     assert chosen is built and not summarizer.finished.is_set()
@@ -116,10 +116,13 @@ async def test_the_next_call_swaps_in_exactly_what_a_synchronous_summary_at_the_
     invocation, _ = await running_invocation(governance, turns=3)
     build = builder(invocation, governance)
     background = BackgroundCompactions()
-    first, _ = await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)
+    first, _ = await compact_before_call(
+        invocation, build(), governance=governance, rebuild=build, background=background
+    )
     await background.join()
-    swapped, report = await compact_before_call(invocation, build_before_swap := build(), governance=governance,
-                                                rebuild=build, background=background)
+    swapped, report = await compact_before_call(
+        invocation, build_before_swap := build(), governance=governance, rebuild=build, background=background
+    )
     assert report is not None and report.background == "swapped"
     assert swapped is not build_before_swap and swapped.sent_tokens < first.sent_tokens / 2
     assert "SUMMARY of seqs" in swapped.request.messages[1].content
@@ -136,7 +139,9 @@ async def test_the_next_call_swaps_in_exactly_what_a_synchronous_summary_at_the_
     assert synchronous.request.messages == swapped.request.messages
 
 
-async def test_a_request_that_reaches_the_pre_call_threshold_waits_for_the_summary_in_flight_instead_of_starting_another() -> None:
+async def test_a_request_that_reaches_the_pre_call_threshold_waits_for_the_summary_in_flight_instead_of_starting_another() -> (
+    None
+):
     gate = asyncio.Event()
     summarizer = GatedSummarizer(gate=gate)
     governance = governed(summarizer)
@@ -145,14 +150,16 @@ async def test_a_request_that_reaches_the_pre_call_threshold_waits_for_the_summa
     background = BackgroundCompactions()
     await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)
     # A tool result lands and pushes the next request past 0.7 before the summary is done.
-    await service.append_event(invocation.session, invocation.stamp(
-        Event(author="support", message=Message(role="assistant", content=LONG))
-    ))
+    await service.append_event(
+        invocation.session, invocation.stamp(Event(author="support", message=Message(role="assistant", content=LONG)))
+    )
     over = build()
     assert over.sent_tokens >= 2800
     asyncio.get_running_loop().call_later(0.05, gate.set)
 
-    chosen, report = await compact_before_call(invocation, over, governance=governance, rebuild=build, background=background)
+    chosen, report = await compact_before_call(
+        invocation, over, governance=governance, rebuild=build, background=background
+    )
 
     assert report is not None and report.background == "waited" and report.status == "advanced"
     assert len(summarizer.requests) == 1  # no synchronous summary on top of the one in flight
@@ -173,14 +180,18 @@ async def test_a_failed_background_summary_costs_the_run_nothing_and_the_synchro
     invocation, service = await running_invocation(governance, turns=3)
     build = builder(invocation, governance)
     background = BackgroundCompactions()
-    _, report = await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)
+    _, report = await compact_before_call(
+        invocation, build(), governance=governance, rebuild=build, background=background
+    )
     assert report is not None and report.background == "started"
     await background.join()
     summarizer.fail = False
-    await service.append_event(invocation.session, invocation.stamp(
-        Event(author="support", message=Message(role="assistant", content=LONG))
-    ))
-    chosen, report = await compact_before_call(invocation, build(), governance=governance, rebuild=build, background=background)
+    await service.append_event(
+        invocation.session, invocation.stamp(Event(author="support", message=Message(role="assistant", content=LONG)))
+    )
+    chosen, report = await compact_before_call(
+        invocation, build(), governance=governance, rebuild=build, background=background
+    )
     # The failed one is reported, not used; the synchronous summary at 0.7 compacts instead.
     assert report is not None and report.background == "unused_error" and report.status == "advanced"
     assert len(summarizer.requests) == 2 and chosen.sent_tokens < 2800
@@ -200,10 +211,16 @@ async def test_in_a_run_the_summary_started_at_one_step_is_in_the_request_of_the
 
     model = ScriptedModel.of(ScriptStep.call("lookup", {"ticket_id": "A"}), "A is open.", context_window=WINDOW)
     service = InMemorySessionService()
-    _, _, session_id = await session_with_history(ScriptedModel.of(context_window=WINDOW), governed(summarizer), turns=3,
-                                                  service=service)
-    agent = LLMAgent(name="support", model=model, instruction="Be brief.", tools=[FunctionTool(lookup)],
-                     governance=governed(summarizer))
+    _, _, session_id = await session_with_history(
+        ScriptedModel.of(context_window=WINDOW), governed(summarizer), turns=3, service=service
+    )
+    agent = LLMAgent(
+        name="support",
+        model=model,
+        instruction="Be brief.",
+        tools=[FunctionTool(lookup)],
+        governance=governed(summarizer),
+    )
     runner = Runner(app=APP, agents=[agent], session_service=service)
 
     events = await run_turn(runner, session_id)

@@ -19,9 +19,14 @@ SESSION_LOAD = ToolSpec(name="session_load", description="load events", paramete
 
 def build(ledger: Ledger, active: str, config: CompactionConfig) -> BuiltRequest:
     return build_context(
-        ledger.session(), filter_key=APP, instruction="Help.", tools=[SESSION_LOAD],
-        governance=ContextGovernance(compaction=config, manifest_check=True), window=1_000_000,
-        active_invocation_id=active, current_unit=f"req:req-{active}",
+        ledger.session(),
+        filter_key=APP,
+        instruction="Help.",
+        tools=[SESSION_LOAD],
+        governance=ContextGovernance(compaction=config, manifest_check=True),
+        window=1_000_000,
+        active_invocation_id=active,
+        current_unit=f"req:req-{active}",
     )
 
 
@@ -97,7 +102,8 @@ def test_earlier_bytes_change_only_when_a_batch_fills(sizes: list[int], batch: i
             if not is_prefix(previous.request.messages, built.request.messages):
                 assert grown
                 weight = sum(
-                    TIKTOKEN.count_text(e.message.content) for e in ledger.events
+                    TIKTOKEN.count_text(e.message.content)
+                    for e in ledger.events
                     if e.seq in grown and e.message is not None
                 )
                 assert weight >= batch

@@ -55,7 +55,10 @@ class Restarts:
 
 
 def make(
-    model: ScriptedModel, *, agent_callbacks: Callbacks | None = None, runner_callbacks: Callbacks | None = None,
+    model: ScriptedModel,
+    *,
+    agent_callbacks: Callbacks | None = None,
+    runner_callbacks: Callbacks | None = None,
     restarts: Restarts | None = None,
 ) -> tuple[Runner, InMemorySessionService]:
     service = InMemorySessionService()
@@ -101,8 +104,11 @@ async def test_runner_callbacks_run_before_the_agents_and_each_sees_the_last_cha
     def agent_side(context: CallbackContext, request: ModelRequest) -> None:
         seen.append(f"agent saw {request.messages[-1].content!r}")
 
-    runner, service = make(model, agent_callbacks=Callbacks(before_model=[agent_side]),
-                           runner_callbacks=Callbacks(before_model=[runner_side]))
+    runner, service = make(
+        model,
+        agent_callbacks=Callbacks(before_model=[agent_side]),
+        runner_callbacks=Callbacks(before_model=[runner_side]),
+    )
     handle = await runner.start(user_id="alice", message="hi")
     await handle.wait()
 
@@ -130,7 +136,9 @@ async def test_a_tool_veto_is_the_tools_result_and_is_recorded_in_the_ledger() -
     assert result.extensions["tool_error"] is True
     change = result.extensions["callbacks"][0]
     assert (change["point"], change["change"], change["note"]) == (
-        "before_tool", "veto", "restarts are frozen during the incident",
+        "before_tool",
+        "veto",
+        "restarts are frozen during the incident",
     )
     # The model saw the refusal as the tool's answer.
     assert model.requests[1].messages[-1].content == result.text
@@ -151,18 +159,22 @@ async def test_tool_callbacks_can_change_the_call_answer_it_or_change_the_result
     def tag(context: ToolCallContext, call: ToolCall, content: str) -> ReplaceResult:
         return ReplaceResult(content=content + " [checked]", note="tagged")
 
-    runner, service = make(model, agent_callbacks=Callbacks(before_tool=[normalize], after_tool=[tag]),
-                           restarts=restarts)
+    runner, service = make(
+        model, agent_callbacks=Callbacks(before_tool=[normalize], after_tool=[tag]), restarts=restarts
+    )
     handle = await runner.start(user_id="alice", message="restart")
     await handle.wait()
 
     assert restarts.done == ["payments"]
     results = [e for e in await ledger(service, handle.session_id) if e.is_tool_result]
     assert [r.message.tool_call_id for r in results if r.message] == ["c1", "c2"]
-    assert [r.text for r in results] == ['{"restarted": "payments"} [checked]',
-                                          '{"restarted": "cache", "simulated": true} [checked]']
+    assert [r.text for r in results] == [
+        '{"restarted": "payments"} [checked]',
+        '{"restarted": "cache", "simulated": true} [checked]',
+    ]
     assert [[c["change"] for c in r.extensions["callbacks"]] for r in results] == [
-        ["call", "result"], ["short_circuit", "result"],
+        ["call", "result"],
+        ["short_circuit", "result"],
     ]
 
 
@@ -179,7 +191,8 @@ async def test_after_model_on_event_before_and_after_run() -> None:
         return None
 
     runner, service = make(
-        model, agent_callbacks=Callbacks(after_model=[shout]),
+        model,
+        agent_callbacks=Callbacks(after_model=[shout]),
         runner_callbacks=Callbacks(on_event=[stamp], after_run=[ended.append]),
     )
     handle = await runner.start(user_id="alice", message="?")
@@ -189,7 +202,8 @@ async def test_after_model_on_event_before_and_after_run() -> None:
     answer = next(e for e in await ledger(service, handle.session_id) if e.role == "assistant")
     assert answer.extensions["reviewed"] is True
     assert [(c["point"], c["change"]) for c in answer.extensions["callbacks"]] == [
-        ("after_model", "response"), ("on_event", "event"),
+        ("after_model", "response"),
+        ("on_event", "event"),
     ]
     assert [r.id for r in ended] == [record.id] and ended[0].status == "completed"
 
@@ -217,7 +231,9 @@ async def test_a_callback_returning_something_unexpected_fails_the_run_visibly()
 
     runner, _ = make(ScriptedModel.of(), agent_callbacks=Callbacks(before_model=[wrong]))  # type: ignore[list-item]  # deliberately wrong
     record = await (await runner.start(user_id="alice", message="hi")).wait()
-    assert record.status == "failed" and record.error is not None and "returned 'not a result'" in record.error["message"]
+    assert (
+        record.status == "failed" and record.error is not None and "returned 'not a result'" in record.error["message"]
+    )
 
 
 # -- the demo's extensions ------------------------------------------------------------------
@@ -231,7 +247,7 @@ async def test_a_callback_returning_something_unexpected_fails_the_run_visibly()
         ("key sk-proj-abcdefghijklmnop1234 here", {"api key": 1}),
         ("AKIAIOSFODNN7EXAMPLE", {"api key": 1}),
         ("curl -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig'", {"bearer token": 1}),
-        ("db password=hunter2; api_key: \"abc def\"", {"secret": 2}),
+        ('db password=hunter2; api_key: "abc def"', {"secret": 2}),
     ],
 )
 def test_the_redactor_masks_secrets_and_luhn_valid_card_numbers(text: str, kinds: dict[str, int]) -> None:
@@ -243,8 +259,13 @@ def test_the_redactor_masks_secrets_and_luhn_valid_card_numbers(text: str, kinds
 
 @pytest.mark.parametrize(
     "text",
-    ["order 4111 1111 1111 1112 failed", "2026-11-14T08:00:00Z", "the token expired", "call 555 0100 at 9",
-     "ticket INC-1042, 1234567890123 bytes"],
+    [
+        "order 4111 1111 1111 1112 failed",
+        "2026-11-14T08:00:00Z",
+        "the token expired",
+        "call 555 0100 at 9",
+        "ticket INC-1042, 1234567890123 bytes",
+    ],
 )
 def test_the_redactor_leaves_other_numbers_and_words_alone(text: str) -> None:
     assert Redactor().redact_text(text) == (text, Counter())
@@ -252,8 +273,13 @@ def test_the_redactor_leaves_other_numbers_and_words_alone(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "approved"),
-    [("approve restart_service", True), ("I approve restart_service for payments", True),
-     ("do not approve restart_service", False), ("approve it", False), ("restart_service approved", False)],
+    [
+        ("approve restart_service", True),
+        ("I approve restart_service for payments", True),
+        ("do not approve restart_service", False),
+        ("approve it", False),
+        ("restart_service approved", False),
+    ],
 )
 def test_what_counts_as_an_approval(text: str, approved: bool) -> None:
     assert ApprovalPolicy.approved(text, "restart_service") is approved
@@ -264,11 +290,13 @@ def test_luhn() -> None:
 
 
 def test_the_redactor_covers_tool_arguments_and_results_in_a_request() -> None:
-    request = ModelRequest(messages=(
-        Message(role="user", content=f"charge {CARD}"),
-        Message(role="assistant", tool_calls=(ToolCall(id="c", name="pay", arguments=f'{{"card": "{CARD}"}}'),)),
-        Message(role="tool", content=f'{{"charged": "{CARD}"}}', tool_call_id="c", tool_name="pay"),
-    ))
+    request = ModelRequest(
+        messages=(
+            Message(role="user", content=f"charge {CARD}"),
+            Message(role="assistant", tool_calls=(ToolCall(id="c", name="pay", arguments=f'{{"card": "{CARD}"}}'),)),
+            Message(role="tool", content=f'{{"charged": "{CARD}"}}', tool_call_id="c", tool_name="pay"),
+        )
+    )
     redacted, found = Redactor().redact_request(request)
     assert found == Counter({"card number": 3})
     assert CARD not in repr(redacted)
@@ -278,8 +306,10 @@ async def test_the_approval_policy_vetoes_a_destructive_tool_until_the_user_appr
     restarts = Restarts()
     policy = Callbacks(before_tool=[ApprovalPolicy({"restart_service"})])
     model = ScriptedModel.of(
-        ScriptStep.call("restart_service", {"name": "payments"}), "Please approve the restart.",
-        ScriptStep.call("restart_service", {"name": "payments"}), "Restarted.",
+        ScriptStep.call("restart_service", {"name": "payments"}),
+        "Please approve the restart.",
+        ScriptStep.call("restart_service", {"name": "payments"}),
+        "Restarted.",
     )
     runner, service = make(model, agent_callbacks=policy, restarts=restarts)
     first = await runner.start(user_id="alice", message="restart payments")
@@ -289,8 +319,9 @@ async def test_the_approval_policy_vetoes_a_destructive_tool_until_the_user_appr
     assert "needs the user's approval" in vetoed.text and "approve restart_service" in vetoed.text
     assert vetoed.extensions["callbacks"][0]["callback"] == "approval_policy"
 
-    second = await runner.start(user_id="alice", message="I approve restart_service for payments",
-                                session_id=first.session_id)
+    second = await runner.start(
+        user_id="alice", message="I approve restart_service for payments", session_id=first.session_id
+    )
     record = await second.wait()
     assert record.status == "completed" and restarts.done == ["payments"]
     model.assert_consumed()

@@ -25,15 +25,20 @@ from runs.core.runner import Runner
 from sessions_app.core.events import Event, Message, utcnow
 from sessions_app.core.inmemory import InMemorySessionService
 
-ASK = ToolSpec(name="ask_user", description="Ask the user in the browser.",
-               parameters={"type": "object", "properties": {"question": {"type": "string"}}})
+ASK = ToolSpec(
+    name="ask_user",
+    description="Ask the user in the browser.",
+    parameters={"type": "object", "properties": {"question": {"type": "string"}}},
+)
 OPTIONS = RunOptions(client_tools=(ASK,))
 
 
 def make(*steps: Any) -> tuple[Runner, ScriptedModel]:
     model = ScriptedModel.of(*steps)
     agent = LLMAgent(name="a", model=model)
-    return Runner(app="t", agents=[agent], session_service=InMemorySessionService(), run_store=InMemoryRunStore()), model
+    return Runner(
+        app="t", agents=[agent], session_service=InMemorySessionService(), run_store=InMemoryRunStore()
+    ), model
 
 
 async def run(runner: Runner, **kwargs: Any) -> list[Event]:
@@ -75,8 +80,10 @@ async def test_two_requests_with_the_results_at_once_continue_the_run_once() -> 
     session_id, run_id = await start_paused(runner)
 
     outcomes = await asyncio.gather(
-        *(runner.start(user_id="u", session_id=session_id, options=OPTIONS, tool_results=answer("c1", "web-2"))
-          for _ in range(2)),
+        *(
+            runner.start(user_id="u", session_id=session_id, options=OPTIONS, tool_results=answer("c1", "web-2"))
+            for _ in range(2)
+        ),
         return_exceptions=True,
     )
     handles = [o for o in outcomes if not isinstance(o, BaseException)]
@@ -92,8 +99,9 @@ async def test_two_requests_with_the_results_at_once_continue_the_run_once() -> 
 
 
 async def test_a_new_message_instead_of_the_results_ends_the_paused_run_and_starts_another() -> None:
-    runner, model = make(ScriptStep.call("ask_user", {"question": "which host?"}, id="c1"), "Never mind, then.",
-                         "Noted: web-2.")
+    runner, model = make(
+        ScriptStep.call("ask_user", {"question": "which host?"}, id="c1"), "Never mind, then.", "Noted: web-2."
+    )
     session_id, run_id = await start_paused(runner)
     handle = await runner.start(user_id="u", session_id=session_id, options=OPTIONS, message="forget it")
     other = await handle.wait()
@@ -104,10 +112,14 @@ async def test_a_new_message_instead_of_the_results_ends_the_paused_run_and_star
     assert ended.error is not None and ended.error["type"] == "abandoned" and "'c1'" in ended.error["message"]
     session = await runner.session_service.get_session(handle.invocation.session.key)
     assert session is not None
-    completions = [(e.extensions["run_id"], e.extensions["status"], e.request_id) for e in session.events
-                   if e.is_runner_completion]
-    assert completions == [(run_id, "requires_action", ended.request_id), (run_id, "cancelled", ended.request_id),
-                           (other.id, "completed", other.request_id)]
+    completions = [
+        (e.extensions["run_id"], e.extensions["status"], e.request_id) for e in session.events if e.is_runner_completion
+    ]
+    assert completions == [
+        (run_id, "requires_action", ended.request_id),
+        (run_id, "cancelled", ended.request_id),
+        (other.id, "completed", other.request_id),
+    ]
     # The new run's own ledger events are its turn, answer and completion.
     assert other.event_count == 3
     # Results for the abandoned call now start a run of their own, not the ended one.
@@ -148,22 +160,53 @@ async def test_on_the_database_two_resumes_racing_claim_a_paused_run_once(alice:
     session = await DjangoSessionService().create_session(app="t", user_id=str(alice.pk))
     store = DjangoRunStore()
     user = str(alice.pk)
-    await store.create(RunRecord(id="r1", app="t", user_id=user, session_id=session.id, agent="a",
-                                 request_id="q1", status="requires_action", started_at=utcnow()))
-    await store.create(RunRecord(id="r2", app="t", user_id=user, session_id=session.id, agent="a",
-                                 request_id="q2", status="completed", started_at=utcnow()))
+    await store.create(
+        RunRecord(
+            id="r1",
+            app="t",
+            user_id=user,
+            session_id=session.id,
+            agent="a",
+            request_id="q1",
+            status="requires_action",
+            started_at=utcnow(),
+        )
+    )
+    await store.create(
+        RunRecord(
+            id="r2",
+            app="t",
+            user_id=user,
+            session_id=session.id,
+            agent="a",
+            request_id="q2",
+            status="completed",
+            started_at=utcnow(),
+        )
+    )
     assert await store.running() == []  # a paused run is not live: no reaper takes it
     with pytest.raises(DuplicateRequestError):  # the resuming request's id is the user's
         await store.resume("r1", user_id=user, request_id="q2", owner="me", at=utcnow())
-    results = await asyncio.gather(*(store.resume("r1", user_id=user, request_id=f"q-{i}", owner="me", at=utcnow())
-                                     for i in range(4)))
+    results = await asyncio.gather(
+        *(store.resume("r1", user_id=user, request_id=f"q-{i}", owner="me", at=utcnow()) for i in range(4))
+    )
     [won] = [r for r in results if r is not None]
     assert (won.status, won.owner) == ("running", "me")
     stored = await store.get("r1")
     assert stored is not None and stored.request_id == won.request_id
     assert await store.resume("r2", user_id=user, request_id="q9", owner="me", at=utcnow()) is None  # not paused
-    await store.create(RunRecord(id="r3", app="t", user_id=user, session_id=session.id, agent="a",
-                                 request_id="q3", status="requires_action", started_at=utcnow()))
+    await store.create(
+        RunRecord(
+            id="r3",
+            app="t",
+            user_id=user,
+            session_id=session.id,
+            agent="a",
+            request_id="q3",
+            status="requires_action",
+            started_at=utcnow(),
+        )
+    )
     ended = await store.abandon("r3", user_id=user, at=utcnow(), reason="a new message came instead")
     assert ended is not None and (ended.status, ended.error["type"]) == ("cancelled", "abandoned")  # type: ignore[index]  # set by abandon
     assert await store.abandon("r3", user_id=user, at=utcnow(), reason="again") is None

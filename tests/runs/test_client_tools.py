@@ -18,8 +18,11 @@ from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import SessionKey
 
-CONFIRM = ToolSpec(name="confirm", description="Ask the user in the browser.",
-                   parameters={"type": "object", "properties": {"what": {"type": "string"}}})
+CONFIRM = ToolSpec(
+    name="confirm",
+    description="Ask the user in the browser.",
+    parameters={"type": "object", "properties": {"what": {"type": "string"}}},
+)
 
 
 def lookup(ticket_id: str) -> str:
@@ -43,8 +46,10 @@ async def run(runner: Runner, **kwargs: Any) -> tuple[str, list[Event]]:
 
 
 async def test_a_client_tool_call_pauses_the_run_and_its_result_continues_the_same_run() -> None:
-    runner, model = make(ScriptStep.calls(("lookup", {"ticket_id": "T1"}, "c_srv"), ("confirm", {"what": "T1"}, "c_cli")),
-                         "T1 is open and you confirmed.")
+    runner, model = make(
+        ScriptStep.calls(("lookup", {"ticket_id": "T1"}, "c_srv"), ("confirm", {"what": "T1"}, "c_cli")),
+        "T1 is open and you confirmed.",
+    )
     options = RunOptions(client_tools=(CONFIRM,))
     session_id, events = await run(runner, message="check T1 then ask me", options=options)
 
@@ -61,8 +66,12 @@ async def test_a_client_tool_call_pauses_the_run_and_its_result_continues_the_sa
     assert paused is not None and (paused.status, paused.ended_at, paused.model_calls) == ("requires_action", None, 1)
     assert len(model.requests) == 1
 
-    _, events = await run(runner, session_id=session_id, options=options,
-                          tool_results=[Message(role="tool", content="confirmed", tool_call_id="c_cli")])
+    _, events = await run(
+        runner,
+        session_id=session_id,
+        options=options,
+        tool_results=[Message(role="tool", content="confirmed", tool_call_id="c_cli")],
+    )
     assert [e.text for e in events if e.is_final_response] == ["T1 is open and you confirmed."]
     # The same run went on and completed once; its record counts both segments.
     assert {e.extensions.get("run_id") for e in events if e.is_runner_completion} == {run_id}
@@ -72,7 +81,10 @@ async def test_a_client_tool_call_pauses_the_run_and_its_result_continues_the_sa
     assert done.trace is not None and [t["status"] for t in done.trace["earlier_segments"]] == ["requires_action"]
     session = await runner.session_service.get_session(SessionKey(app="t", user_id="u", session_id=session_id))
     assert session is not None
-    assert [e.extensions["status"] for e in session.events if e.is_runner_completion] == ["requires_action", "completed"]
+    assert [e.extensions["status"] for e in session.events if e.is_runner_completion] == [
+        "requires_action",
+        "completed",
+    ]
     calls, *results = [m for m in model.requests[1].messages if m.tool_calls or m.role == "tool"]
     assert [c.id for c in calls.tool_calls] == ["c_srv", "c_cli"]
     assert [(r.tool_call_id, r.content) for r in results] == [("c_srv", "T1: open"), ("c_cli", "confirmed")]
@@ -81,9 +93,13 @@ async def test_a_client_tool_call_pauses_the_run_and_its_result_continues_the_sa
 
 async def test_tool_choice_binds_the_first_step_and_none_offers_no_tools() -> None:
     runner, model = make(ScriptStep.call("lookup", {"ticket_id": "T1"}), "T1 is open.", "Plain text.")
-    await run(runner, message="T1?", options=RunOptions(client_tools=(CONFIRM,), tool_choice=ToolChoice(mode="required")))
+    await run(
+        runner, message="T1?", options=RunOptions(client_tools=(CONFIRM,), tool_choice=ToolChoice(mode="required"))
+    )
     assert [r.tool_choice for r in model.requests] == [ToolChoice(mode="required"), None]
 
-    await run(runner, message="no tools", options=RunOptions(client_tools=(CONFIRM,), tool_choice=ToolChoice(mode="none")))
+    await run(
+        runner, message="no tools", options=RunOptions(client_tools=(CONFIRM,), tool_choice=ToolChoice(mode="none"))
+    )
     assert model.requests[2].tools == () and model.requests[2].tool_choice is None
     model.assert_consumed()

@@ -39,11 +39,19 @@ def three_turns(active: bool = True) -> tuple[Ledger, list[str]]:
     return ledger, invocations
 
 
-def build(session: Session, *, active: str | None, config: CompactionConfig | None = None, tools: list[ToolSpec] | None = None) -> BuiltRequest:
+def build(
+    session: Session, *, active: str | None, config: CompactionConfig | None = None, tools: list[ToolSpec] | None = None
+) -> BuiltRequest:
     governance = ContextGovernance(compaction=config or CompactionConfig())
     return build_context(
-        session, filter_key=APP, instruction="", tools=tools or [], governance=governance, window=8192,
-        active_invocation_id=active, current_unit=f"req:req-{active}" if active else "req:(next)",
+        session,
+        filter_key=APP,
+        instruction="",
+        tools=tools or [],
+        governance=governance,
+        window=8192,
+        active_invocation_id=active,
+        current_unit=f"req:req-{active}" if active else "req:(next)",
     )
 
 
@@ -68,8 +76,12 @@ def test_a_placeholder_names_the_event_the_call_and_the_tool() -> None:
     assert placeholder.event is not None
     lines = placeholder.message.content.splitlines()
     assert f"event_id: {placeholder.event.id}" in lines
-    assert "tool_call_id: c0" in lines and "tool_name: search_logs" in lines and "reason: historical_compaction" in lines
-    assert placeholder.message.tool_call_id == "c0" and placeholder.original_tokens and placeholder.original_tokens > 1000
+    assert (
+        "tool_call_id: c0" in lines and "tool_name: search_logs" in lines and "reason: historical_compaction" in lines
+    )
+    assert (
+        placeholder.message.tool_call_id == "c0" and placeholder.original_tokens and placeholder.original_tokens > 1000
+    )
 
 
 def test_session_load_is_advertised_only_when_the_agent_has_it() -> None:
@@ -82,7 +94,9 @@ def test_session_load_is_advertised_only_when_the_agent_has_it() -> None:
 
 def test_results_under_the_threshold_and_kept_tools_are_left_alone() -> None:
     ledger, invocations = three_turns()
-    keep = build(ledger.session(), active=invocations[2], config=CompactionConfig(keep_tools=frozenset({"search_logs"})))
+    keep = build(
+        ledger.session(), active=invocations[2], config=CompactionConfig(keep_tools=frozenset({"search_logs"}))
+    )
     assert keep.compaction.total == 0
     high = build(ledger.session(), active=invocations[2], config=CompactionConfig(tool_result_max_tokens=100_000))
     assert high.compaction.total == 0
@@ -100,9 +114,15 @@ def test_keep_recent_requests_protects_that_many_completed_requests() -> None:
 
 def test_protected_units_are_the_current_one_and_the_last_completed_ones() -> None:
     order = ["req:a", "req:b", "req:c", "req:d"]
-    assert protected_units(order, {"req:a", "req:b", "req:c"}, current_unit="req:d", keep_recent_requests=1) == {"req:d", "req:c"}
+    assert protected_units(order, {"req:a", "req:b", "req:c"}, current_unit="req:d", keep_recent_requests=1) == {
+        "req:d",
+        "req:c",
+    }
     # An unfinished request (crashed, no `done` event) is neither protected nor counted.
-    assert protected_units(order, {"req:a", "req:b"}, current_unit="req:d", keep_recent_requests=1) == {"req:d", "req:b"}
+    assert protected_units(order, {"req:a", "req:b"}, current_unit="req:d", keep_recent_requests=1) == {
+        "req:d",
+        "req:b",
+    }
 
 
 def test_the_next_call_preview_protects_the_last_completed_request() -> None:
@@ -123,9 +143,11 @@ def test_pass_0_cleans_listed_tools_whatever_their_size_without_recovery_hints()
     assert len(cleaned) == 2  # the last completed request is protected
     assert "event_id" not in cleaned[0].message.content and cleaned[0].message.content.startswith(PLACEHOLDER_TAG)
     assert built.compaction.pass0 == 2
-    kept = build(ledger.session(), active=turn.invocation_id, config=CompactionConfig(
-        force_clean_tools=frozenset({"get_secret"}), keep_tools=frozenset({"get_secret"})
-    ))
+    kept = build(
+        ledger.session(),
+        active=turn.invocation_id,
+        config=CompactionConfig(force_clean_tools=frozenset({"get_secret"}), keep_tools=frozenset({"get_secret"})),
+    )
     assert kept.compaction.pass0 == 0
 
 
@@ -147,7 +169,9 @@ def test_pass_2_leaves_session_load_results_whole() -> None:
     turn = ledger.turn()
     turn.user("load it")
     turn.tool_round("session_load", BIG)
-    built = build(ledger.session(), active=turn.invocation_id, config=CompactionConfig(oversized_tool_result_max_tokens=300))
+    built = build(
+        ledger.session(), active=turn.invocation_id, config=CompactionConfig(oversized_tool_result_max_tokens=300)
+    )
     assert built.compaction.pass2 == 0
 
 
@@ -155,9 +179,13 @@ def test_a_placeholder_is_never_compacted_again() -> None:
     ledger, invocations = three_turns()
     once = build(ledger.session(), active=invocations[2])
     again, stats = compact_tool_results(
-        once.items, config=CompactionConfig(oversized_tool_result_max_tokens=50), current_unit=f"req:req-{invocations[2]}",
-        unit_order=once.projection.unit_order, completed_units=once.projection.completed_units,
-        session_load=False, tokenizer=TIKTOKEN,
+        once.items,
+        config=CompactionConfig(oversized_tool_result_max_tokens=50),
+        current_unit=f"req:req-{invocations[2]}",
+        unit_order=once.projection.unit_order,
+        completed_units=once.projection.completed_units,
+        session_load=False,
+        tokenizer=TIKTOKEN,
     )
     assert tool_items(once)[0].message == again[[i.message.role for i in again].index("tool")].message
     assert stats.pass1 == 0
@@ -185,8 +213,13 @@ def test_compaction_copies_on_write_and_never_touches_the_ledger() -> None:
     projection = project(session, filter_key=APP, active_invocation_id=invocations[2])
     items_before = list(projection.items)
     _, stats = compact_tool_results(
-        projection.items, config=CompactionConfig(oversized_tool_result_max_tokens=100), current_unit=f"req:req-{invocations[2]}",
-        unit_order=projection.unit_order, completed_units=projection.completed_units, session_load=True, tokenizer=TIKTOKEN,
+        projection.items,
+        config=CompactionConfig(oversized_tool_result_max_tokens=100),
+        current_unit=f"req:req-{invocations[2]}",
+        unit_order=projection.unit_order,
+        completed_units=projection.completed_units,
+        session_load=True,
+        tokenizer=TIKTOKEN,
     )
     assert stats.total > 0
     assert list(projection.items) == items_before  # the input items are untouched
@@ -194,7 +227,9 @@ def test_compaction_copies_on_write_and_never_touches_the_ledger() -> None:
     assert all(e.text == BIG for e in session.events if e.is_tool_result)
 
 
-@pytest.mark.parametrize("field", ["keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens"])
+@pytest.mark.parametrize(
+    "field", ["keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens"]
+)
 def test_negative_knobs_are_refused(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         CompactionConfig(**{field: -1})

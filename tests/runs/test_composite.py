@@ -50,10 +50,13 @@ def complete(events: list[Event]) -> list[Event]:
 async def test_a_chain_runs_children_in_order_and_each_sees_the_ones_before() -> None:
     first_model = ScriptedModel.of(ScriptStep.call("lookup", {"topic": "tls"}), "TLS facts gathered.")
     second_model = ScriptedModel.of("Report: TLS is broken.")
-    chain = ChainAgent(name="pipeline", agents=[
-        LLMAgent(name="research", model=first_model, tools=[FunctionTool(lookup)]),
-        LLMAgent(name="write", model=second_model),
-    ])
+    chain = ChainAgent(
+        name="pipeline",
+        agents=[
+            LLMAgent(name="research", model=first_model, tools=[FunctionTool(lookup)]),
+            LLMAgent(name="write", model=second_model),
+        ],
+    )
     events, stored, record = await run(chain)
     first_model.assert_consumed()
     second_model.assert_consumed()
@@ -82,10 +85,13 @@ async def test_a_chain_runs_children_in_order_and_each_sees_the_ones_before() ->
 
 async def test_a_chain_stops_at_the_first_error() -> None:
     second = ScriptedModel.of("never")
-    chain = ChainAgent(name="pipeline", agents=[
-        LLMAgent(name="research", model=ScriptedModel.of(ScriptStep.fail(ModelError("bad request")))),
-        LLMAgent(name="write", model=second),
-    ])
+    chain = ChainAgent(
+        name="pipeline",
+        agents=[
+            LLMAgent(name="research", model=ScriptedModel.of(ScriptStep.fail(ModelError("bad request")))),
+            LLMAgent(name="write", model=second),
+        ],
+    )
     events, _, record = await run(chain)
     assert record.status == "failed"
     assert [e.author for e in events if e.is_error and not e.is_runner_completion] == ["research"]
@@ -96,12 +102,18 @@ async def test_a_chain_stops_at_the_first_error() -> None:
 
 
 async def test_parallel_branches_get_their_own_branch_and_filter_key_and_isolated_histories() -> None:
-    slow = ScriptedModel.of(ScriptStep.call("lookup", {"topic": "logs"}), ScriptStep.answer("Logs: 3 TLS errors.", chunk_size=2, delay_s=0.01))
+    slow = ScriptedModel.of(
+        ScriptStep.call("lookup", {"topic": "logs"}),
+        ScriptStep.answer("Logs: 3 TLS errors.", chunk_size=2, delay_s=0.01),
+    )
     fast = ScriptedModel.of(ScriptStep.call("lookup", {"topic": "cert"}), "Cert: expired.")
-    parallel = ParallelAgent(name="fanout", agents=[
-        LLMAgent(name="logs", model=slow, tools=[FunctionTool(lookup)]),
-        LLMAgent(name="cert", model=fast, tools=[FunctionTool(lookup)]),
-    ])
+    parallel = ParallelAgent(
+        name="fanout",
+        agents=[
+            LLMAgent(name="logs", model=slow, tools=[FunctionTool(lookup)]),
+            LLMAgent(name="cert", model=fast, tools=[FunctionTool(lookup)]),
+        ],
+    )
     events, stored, record = await run(parallel)
     slow.assert_consumed()
     fast.assert_consumed()
@@ -132,10 +144,13 @@ async def test_parallel_branches_get_their_own_branch_and_filter_key_and_isolate
 
 async def test_a_failing_branch_does_not_stop_its_siblings() -> None:
     ok = ScriptedModel.of("fine")
-    parallel = ParallelAgent(name="fanout", agents=[
-        LLMAgent(name="bad", model=ScriptedModel.of(ScriptStep.fail(ModelError("refused")))),
-        LLMAgent(name="good", model=ok),
-    ])
+    parallel = ParallelAgent(
+        name="fanout",
+        agents=[
+            LLMAgent(name="bad", model=ScriptedModel.of(ScriptStep.fail(ModelError("refused")))),
+            LLMAgent(name="good", model=ok),
+        ],
+    )
     events, _, record = await run(parallel)
     ok.assert_consumed()
     results = next(e for e in events if e.object == OBJECT_PARALLEL_RESULTS).extensions["results"]
@@ -161,18 +176,29 @@ class Counter:
 
     async def run(self, invocation: Invocation) -> AsyncIterator[Event]:
         self.calls += 1
-        yield invocation.stamp(Event(
-            author=self.name, object=OBJECT_COMPLETION, done=True,
-            message=Message(role="assistant", content=f"{self.name} #{self.calls}"),
-            extensions={"escalate": True} if self.calls == self.stop_at else {},
-        ))
+        yield invocation.stamp(
+            Event(
+                author=self.name,
+                object=OBJECT_COMPLETION,
+                done=True,
+                message=Message(role="assistant", content=f"{self.name} #{self.calls}"),
+                extensions={"escalate": True} if self.calls == self.stop_at else {},
+            )
+        )
 
 
 async def test_a_cycle_loops_over_its_agents_until_the_iterations_run_out() -> None:
     cycle = CycleAgent(name="loop", agents=[Counter("draft"), Counter("review")], max_iterations=3)
     events, _, record = await run(cycle)
     assert record.status == "completed"
-    assert [e.text for e in complete(events)] == ["draft #1", "review #1", "draft #2", "review #2", "draft #3", "review #3"]
+    assert [e.text for e in complete(events)] == [
+        "draft #1",
+        "review #1",
+        "draft #2",
+        "review #2",
+        "draft #3",
+        "review #3",
+    ]
     assert {e.branch for e in complete(events)} == {"loop/draft", "loop/review"}
 
 

@@ -144,7 +144,9 @@ async def test_a_token_authenticates_a_socket(
     if how == "query":
         socket = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}")
     else:
-        socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"authorization", f"Bearer {alice_token}".encode()))
+        socket = await open_socket(
+            f"/ws/sessions/{alice_session}/", (b"authorization", f"Bearer {alice_token}".encode())
+        )
     await socket.send_json_to({"type": "run", "message": "hi"})
     assert (await receive(socket))["type"] == "run.accepted"
     assert kinds(await receive_until(socket, "RUN_FINISHED"))[-1] == "RUN_FINISHED"
@@ -170,7 +172,9 @@ async def test_close_codes_say_why_a_socket_was_refused(
 
 async def test_a_foreign_origin_is_refused(alice_cookie: bytes, alice_session: str) -> None:
     communicator = WebsocketCommunicator(
-        application, f"/ws/sessions/{alice_session}/", headers=[(b"origin", b"https://evil.example"), HOST, (b"cookie", alice_cookie)]
+        application,
+        f"/ws/sessions/{alice_session}/",
+        headers=[(b"origin", b"https://evil.example"), HOST, (b"cookie", alice_cookie)],
     )
     connected, _ = await communicator.connect(timeout=TIMEOUT)
     assert not connected
@@ -268,8 +272,13 @@ async def test_replay_shows_the_ledger_with_the_same_ids_as_live(
     await replay.disconnect()
 
     def ids(frames: list[dict[str, Any]]) -> list[tuple[str, str]]:
-        wanted = {"RUN_STARTED": "runId", "TEXT_MESSAGE_START": "messageId", "TOOL_CALL_START": "toolCallId",
-                  "TOOL_CALL_RESULT": "messageId", "RUN_FINISHED": "runId"}
+        wanted = {
+            "RUN_STARTED": "runId",
+            "TEXT_MESSAGE_START": "messageId",
+            "TOOL_CALL_START": "toolCallId",
+            "TOOL_CALL_RESULT": "messageId",
+            "RUN_FINISHED": "runId",
+        }
         return [(f["type"], f[wanted[f["type"]]]) for f in frames if f["type"] in wanted]
 
     assert ids(replay_frames) == ids(live_frames)
@@ -302,8 +311,12 @@ async def test_reconnecting_with_after_seq_loses_nothing_and_duplicates_nothing(
     for key in ("toolCallId",):
         starts = [f[key] for f in before + after if f["type"] == "TOOL_CALL_START"]
         assert len(starts) == len(set(starts)) == 1
-    answer_id = next(f["messageId"] for f in reference if f["type"] == "TEXT_MESSAGE_START" and f["role"] == "assistant")
-    resumed = "".join(f["delta"] for f in after if f.get("messageId") == answer_id and f["type"] == "TEXT_MESSAGE_CONTENT")
+    answer_id = next(
+        f["messageId"] for f in reference if f["type"] == "TEXT_MESSAGE_START" and f["role"] == "assistant"
+    )
+    resumed = "".join(
+        f["delta"] for f in after if f.get("messageId") == answer_id and f["type"] == "TEXT_MESSAGE_CONTENT"
+    )
     assert resumed == "word " * 60  # the answer cut off by the disconnect comes back whole
 
 

@@ -151,9 +151,13 @@ def test_a_text_without_a_template_and_frames_that_are_not_errors_stay_as_they_a
         assert translate_text("something nobody wrote a template for") == "something nobody wrote a template for"
     delta = json.dumps({"type": "TEXT_MESSAGE_CONTENT", "delta": "run 'x' already ended"})
     assert localize_frame_text(delta, "zh-hans") == delta
-    error = json.dumps({"type": "error", "error": {"code": "run_not_active", "message": "run 'x' already ended", "field": "run_id"}})
+    error = json.dumps(
+        {"type": "error", "error": {"code": "run_not_active", "message": "run 'x' already ended", "field": "run_id"}}
+    )
     assert json.loads(localize_frame_text(error, "zh-hans"))["error"] == {
-        "code": "run_not_active", "message": "运行 'x' 已经结束", "field": "run_id",
+        "code": "run_not_active",
+        "message": "运行 'x' 已经结束",
+        "field": "run_id",
     }
 
 
@@ -165,7 +169,9 @@ def test_a_run_error_from_core_reaches_the_socket_in_chinese_with_its_code() -> 
         message="the agent used all 3 steps without a final answer", code="max_steps_exceeded"
     ).model_dump_json(by_alias=True)
     assert json.loads(localize_frame_text(frame, "zh-hans")) == {
-        "type": "RUN_ERROR", "code": "max_steps_exceeded", "message": "智能体用完了全部 3 步，仍没有最终回答",
+        "type": "RUN_ERROR",
+        "code": "max_steps_exceeded",
+        "message": "智能体用完了全部 3 步，仍没有最终回答",
     }
     assert localize_frame_text(frame, "en") == frame
 
@@ -178,8 +184,15 @@ def test_a_failed_runs_record_gives_its_error_in_chinese_over_rest(alice: Any, a
     session = session_services.session_create(user=alice, agent="support")
     error = {"type": "max_steps_exceeded", "message": "the agent used all 3 steps without a final answer", "code": None}
     run_orm.Run.objects.create(
-        id="r-failed", app=session.app, user=alice, session_id=session.id, agent="support", request_id="q-1",
-        status="failed", created_at=timezone.now(), error=error,
+        id="r-failed",
+        app=session.app,
+        user=alice,
+        session_id=session.id,
+        agent="support",
+        request_id="q-1",
+        status="failed",
+        created_at=timezone.now(),
+        error=error,
     )
     english = alice_api.get("/api/runs/r-failed/", HTTP_ACCEPT_LANGUAGE="en")
     chinese = alice_api.get("/api/runs/r-failed/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9")

@@ -16,14 +16,22 @@ RECORD = RunRecord(id="r1", app="agentsite", user_id="7", session_id="s1", agent
 
 
 def delta(text: str, message_id: str = "m1") -> Event:
-    return Event(author="support", partial=True, message=Message(role="assistant", content=text),
-                 extensions={"message_id": message_id})
+    return Event(
+        author="support",
+        partial=True,
+        message=Message(role="assistant", content=text),
+        extensions={"message_id": message_id},
+    )
 
 
 def complete(text: str, message_id: str = "m1") -> Event:
     call = ToolCall(id="c1", name="search_logs", arguments="{}")
-    return Event(author="support", seq=3, message=Message(role="assistant", content=text, tool_calls=(call,)),
-                 extensions={"message_id": message_id})
+    return Event(
+        author="support",
+        seq=3,
+        message=Message(role="assistant", content=text, tool_calls=(call,)),
+        extensions={"message_id": message_id},
+    )
 
 
 class Recording(InMemoryChannelLayer):

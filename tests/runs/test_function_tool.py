@@ -12,8 +12,9 @@ from runs.core.tools.function import FunctionTool
 from sessions_app.core.session import Session
 
 
-def search_logs(service: Literal["api", "db"], query: str, limit: int = 20, level: str | None = None,
-                tags: list[str] | None = None) -> dict[str, object]:
+def search_logs(
+    service: Literal["api", "db"], query: str, limit: int = 20, level: str | None = None, tags: list[str] | None = None
+) -> dict[str, object]:
     """Search the service logs.
 
     Longer explanation that is not part of the description.
@@ -28,8 +29,11 @@ def search_logs(service: Literal["api", "db"], query: str, limit: int = 20, leve
 
 def context() -> ToolContext:
     return ToolContext(
-        session=Session(app="a", user_id="u", id="s"), invocation_id="i", tool_call_id="c",
-        agent_name="agent", cancel_event=asyncio.Event(),
+        session=Session(app="a", user_id="u", id="s"),
+        invocation_id="i",
+        tool_call_id="c",
+        agent_name="agent",
+        cancel_event=asyncio.Event(),
     )
 
 
@@ -39,7 +43,11 @@ def test_schema_comes_from_hints_and_docstring() -> None:
     assert spec.description == "Search the service logs."
     params = spec.parameters
     assert params["required"] == ["service", "query"]
-    assert params["properties"]["service"] == {"type": "string", "enum": ["api", "db"], "description": "which service's logs"}
+    assert params["properties"]["service"] == {
+        "type": "string",
+        "enum": ["api", "db"],
+        "description": "which service's logs",
+    }
     assert params["properties"]["limit"] == {"type": "integer", "default": 20, "description": "at most this many lines"}
     assert params["properties"]["level"] == {"type": "string"}
     assert params["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}

@@ -39,7 +39,9 @@ class TurnShape:
 
 steps = st.builds(
     lambda calls, missing, size: Step(calls=calls, answered=calls - missing, size=size),
-    st.integers(1, 3), st.integers(0, 1), st.sampled_from(list(SIZES)),
+    st.integers(1, 3),
+    st.integers(0, 1),
+    st.sampled_from(list(SIZES)),
 ).filter(lambda s: s.answered >= 0)
 turns = st.builds(TurnShape, st.lists(steps, max_size=3).map(tuple), st.booleans(), st.booleans(), st.booleans())
 configs = st.builds(
@@ -69,7 +71,9 @@ def build_ledger(shapes: list[TurnShape], active_last: bool) -> tuple[Ledger, st
             for call_id, tool in list(zip(ids, tools, strict=True))[:answered]:
                 turn.result(call_id, SIZES[step.size], tool=tool)
         if shape.foreign:
-            Ledger(filter_key="other", events=ledger.events).add(ledger.events[-1].replace(id=f"foreign-{index}", filter_key="other"))
+            Ledger(filter_key="other", events=ledger.events).add(
+                ledger.events[-1].replace(id=f"foreign-{index}", filter_key="other")
+            )
         if is_active:
             active = turn.invocation_id
             continue
@@ -104,9 +108,14 @@ def test_governance_keeps_pairs_the_active_turn_and_the_ledger(
     events_before, summaries_before = copy.deepcopy(session.events), copy.deepcopy(session.summaries)
 
     built = build_context(
-        session, filter_key=APP, instruction="Be brief.", tools=[],
+        session,
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[],
         governance=ContextGovernance(compaction=config, summary_injection=injection),
-        window=8192, active_invocation_id=active, current_unit=f"req:req-{active}" if active else "req:(next)",
+        window=8192,
+        active_invocation_id=active,
+        current_unit=f"req:req-{active}" if active else "req:(next)",
     )
     sent = list(built.request.messages)
 
@@ -118,8 +127,11 @@ def test_governance_keeps_pairs_the_active_turn_and_the_ledger(
     boundary = summaries[0].last_seq if summaries else 0
     if active is not None:
         expected = [
-            e for e in ledger.events
-            if e.invocation_id == active and e.filter_key == APP and model_message(e) is not None
+            e
+            for e in ledger.events
+            if e.invocation_id == active
+            and e.filter_key == APP
+            and model_message(e) is not None
             and (e.role == "user" or (e.seq or 0) > boundary)
         ]
         shown = [i for i in built.items if i.active and not i.resume_tail]
@@ -128,7 +140,9 @@ def test_governance_keeps_pairs_the_active_turn_and_the_ledger(
             original = model_message(event)
             assert original is not None and item.kind == "event"
             assert (item.message.role, item.message.tool_calls, item.message.tool_call_id) == (
-                original.role, original.tool_calls, original.tool_call_id
+                original.role,
+                original.tool_calls,
+                original.tool_call_id,
             )
             if item.compaction is None and not (injection == "user" and item is built.items[0]):
                 assert item.message.content == original.content

@@ -102,11 +102,16 @@ async def test_a_run_of_sixty_tool_rounds_never_sends_a_request_over_the_window_
     )
     service = InMemorySessionService()
     agent = LLMAgent(
-        name="support", model=model_for(server, window), tools=[FunctionTool(read_log), *recall_tools()],
-        governance=governed(window), max_steps=rounds + 5,
+        name="support",
+        model=model_for(server, window),
+        tools=[FunctionTool(read_log), *recall_tools()],
+        governance=governed(window),
+        max_steps=rounds + 5,
     )
     runner = Runner(app=APP, agents=[agent], session_service=service, services={"recall": InMemoryRecallIndex(service)})
-    handle = await runner.start(user_id="alice", message="Read the whole incident log and tell me the root cause.", stream=True)
+    handle = await runner.start(
+        user_id="alice", message="Read the whole incident log and tell me the root cause.", stream=True
+    )
     events = [e async for e in handle.events()]
     await runner.close()
 
@@ -118,13 +123,17 @@ async def test_a_run_of_sixty_tool_rounds_never_sends_a_request_over_the_window_
     # Without governance of the run itself the 60th request would carry ~60k tokens.
     assert sizes[-1] < window and sum(sizes) < rounds * window
     for body in server.requests:  # the active user message, verbatim, in every request
-        assert any(m["role"] == "user" and m["content"] == "Read the whole incident log and tell me the root cause."
-                   for m in body["messages"])
+        assert any(
+            m["role"] == "user" and m["content"] == "Read the whole incident log and tell me the root cause."
+            for m in body["messages"]
+        )
     # The search ran over what the run's summaries hide and ranked round one's result first;
     # loading it brought back the raw line.
     search = [r for r in tool_results(server.requests[-2]) if '"query": "ROOT-CAUSE-7731' in r][-1]
     assert '"seq": 3' in search.split('"results"', 1)[1][:400]
-    assert any(FINDING in result for result in tool_results(server.requests[-1])), [r[:600] for r in tool_results(server.requests[-1])]
+    assert any(FINDING in result for result in tool_results(server.requests[-1])), [
+        r[:600] for r in tool_results(server.requests[-1])
+    ]
     # The stats say the run was governed by intra-run summaries.
     stats = [e.extensions["context"] for e in events if "context" in e.extensions]
     assert any(s["intra_run_summary"] for s in stats)
@@ -181,10 +190,13 @@ async def test_a_chain_shows_the_writer_the_researchers_steps_as_one_for_context
         ServerStep.answer("TLS facts gathered."),
         ServerStep.answer("Report: the certificates expire on 2027-01-09."),
     )
-    chain = ChainAgent(name="pipeline", agents=[
-        LLMAgent(name="research", model=model_for(server, 8192), tools=[FunctionTool(lookup)]),
-        LLMAgent(name="write", model=model_for(server, 8192)),
-    ])
+    chain = ChainAgent(
+        name="pipeline",
+        agents=[
+            LLMAgent(name="research", model=model_for(server, 8192), tools=[FunctionTool(lookup)]),
+            LLMAgent(name="write", model=model_for(server, 8192)),
+        ],
+    )
     runner = Runner(app=APP, agents=[chain], session_service=InMemorySessionService())
     handle = await runner.start(user_id="alice", message="Write a TLS report.", stream=True)
     [e async for e in handle.events()]
@@ -221,7 +233,10 @@ async def test_a_summary_that_fails_inside_a_run_does_not_fail_it_and_the_reques
     server.script(*(ServerStep.calls(("read_log", {"chunk": i})) for i in range(rounds)), ServerStep.answer("Done."))
     governance = ContextGovernance(summaries=SummaryEngine(summarizer=FailingSummarizer(), tokenizer=TIKTOKEN))
     agent = LLMAgent(
-        name="support", model=model_for(server, window), tools=[FunctionTool(read_log)], governance=governance,
+        name="support",
+        model=model_for(server, window),
+        tools=[FunctionTool(read_log)],
+        governance=governance,
         max_steps=rounds + 2,
     )
     service = InMemorySessionService()

@@ -129,13 +129,18 @@ def test_a_join_whose_source_is_unreachable_makes_its_target_unreachable() -> No
 
 
 def test_reducers_append_merge_and_overwrite() -> None:
-    schema = StateSchema.of(items="append", facts="merge", last="overwrite", count=StateField(reducer=lambda a, b: (a or 0) + b))
+    schema = StateSchema.of(
+        items="append", facts="merge", last="overwrite", count=StateField(reducer=lambda a, b: (a or 0) + b)
+    )
     state = schema.initial()
     assert state == {"items": [], "facts": {}, "last": None, "count": None}
-    state, delta = schema.apply(state, [
-        ("n1", {"items": [1, 2], "facts": {"a": 1}, "last": "x", "count": 2}),
-        ("n2", {"items": 3, "facts": {"b": 2, "a": 9}, "last": "y", "count": 3}),
-    ])
+    state, delta = schema.apply(
+        state,
+        [
+            ("n1", {"items": [1, 2], "facts": {"a": 1}, "last": "x", "count": 2}),
+            ("n2", {"items": 3, "facts": {"b": 2, "a": 9}, "last": "y", "count": 3}),
+        ],
+    )
     assert state == {"items": [1, 2, 3], "facts": {"a": 9, "b": 2}, "last": "y", "count": 5}
     assert delta == state
     _, unchanged = schema.apply(state, [("n3", {"last": "y"})])
@@ -191,7 +196,7 @@ async def test_fan_out_runs_concurrently_and_the_join_waits_for_all_sources() ->
     assert log.index("end fast") < log.index("end slow")
     # extra ran in the step after fast, while slow was still going; the join only after both.
     assert nodes_of(events, OBJECT_NODE_START) == ["plan", "slow", "fast", "extra", "join"]
-    final = (await store.latest(handle.run_id))
+    final = await store.latest(handle.run_id)
     assert final is not None and final.finished
     # Writes fold in declaration order, whatever the finishing order: slow before fast.
     assert final.state["trail"] == ["plan", "slow", "fast", "extra", "join saw ['extra', 'fast', 'plan', 'slow']"]
@@ -212,7 +217,11 @@ async def test_events_mark_node_progress_and_state_deltas() -> None:
         end = next(i for i, e in enumerate(events) if e.object == OBJECT_NODE_COMPLETE and graph_info(e).node == node)  # type: ignore[union-attr]  # graph events have info
         assert start < end
     updates = [graph_info(e) for e in events if e.object == OBJECT_STATE_UPDATE]
-    assert updates[0] is not None and updates[0].state_delta == {"trail": ["plan"], "facts": {"plan": True}, "winner": "plan"}
+    assert updates[0] is not None and updates[0].state_delta == {
+        "trail": ["plan"],
+        "facts": {"plan": True},
+        "winner": "plan",
+    }
     done = [graph_info(e) for e in events if e.object == OBJECT_EXECUTION]
     assert len(done) == 1 and done[0] is not None and done[0].status == "completed"
     # Progress is emitted, never persisted: the ledger has the user message and the completion.
@@ -280,7 +289,9 @@ async def test_writing_an_unknown_field_fails_naming_node_and_field() -> None:
 async def test_a_graph_stops_with_an_error_past_max_steps() -> None:
     graph = StateGraph("loop", StateSchema.of(n=StateField(reducer=lambda a, b: (a or 0) + b, default=0)), max_steps=5)
     graph.add_node("tick", lambda s: {"n": 1})
-    graph.set_entry_point("tick").add_conditional_edges("tick", lambda s: "again" if s["n"] < 1000 else "done", {"again": "tick", "done": END})
+    graph.set_entry_point("tick").add_conditional_edges(
+        "tick", lambda s: "again" if s["n"] < 1000 else "done", {"again": "tick", "done": END}
+    )
     store = InMemoryCheckpointStore()
     runner, _ = make_runner(GraphAgent(name="loop", graph=graph, checkpoints=store))
     handle = await runner.start(user_id="alice", message="x", stream=True)
@@ -433,7 +444,9 @@ async def test_cancel_mid_graph_stops_running_nodes_and_keeps_the_last_checkpoin
 
     graph = StateGraph("slow", StateSchema.of(trail="append"))
     graph.add_node("first", lambda s: {"trail": ["first"]})
-    graph.add_node("hang_a", wait_forever).add_node("hang_b", wait_forever).add_node("after", lambda s: {"trail": ["after"]})
+    graph.add_node("hang_a", wait_forever).add_node("hang_b", wait_forever).add_node(
+        "after", lambda s: {"trail": ["after"]}
+    )
     graph.set_entry_point("first").add_edge("first", "hang_a").add_edge("first", "hang_b")
     graph.add_edge(["hang_a", "hang_b"], "after").set_finish_point("after")
     store = InMemoryCheckpointStore()
@@ -475,23 +488,35 @@ async def test_the_initial_state_gets_the_summary_and_the_events_after_its_bound
     runner, service = make_runner(chat, GraphAgent(name="look", graph=graph))
     first = await runner.start(user_id="alice", message="old question", agent="chat", stream=True)
     [e async for e in first.events()]
-    second = await runner.start(user_id="alice", message="newer question", agent="chat", session_id=first.session_id, stream=True)
+    second = await runner.start(
+        user_id="alice", message="newer question", agent="chat", session_id=first.session_id, stream=True
+    )
     [e async for e in second.events()]
     key = SessionKey(app=APP, user_id="alice", session_id=first.session_id)
     stored = await service.list_events(key, limit=100)
     boundary = next(e for e in stored if e.text == "first answer")
-    await service.put_summary(key, Summary(
-        filter_key=APP, text="The user asked an old question.",
-        boundary=SummaryBoundary(cutoff_at=boundary.created_at, last_event_id=boundary.id, last_seq=boundary.seq or 0),
-    ))
+    await service.put_summary(
+        key,
+        Summary(
+            filter_key=APP,
+            text="The user asked an old question.",
+            boundary=SummaryBoundary(
+                cutoff_at=boundary.created_at, last_event_id=boundary.id, last_seq=boundary.seq or 0
+            ),
+        ),
+    )
 
-    third = await runner.start(user_id="alice", message="what now?", agent="look", session_id=first.session_id, stream=True)
+    third = await runner.start(
+        user_id="alice", message="what now?", agent="look", session_id=first.session_id, stream=True
+    )
     [e async for e in third.events()]
     contents = [(m["role"], m["content"]) for m in seen["messages"]]
     assert contents[0][0] == "system" and "The user asked an old question." in contents[0][1]
     # The chat agent's answer is another agent's: context for the graph (SPEC 4.5), not its own turn.
     assert contents[1:] == [
-        ("user", "newer question"), ("user", "For context: [chat] said: second answer"), ("user", "what now?")
+        ("user", "newer question"),
+        ("user", "For context: [chat] said: second answer"),
+        ("user", "what now?"),
     ]
     assert seen["user_input"] == "what now?"
 
@@ -525,7 +550,9 @@ async def test_a_run_whose_process_died_mid_graph_resumes_from_its_last_checkpoi
     await handle.wait()
 
     survivor = Runner(app=APP, agents=[build()], session_service=service, run_store=survivor_runs)
-    resumed = await resume_graph_run(survivor, user_id="alice", run_id=handle.run_id, value=None, message="continue", stream=True)
+    resumed = await resume_graph_run(
+        survivor, user_id="alice", run_id=handle.run_id, value=None, message="continue", stream=True
+    )
     events = [e async for e in resumed.events()]
     assert nodes_of(events, OBJECT_NODE_START) == ["second"]  # `first` is not run again
     final = await store.latest(resumed.run_id)
@@ -552,7 +579,9 @@ async def test_model_calls_count_the_graphs_model_calls_not_its_own_words_tool_c
 
     model = ScriptedModel.of("The certificate expired.")
     graph = (
-        StateGraph("count", StateSchema.of(messages="append", last_response="overwrite", found="overwrite", answer="overwrite"))
+        StateGraph(
+            "count", StateSchema.of(messages="append", last_response="overwrite", found="overwrite", answer="overwrite")
+        )
         .add_node("greet", greet)
         .add_tool_node("lookup", FunctionTool(lookup), args={"host": "auth"}, output_key="found")
         .add_model_node("explain", model)

@@ -46,8 +46,11 @@ def review_graph() -> StateGraph:
 
 
 async def run_and_translate() -> tuple[list[Event], list[dict[str, Any]], str]:
-    runner = Runner(app="t", agents=[GraphAgent(name="review", graph=review_graph(), checkpoints=InMemoryCheckpointStore())],
-                    session_service=InMemorySessionService())
+    runner = Runner(
+        app="t",
+        agents=[GraphAgent(name="review", graph=review_graph(), checkpoints=InMemoryCheckpointStore())],
+        session_service=InMemorySessionService(),
+    )
     handle = await runner.start(user_id="alice", message="go", stream=True)
     events = [e async for e in handle.events()]
     translator = AguiTranslator(thread_id=handle.session_id)
@@ -59,7 +62,9 @@ async def run_and_translate() -> tuple[list[Event], list[dict[str, Any]], str]:
 
 async def test_graph_nodes_become_balanced_steps_and_state_becomes_json_patch() -> None:
     _, frames, _ = await run_and_translate()
-    steps = [(f["type"], f["stepName"]) for f in frames if f["type"].startswith("STEP_") and f["stepName"] != MODEL_STEP]
+    steps = [
+        (f["type"], f["stepName"]) for f in frames if f["type"].startswith("STEP_") and f["stepName"] != MODEL_STEP
+    ]
     # Both entry nodes run in one superstep; the join's node only starts after both finished.
     assert steps[:2] == [("STEP_STARTED", "logs"), ("STEP_STARTED", "cert")]
     assert set(steps[2:4]) == {("STEP_FINISHED", "logs"), ("STEP_FINISHED", "cert")}
@@ -104,11 +109,18 @@ async def test_replaying_the_ledger_still_shows_the_pause() -> None:
 
 async def test_a_cancelled_graph_closes_its_open_node_steps_before_run_finished() -> None:
     translator = AguiTranslator(thread_id="t")
-    start = Event(author="g", object="graph.node.start", extensions={"graph": {"graph": "g", "step": 0, "node": "slow", "kind": "function"}})
+    start = Event(
+        author="g",
+        object="graph.node.start",
+        extensions={"graph": {"graph": "g", "step": 0, "node": "slow", "kind": "function"}},
+    )
     done = Event(author="g", object="runner.completion", done=True, extensions={"run_id": "r", "status": "cancelled"})
     frames = wire(translator.translate(start, run_id="r") + translator.translate(done, run_id="r"))
     assert [(f["type"], f.get("stepName")) for f in frames] == [
-        ("RUN_STARTED", None), ("STEP_STARTED", "slow"), ("STEP_FINISHED", "slow"), ("RUN_FINISHED", None),
+        ("RUN_STARTED", None),
+        ("STEP_STARTED", "slow"),
+        ("STEP_FINISHED", "slow"),
+        ("RUN_FINISHED", None),
     ]
     assert frames[-1]["outcome"] == {"type": "cancelled"}
     assert frames[2]["metadata"]["graph"]["status"] == "stopped"

@@ -30,8 +30,17 @@ def test_the_troubleshoot_graph_has_its_nodes_edges_and_layers() -> None:
     assert shape["name"] == "troubleshoot"
     layers = {n["id"]: n["layer"] for n in shape["nodes"]}
     assert layers == {
-        START: 0, "plan": 1, "collect_logs": 2, "check_certificate": 2, "decide": 3, "draft_report": 4, "all_clear": 4,
-        "approve": 5, "publish": 6, "discard": 6, END: 7,
+        START: 0,
+        "plan": 1,
+        "collect_logs": 2,
+        "check_certificate": 2,
+        "decide": 3,
+        "draft_report": 4,
+        "all_clear": 4,
+        "approve": 5,
+        "publish": 6,
+        "discard": 6,
+        END: 7,
     }
     assert [n["id"] for n in shape["nodes"]][:3] == [START, "plan", "collect_logs"]  # declaration order
     kinds = {n["id"]: n["kind"] for n in shape["nodes"]}
@@ -40,13 +49,19 @@ def test_the_troubleshoot_graph_has_its_nodes_edges_and_layers() -> None:
     edges = {(e["source"], e["target"], e["kind"], e.get("label")) for e in shape["edges"]}
     assert edges == {
         (START, "plan", "edge", None),
-        ("plan", "collect_logs", "edge", None), ("plan", "check_certificate", "edge", None),
-        ("collect_logs", "decide", "join", None), ("check_certificate", "decide", "join", None),
-        ("decide", "draft_report", "branch", "problem"), ("decide", "all_clear", "branch", "healthy"),
+        ("plan", "collect_logs", "edge", None),
+        ("plan", "check_certificate", "edge", None),
+        ("collect_logs", "decide", "join", None),
+        ("check_certificate", "decide", "join", None),
+        ("decide", "draft_report", "branch", "problem"),
+        ("decide", "all_clear", "branch", "healthy"),
         ("draft_report", "approve", "edge", None),
-        ("approve", "publish", "branch", "approved"), ("approve", "discard", "branch", "rejected"),
+        ("approve", "publish", "branch", "approved"),
+        ("approve", "discard", "branch", "rejected"),
         # Compiling drops plain edges to END; the shape puts them back.
-        ("publish", END, "edge", None), ("discard", END, "edge", None), ("all_clear", END, "edge", None),
+        ("publish", END, "edge", None),
+        ("discard", END, "edge", None),
+        ("all_clear", END, "edge", None),
     }
     joins = {e["join"] for e in shape["edges"] if e["kind"] == "join"}
     assert joins == {"check_certificate+collect_logs->decide"}  # both edges, one join
@@ -76,7 +91,9 @@ def test_only_a_graph_agent_has_a_shape() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_the_trace_api_serves_the_run_agent_s_graph(alice_api: Any, bob_api: Any) -> None:
     graph_run = alice_api.post(
-        "/api/runs/", {"message": TLS_QUESTION, "agent": "troubleshoot", "wait": True}, format="json",
+        "/api/runs/",
+        {"message": TLS_QUESTION, "agent": "troubleshoot", "wait": True},
+        format="json",
     ).json()
     body = alice_api.get(f"/api/runs/{graph_run['id']}/trace/").json()
     assert body["session_id"] == graph_run["session_id"]
@@ -90,7 +107,9 @@ def test_the_trace_api_serves_the_run_agent_s_graph(alice_api: Any, bob_api: Any
 
     # The run that answers the pause: `earlier` says what ran before it, in the paused run.
     resumed = alice_api.post(
-        f"/api/runs/{graph_run['id']}/resume/", {"value": {"approved": True}, "message": "Approve"}, format="json",
+        f"/api/runs/{graph_run['id']}/resume/",
+        {"value": {"approved": True}, "message": "Approve"},
+        format="json",
     ).json()
     for _ in range(100):
         again = alice_api.get(f"/api/runs/{resumed['id']}/trace/").json()
@@ -99,7 +118,10 @@ def test_the_trace_api_serves_the_run_agent_s_graph(alice_api: Any, bob_api: Any
         time.sleep(0.05)
     assert again["earlier"] == spans
     assert again["earlier"]["approve"] == "paused"
-    assert {s["name"]: s["status"] for s in again["trace"]["spans"] if s["kind"] == "node"} == {"approve": "ok", "publish": "ok"}
+    assert {s["name"]: s["status"] for s in again["trace"]["spans"] if s["kind"] == "node"} == {
+        "approve": "ok",
+        "publish": "ok",
+    }
 
     plain = alice_api.post("/api/runs/", {"message": "hello", "agent": "general", "wait": True}, format="json").json()
     assert alice_api.get(f"/api/runs/{plain['id']}/trace/").json()["graph"] is None
@@ -108,12 +130,15 @@ def test_the_trace_api_serves_the_run_agent_s_graph(alice_api: Any, bob_api: Any
 
 @pytest.mark.django_db(transaction=True)
 def test_progress_reads_the_supersteps_from_the_checkpoints(alice: Any, alice_api: Any) -> None:
-    ran = alice_api.post("/api/runs/", {"message": TLS_QUESTION, "agent": "troubleshoot", "wait": True}, format="json").json()
+    ran = alice_api.post(
+        "/api/runs/", {"message": TLS_QUESTION, "agent": "troubleshoot", "wait": True}, format="json"
+    ).json()
     record = selectors.run_get(user=alice, run_id=ran["id"])
     assert record is not None
     assert graph_progress(record=record) is None  # ended
     # The same checkpoints, read as if the run were still at its last one (the approval).
     going = dataclasses.replace(record, status="running")
     assert graph_progress(record=going) == {
-        "done": ["plan", "collect_logs", "check_certificate", "decide", "draft_report"], "running": ["approve"],
+        "done": ["plan", "collect_logs", "check_certificate", "decide", "draft_report"],
+        "running": ["approve"],
     }

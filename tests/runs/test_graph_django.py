@@ -45,26 +45,44 @@ async def make_run(user: Any) -> str:
     """A run row to hang checkpoints on (the Django store's foreign key)."""
     service = DjangoSessionService()
     session = await service.create_session(app=APP, user_id=str(user.pk), agent="troubleshoot")
-    record = await DjangoRunStore().create(RunRecord(
-        id=f"run-{session.id[:8]}", app=APP, user_id=str(user.pk), session_id=session.id, agent="troubleshoot",
-        request_id=f"req-{session.id[:8]}", status="completed",
-    ))
+    record = await DjangoRunStore().create(
+        RunRecord(
+            id=f"run-{session.id[:8]}",
+            app=APP,
+            user_id=str(user.pk),
+            session_id=session.id,
+            agent="troubleshoot",
+            request_id=f"req-{session.id[:8]}",
+            status="completed",
+        )
+    )
     return record.id
 
 
 async def test_checkpoints_round_trip_and_the_newest_is_latest(store: CheckpointStore, alice: Any) -> None:
     run_id = await make_run(alice)
     first = await store.put(Checkpoint(run_id=run_id, graph="g", step=0, state={"x": 1}, next_nodes=("a",)))
-    paused = await store.put(Checkpoint(
-        run_id=run_id, graph="g", step=1, state={"x": 2, "nested": {"list": [1, "two"]}}, next_nodes=("b", "c"),
-        barriers={"a+b->c": ("a",)}, writes={"b": {"x": 3}}, resume_values={"c": ("yes",)},
-        interrupt=PendingInterrupt(id="i1", node="c", payload={"question": "ok?"}, index=1), parent_id=first.id,
-    ))
+    paused = await store.put(
+        Checkpoint(
+            run_id=run_id,
+            graph="g",
+            step=1,
+            state={"x": 2, "nested": {"list": [1, "two"]}},
+            next_nodes=("b", "c"),
+            barriers={"a+b->c": ("a",)},
+            writes={"b": {"x": 3}},
+            resume_values={"c": ("yes",)},
+            interrupt=PendingInterrupt(id="i1", node="c", payload={"question": "ok?"}, index=1),
+            parent_id=first.id,
+        )
+    )
     assert first.id and paused.id and first.id != paused.id
     loaded = await store.get(paused.id)
     assert loaded is not None
     assert loaded.to_dict() == {**paused.to_dict(), "created_at": loaded.created_at.isoformat()}
-    assert loaded.waiting and loaded.interrupt == PendingInterrupt(id="i1", node="c", payload={"question": "ok?"}, index=1)
+    assert loaded.waiting and loaded.interrupt == PendingInterrupt(
+        id="i1", node="c", payload={"question": "ok?"}, index=1
+    )
     assert (await store.latest(run_id)) == loaded
     assert [c.step for c in await store.list(run_id)] == [0, 1]
     assert await store.latest("no-such-run") is None and await store.get("nope") is None
@@ -72,10 +90,16 @@ async def test_checkpoints_round_trip_and_the_newest_is_latest(store: Checkpoint
 
 async def test_a_pause_is_claimed_once_and_a_claim_can_be_given_back(store: CheckpointStore, alice: Any) -> None:
     run_id = await make_run(alice)
-    paused = await store.put(Checkpoint(
-        run_id=run_id, graph="g", step=1, state={}, next_nodes=("c",),
-        interrupt=PendingInterrupt(id="i1", node="c", payload="ok?"),
-    ))
+    paused = await store.put(
+        Checkpoint(
+            run_id=run_id,
+            graph="g",
+            step=1,
+            state={},
+            next_nodes=("c",),
+            interrupt=PendingInterrupt(id="i1", node="c", payload="ok?"),
+        )
+    )
     assert await store.claim(paused.id, by="req-1")
     assert not await store.claim(paused.id, by="req-2")
     await store.release(paused.id, by="req-2")  # not its claim: nothing changes
@@ -91,8 +115,10 @@ async def test_a_pause_is_claimed_once_and_a_claim_can_be_given_back(store: Chec
 def fresh_runner() -> Runner:
     """Everything new: agent, graph, stores; only the database is shared."""
     return Runner(
-        app=APP, agents=[build_troubleshoot_agent(checkpoints=DjangoCheckpointStore())],
-        session_service=DjangoSessionService(), run_store=DjangoRunStore(),
+        app=APP,
+        agents=[build_troubleshoot_agent(checkpoints=DjangoCheckpointStore())],
+        session_service=DjangoSessionService(),
+        run_store=DjangoRunStore(),
     )
 
 
@@ -119,8 +145,9 @@ async def test_a_paused_demo_run_resumes_in_a_fresh_runner_from_the_database(ali
     del first_runner  # "the server restarted": nothing of it is used again
 
     second_runner = fresh_runner()
-    resumed = await resume_graph_run(second_runner, user_id=user_id, run_id=paused.run_id, value={"approved": True},
-                                     message="Approved.", stream=True)
+    resumed = await resume_graph_run(
+        second_runner, user_id=user_id, run_id=paused.run_id, value={"approved": True}, message="Approved.", stream=True
+    )
     after = await collect(resumed)
     record = await resumed.wait()
     await second_runner.close()
@@ -135,7 +162,8 @@ async def test_a_paused_demo_run_resumes_in_a_fresh_runner_from_the_database(ali
         SessionKey(app=APP, user_id=user_id, session_id=paused.session_id), limit=200
     )
     assert [e.text for e in ledger if e.role == "user"] == [
-        "Why does payments.internal.example.com fail TLS handshakes?", "Approved.",
+        "Why does payments.internal.example.com fail TLS handshakes?",
+        "Approved.",
     ]
 
 
@@ -143,8 +171,13 @@ async def test_rejecting_the_draft_discards_it(alice: Any) -> None:
     runner = fresh_runner()
     paused = await runner.start(user_id=str(alice.pk), message="auth-gateway TLS errors", stream=True)
     await collect(paused)
-    resumed = await resume_graph_run(runner, user_id=str(alice.pk), run_id=paused.run_id,
-                                     value={"approved": False, "comment": "wrong host"}, stream=True)
+    resumed = await resume_graph_run(
+        runner,
+        user_id=str(alice.pk),
+        run_id=paused.run_id,
+        value={"approved": False, "comment": "wrong host"},
+        stream=True,
+    )
     after = await collect(resumed)
     await runner.close()
     answer = [e.text for e in after if e.role == "assistant" and not e.partial][-1]
@@ -164,8 +197,11 @@ def wait_finished(client: Any, run_id: str, timeout_s: float = 10.0) -> dict[str
 
 
 def start_paused_run(client: Any) -> dict[str, Any]:
-    response = client.post("/api/runs/", {"message": "payments TLS handshake failures", "agent": "troubleshoot",
-                                          "wait": True}, format="json")
+    response = client.post(
+        "/api/runs/",
+        {"message": "payments TLS handshake failures", "agent": "troubleshoot", "wait": True},
+        format="json",
+    )
     assert response.status_code == 201, response.content
     return response.json()
 
@@ -188,8 +224,9 @@ def test_a_paused_run_shows_its_interrupt_and_resume_finishes_it(
     listed = alice_api.get("/api/runs/", {"session_id": run["session_id"]}).json()["results"]
     assert listed[0]["interrupt"]["id"] == detail["interrupt"]["id"]
 
-    response = alice_api.post(f"/api/runs/{run['id']}/resume/", {"value": {"approved": True}, "message": "Approve"},
-                              format="json")
+    response = alice_api.post(
+        f"/api/runs/{run['id']}/resume/", {"value": {"approved": True}, "message": "Approve"}, format="json"
+    )
     assert response.status_code == 201, response.content
     resumed = response.json()
     assert resumed["id"] != run["id"] and resumed["session_id"] == run["session_id"]

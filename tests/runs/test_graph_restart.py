@@ -30,8 +30,10 @@ QUESTION = "Why does payments.internal.example.com fail TLS handshakes?"
 async def frames_until_finished(server: LiveServer, session_id: str, token: str) -> list[dict[str, Any]]:
     """Start a troubleshoot run over the session's websocket; its frames up to RUN_FINISHED."""
     async with connect(
-        f"{server.ws_url}/ws/sessions/{session_id}/", origin=server.url,  # type: ignore[arg-type]  # an Origin is a str
-        additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=TIMEOUT,
+        f"{server.ws_url}/ws/sessions/{session_id}/",
+        origin=server.url,  # type: ignore[arg-type]  # an Origin is a str
+        additional_headers={"Authorization": f"Bearer {token}"},
+        open_timeout=TIMEOUT,
     ) as ws:
         await ws.send(json.dumps({"type": "run", "message": QUESTION, "agent": "troubleshoot"}))
         frames: list[dict[str, Any]] = []

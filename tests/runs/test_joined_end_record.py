@@ -65,7 +65,9 @@ class CountingMemoryRunStore(InMemoryRunStore):
 class FailingLastWrite(DjangoSessionService):
     """Refuses the write that holds a completion marker (the run's last)."""
 
-    async def append_events(self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()) -> list[Event]:
+    async def append_events(
+        self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()
+    ) -> list[Event]:
         if any(e.is_runner_completion for e in events):
             raise RuntimeError("disk full")
         return await super().append_events(session, events, joined=joined)
@@ -150,7 +152,9 @@ async def test_a_refused_joined_record_costs_the_ledger_nothing(alice: Any) -> N
     assert store.saves == 1  # written apart, after the events went alone
     row = await stored_record(final.id)
     assert row == final and row.status == "completed" and row.event_count == 5
-    ledger = await service.list_events(SessionKey(app=APP, user_id=str(alice.pk), session_id=handle.session_id), limit=50)
+    ledger = await service.list_events(
+        SessionKey(app=APP, user_id=str(alice.pk), session_id=handle.session_id), limit=50
+    )
     assert [e.role for e in ledger][-2:] == ["assistant", "system"] and ledger[-1].is_runner_completion
 
 
@@ -172,14 +176,16 @@ async def test_on_postgresql_a_step_write_with_a_joined_record_is_one_statement(
 ) -> None:
     service = DjangoSessionService()
     session = await service.create_session(app=APP, user_id=str(alice.pk))
-    record = RunRecord(id="r1", app=APP, user_id=str(alice.pk), session_id=session.id, agent="a", request_id="q1",
-                       status="running")
+    record = RunRecord(
+        id="r1", app=APP, user_id=str(alice.pk), session_id=session.id, agent="a", request_id="q1", status="running"
+    )
     store = DjangoRunStore()
     await store.create(record)
     events = [Event(author="a", message=Message(role="assistant", content=f"step {i}")) for i in range(3)]
     statements.clear()
-    saved = await service.append_events(session, events, joined=[store.joined_save(record.replace(answer="step 2",
-                                                                                                   event_count=3))])
+    saved = await service.append_events(
+        session, events, joined=[store.joined_save(record.replace(answer="step 2", event_count=3))]
+    )
     assert len(statements) == 1
     assert [e.seq for e in saved] == [1, 2, 3]
     ledger = await service.list_events(session.key, limit=10)
@@ -188,7 +194,9 @@ async def test_on_postgresql_a_step_write_with_a_joined_record_is_one_statement(
     assert stored is not None and (stored.answer, stored.event_count) == ("step 2", 3)
 
     # The next write continues the counter; a retried event is stored once.
-    again = await service.append_events(session, [events[2], Event(author="a", message=Message(role="user", content="x"))])
+    again = await service.append_events(
+        session, [events[2], Event(author="a", message=Message(role="user", content="x"))]
+    )
     assert [e.seq for e in again] == [3, 4]
     assert [e.seq for e in await service.list_events(session.key, limit=10)] == [1, 2, 3, 4]
 
@@ -205,21 +213,30 @@ async def test_advancing_a_stored_summary_is_one_statement_and_returns_the_store
 ) -> None:
     service = DjangoSessionService()
     session = await service.create_session(app=APP, user_id=str(alice.pk))
-    saved = await service.append_events(session, [Event(author="user", message=Message(role="user", content=f"m{i}"))
-                                                  for i in range(4)])
+    saved = await service.append_events(
+        session, [Event(author="user", message=Message(role="user", content=f"m{i}")) for i in range(4)]
+    )
 
     def boundary(event: Event) -> SummaryBoundary:
-        return SummaryBoundary(cutoff_at=event.created_at + timedelta(microseconds=1), last_event_id=event.id,
-                               last_seq=event.seq or 0)
+        return SummaryBoundary(
+            cutoff_at=event.created_at + timedelta(microseconds=1), last_event_id=event.id, last_seq=event.seq or 0
+        )
 
-    first = await service.advance_summary(session.key, Summary(filter_key=APP, text="to 2", boundary=boundary(saved[1])))
+    first = await service.advance_summary(
+        session.key, Summary(filter_key=APP, text="to 2", boundary=boundary(saved[1]))
+    )
     assert first is not None and first.version == 1
     statements.clear()
-    second = await service.advance_summary(session.key, Summary(filter_key=APP, text="to 4", boundary=boundary(saved[3])))
+    second = await service.advance_summary(
+        session.key, Summary(filter_key=APP, text="to 4", boundary=boundary(saved[3]))
+    )
     assert len(statements) == 1
     assert second is not None and (second.text, second.version, second.last_seq) == ("to 4", 2, 4)
     assert second == await service.get_summary(session.key, filter_key=APP)
     # Not past the stored boundary: nothing changes.
-    assert await service.advance_summary(session.key, Summary(filter_key=APP, text="old", boundary=boundary(saved[2]))) is None
+    assert (
+        await service.advance_summary(session.key, Summary(filter_key=APP, text="old", boundary=boundary(saved[2])))
+        is None
+    )
     stored = await service.get_summary(session.key, filter_key=APP)
     assert stored is not None and stored.text == "to 4"

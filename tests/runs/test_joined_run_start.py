@@ -46,7 +46,9 @@ class FailingOpening(DjangoSessionService):
     def __init__(self) -> None:
         self.failed = False
 
-    async def append_events(self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()) -> list[Event]:
+    async def append_events(
+        self, session: Session, events: Sequence[Event], *, joined: Sequence[Any] = ()
+    ) -> list[Event]:
         if not self.failed and any(e.author == "user" for e in events):
             self.failed = True
             raise RuntimeError("disk full")
@@ -61,7 +63,9 @@ def runner(store: DjangoRunStore, service: Any, *answers: str) -> Runner:
 async def rows(session_id: str) -> tuple[list[RunRecord], list[str]]:
     def read() -> tuple[list[RunRecord], list[str]]:
         runs = [record_from_row(r) for r in run_rows.Run.objects.filter(session_id=session_id).order_by("created_at")]
-        events = list(session_rows.Event.objects.filter(session_id=session_id).order_by("seq").values_list("author", flat=True))
+        events = list(
+            session_rows.Event.objects.filter(session_id=session_id).order_by("seq").values_list("author", flat=True)
+        )
         return runs, events
 
     return await sync_to_async(read)()
@@ -133,5 +137,7 @@ async def test_a_failed_user_message_write_still_ends_the_run_visibly(alice: Any
     runs, events = await rows(session_id)
     # The row was created alone after the joined write failed, then ended as a failed start.
     assert store.creates == 1
-    assert [(r.request_id, r.status, (r.error or {}).get("type")) for r in runs] == [("req-1", "failed", "start_failed")]
+    assert [(r.request_id, r.status, (r.error or {}).get("type")) for r in runs] == [
+        ("req-1", "failed", "start_failed")
+    ]
     assert events == ["support", APP]  # the run_error and the completion; no user message

@@ -28,17 +28,33 @@ DEAD_OWNER = f"{HOSTNAME}:999999:deadbeef"  # beyond pid_max: no such process
 
 def make_runner(model: ScriptedModel | None = None, *, owner: str = "me", **kwargs: Any) -> Runner:
     agent = LLMAgent(name="support", model=model or ScriptedModel.of())
-    return Runner(app=APP, agents=[agent], session_service=InMemorySessionService(), run_store=InMemoryRunStore(),
-                  owner=owner, **kwargs)
+    return Runner(
+        app=APP,
+        agents=[agent],
+        session_service=InMemorySessionService(),
+        run_store=InMemoryRunStore(),
+        owner=owner,
+        **kwargs,
+    )
 
 
 async def orphan(runner: Runner, *, owner: str, silent_for_s: float) -> RunRecord:
     session = await runner.session_service.create_session(app=APP, user_id="alice")
     at = utcnow() - timedelta(seconds=silent_for_s)
-    return await runner.run_store.create(RunRecord(
-        id=f"run-{owner}-{silent_for_s}", app=APP, user_id="alice", session_id=session.id, agent="support",
-        request_id=f"req-{owner}-{silent_for_s}", owner=owner, status="running", started_at=at, heartbeat_at=at,
-    ))
+    return await runner.run_store.create(
+        RunRecord(
+            id=f"run-{owner}-{silent_for_s}",
+            app=APP,
+            user_id="alice",
+            session_id=session.id,
+            agent="support",
+            request_id=f"req-{owner}-{silent_for_s}",
+            owner=owner,
+            status="running",
+            started_at=at,
+            heartbeat_at=at,
+        )
+    )
 
 
 def test_owner_liveness_is_decided_only_for_this_host() -> None:
@@ -56,7 +72,8 @@ async def test_runs_of_a_dead_process_are_interrupted_with_a_completion_in_their
     stored = await runner.run_store.get(record.id)
     assert stored is not None and stored.status == "interrupted" and stored.ended_at is not None
     events = await runner.session_service.list_events(
-        SessionKey(app=APP, user_id="alice", session_id=record.session_id))
+        SessionKey(app=APP, user_id="alice", session_id=record.session_id)
+    )
     assert events[-1].is_runner_completion and events[-1].extensions == {"run_id": record.id, "status": "interrupted"}
 
 
@@ -96,8 +113,19 @@ async def test_two_reapers_racing_on_the_database_interrupt_a_run_once(alice: An
     service = DjangoSessionService()
     session = await service.create_session(app=APP, user_id=str(alice.pk))
     store = DjangoRunStore()
-    await store.create(RunRecord(id="r1", app=APP, user_id=str(alice.pk), session_id=session.id, agent="support",
-                                 request_id="q1", owner=DEAD_OWNER, status="running", started_at=utcnow()))
+    await store.create(
+        RunRecord(
+            id="r1",
+            app=APP,
+            user_id=str(alice.pk),
+            session_id=session.id,
+            agent="support",
+            request_id="q1",
+            owner=DEAD_OWNER,
+            status="running",
+            started_at=utcnow(),
+        )
+    )
     results = await asyncio.gather(*(store.interrupt("r1", at=utcnow(), reason="dead") for _ in range(4)))
     assert sum(r is not None for r in results) == 1
     assert (await store.get("r1")).status == "interrupted"  # type: ignore[union-attr]  # created above
@@ -120,7 +148,9 @@ async def test_every_emitted_event_reaches_the_sessions_group_in_order() -> None
     # order, the same text.
     assert [e["id"] for e in items if not e["partial"]] == [e.id for e in emitted if not e.partial]
     assert [e["id"] for e in items] == [e.id for e in emitted if e.id in {i["id"] for i in items}]
-    assert "".join(e["message"]["content"] for e in items if e["partial"]) == "".join(e.text for e in emitted if e.partial)
+    assert "".join(e["message"]["content"] for e in items if e["partial"]) == "".join(
+        e.text for e in emitted if e.partial
+    )
     assert len(items) < len(emitted)
 
 

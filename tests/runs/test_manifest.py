@@ -27,11 +27,18 @@ LOAD = ToolSpec(name="session_load", description="load", parameters={"type": "ob
 SIZES = {"small": "ok", "medium": "result line " * 40, "big": "payload data " * 400, "huge": "0123456789abcdef" * 1500}
 
 
-def build(session: Session, *, config: CompactionConfig | None = None, active: str | None = None, check: bool = True) -> BuiltRequest:
+def build(
+    session: Session, *, config: CompactionConfig | None = None, active: str | None = None, check: bool = True
+) -> BuiltRequest:
     return build_context(
-        session, filter_key=APP, instruction="Be brief.", tools=[LOAD],
+        session,
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[LOAD],
         governance=ContextGovernance(compaction=config or CompactionConfig(), manifest_check=check),
-        window=8192, active_invocation_id=active, current_unit=f"req:req-{active}" if active else "req:(next)",
+        window=8192,
+        active_invocation_id=active,
+        current_unit=f"req:req-{active}" if active else "req:(next)",
     )
 
 
@@ -46,9 +53,11 @@ def test_every_event_gets_one_disposition_recorded_as_seq_ranges() -> None:
     manifest = built.manifest
     assert manifest is not None and manifest.coverage == 1.0 and not manifest.dropped
     assert [e.disposition for e in manifest.entries] == (
-        ["summarized"] * 4 + ["silent"]  # turn 1 and its completion marker
+        ["summarized"] * 4
+        + ["silent"]  # turn 1 and its completion marker
         + ["verbatim", "verbatim", "placeholder", "verbatim", "silent"]  # turn 2: old result elided
-        + ["verbatim"] * 4 + ["silent"]  # turn 3: the last completed request is protected
+        + ["verbatim"] * 4
+        + ["silent"]  # turn 3: the last completed request is protected
         + ["verbatim"]
     )
     data = manifest.to_dict()
@@ -82,7 +91,8 @@ def test_the_checker_refuses_a_placeholder_without_its_event_id() -> None:
     built = build(ledger.session(), active=turn.invocation_id)
     broken = [
         dataclasses.replace(i, message=dataclasses.replace(i.message, content="[compacted tool result] gone"))
-        if i.compaction == "pass1" else i
+        if i.compaction == "pass1"
+        else i
         for i in built.items
     ]
     manifest = build_manifest(
@@ -118,14 +128,16 @@ def test_a_pass_2_cut_records_the_offsets_the_model_saw() -> None:
     turn = ledger.turn()
     turn.user("read it")
     call = turn.tool_round("read", "".join(f"{i:05d} " for i in range(4000)))
-    built = build(ledger.session(), config=CompactionConfig(oversized_tool_result_max_tokens=300), active=turn.invocation_id)
+    built = build(
+        ledger.session(), config=CompactionConfig(oversized_tool_result_max_tokens=300), active=turn.invocation_id
+    )
     assert built.manifest is not None
     [cut] = [e for e in built.manifest.entries if e.disposition == "truncated"]
     head, tail, total = cut.truncation or (0, 0, 0)
     original = ledger.events[2].text
     sent = next(m.content for m in built.request.messages if m.tool_call_id == call)
     assert total == len(original) and 0 < head and 0 < tail and head + tail < total
-    assert original[:head] in sent and sent.endswith(original[total - tail:])
+    assert original[:head] in sent and sent.endswith(original[total - tail :])
     assert built.manifest.to_dict()["truncated"] == [[3, head, tail, total]]
 
 
@@ -150,11 +162,17 @@ class TurnShape:
 
 steps = st.builds(
     lambda calls, missing, size, failed: Step(calls=calls, answered=max(0, calls - missing), size=size, failed=failed),
-    st.integers(1, 3), st.integers(0, 2), st.sampled_from(list(SIZES)), st.booleans(),
+    st.integers(1, 3),
+    st.integers(0, 2),
+    st.sampled_from(list(SIZES)),
+    st.booleans(),
 )
 turns = st.builds(
-    TurnShape, st.lists(steps, max_size=3).map(tuple), st.sampled_from(["answer", "error", "cut"]),
-    st.booleans(), st.booleans(),
+    TurnShape,
+    st.lists(steps, max_size=3).map(tuple),
+    st.sampled_from(["answer", "error", "cut"]),
+    st.booleans(),
+    st.booleans(),
 )
 configs = st.builds(
     CompactionConfig,
@@ -182,17 +200,24 @@ def random_ledger(shapes: list[TurnShape], active_last: bool) -> tuple[Ledger, s
         if shape.state_change:
             turn._add(Event(author="support", object=OBJECT_STATE_UPDATE, state_delta={"k": index}))
         if shape.foreign:
-            ledger.add(Event(author="other", filter_key="other", message=Message(role="user", content=f"elsewhere {index}")))
+            ledger.add(
+                Event(author="other", filter_key="other", message=Message(role="user", content=f"elsewhere {index}"))
+            )
         if is_active:
             active = turn.invocation_id
             continue
         if shape.ending == "answer":
             turn.answer(f"answer {index}")
         elif shape.ending == "error":
-            turn._add(Event(
-                author="support", done=True, finish_reason="error", error=EventError(type="model_error", message="boom"),
-                message=Message(role="assistant", content=REPAIRED_ERROR_TEXT),
-            ))
+            turn._add(
+                Event(
+                    author="support",
+                    done=True,
+                    finish_reason="error",
+                    error=EventError(type="model_error", message="boom"),
+                    message=Message(role="assistant", content=REPAIRED_ERROR_TEXT),
+                )
+            )
         if shape.ending != "cut":
             turn.completion()
     return ledger, active
@@ -206,13 +231,18 @@ async def _recover(index: InMemoryRecallIndex, session: Session, event: Event, d
         return None
     kwargs: dict[str, object] = {"seq": event.seq} if disposition == "gap" else {"event_id": event.id}
     loaded = await session_load(
-        index, session=session, before=0, after=1, content_limit=MAX_CONTENT_LIMIT, **kwargs  # type: ignore[arg-type]
+        index,
+        session=session,
+        before=0,
+        after=1,
+        content_limit=MAX_CONTENT_LIMIT,
+        **kwargs,  # type: ignore[arg-type]
     )
     assert loaded["event_id"] == event.id
     [found] = [m for m in loaded["messages"] if m["event_id"] == event.id]
     content = str(found["content"])
     prefix = f"{message.tool_name}: " if message is not None and message.tool_call_id and message.tool_name else ""
-    return content[len(prefix):] if prefix and content.startswith(prefix) else content
+    return content[len(prefix) :] if prefix and content.startswith(prefix) else content
 
 
 def assert_compact_form_matches_every_entry(manifest: Manifest) -> None:
@@ -240,7 +270,10 @@ def assert_compact_form_matches_every_entry(manifest: Manifest) -> None:
     config=configs,
 )
 def test_coverage_is_total_drops_are_zero_and_every_hidden_item_loads_in_one_call(
-    shapes: list[TurnShape], active_last: bool, boundary_fraction: float | None, loaded_fraction: float,
+    shapes: list[TurnShape],
+    active_last: bool,
+    boundary_fraction: float | None,
+    loaded_fraction: float,
     config: CompactionConfig,
 ) -> None:
     ledger, active = random_ledger(shapes, active_last)
@@ -252,7 +285,11 @@ def test_coverage_is_total_drops_are_zero_and_every_hidden_item_loads_in_one_cal
     first_active = next((i for i, e in enumerate(events) if e.invocation_id == active), len(events))
     start = min(first_active, int(loaded_fraction * len(events)))
     session = Session(
-        app=APP, user_id="alice", id="s-1", events=events[start:], last_seq=len(events),
+        app=APP,
+        user_id="alice",
+        id="s-1",
+        events=events[start:],
+        last_seq=len(events),
         summaries={s.filter_key: s for s in summaries},
     )
     built = build(session, config=config, active=active)  # raises ManifestError on a silent drop

@@ -14,12 +14,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 async def test_session_load_by_seq_anchors_at_the_first_recallable_event_from_there(backend: Backend) -> None:  # noqa: F811
     calls = (ToolCall(id="c1", name="read", arguments="{}"),)
-    session = await backend.session("alice", [
-        Event(author="user", message=Message(role="user", content="read the file")),
-        Event(author="agent", message=Message(role="assistant", tool_calls=calls)),
-        Event(author="agent", message=Message(role="tool", content="file body", tool_call_id="c1", tool_name="read")),
-        Event(author="agent", message=Message(role="assistant", content="done")),
-    ])
+    session = await backend.session(
+        "alice",
+        [
+            Event(author="user", message=Message(role="user", content="read the file")),
+            Event(author="agent", message=Message(role="assistant", tool_calls=calls)),
+            Event(
+                author="agent", message=Message(role="tool", content="file body", tool_call_id="c1", tool_name="read")
+            ),
+            Event(author="agent", message=Message(role="assistant", content="done")),
+        ],
+    )
     loaded = await session_load(backend.index, session=session, seq=1, before=0, after=1)
     assert [m["content"] for m in loaded["messages"]] == ["read the file", "read: file body"]
     # seq 2 is the call message, which recall never returns: its result answers for it.

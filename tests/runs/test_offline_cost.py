@@ -73,8 +73,12 @@ async def test_a_run_encodes_each_text_once_and_its_second_step_no_tool_again(en
 
     # The second step: the tools are specs made afresh by the same tools, as a runner does.
     tools_again = tuple(FunctionTool(f).spec() for f in (search_logs, restart_service))
-    result = Message(role="tool", tool_call_id=call.tool_calls[0].id, tool_name="search_logs",
-                     content=json.dumps({"lines": ["2026-01-01T00:00:00 ERROR [payments] card declined"]}))
+    result = Message(
+        role="tool",
+        tool_call_id=call.tool_calls[0].id,
+        tool_name="search_logs",
+        content=json.dumps({"lines": ["2026-01-01T00:00:00 ERROR [payments] card declined"]}),
+    )
     answer = await _generate(ModelRequest(messages=(user, call, result), tools=tools_again))
 
     assert answer.content

@@ -230,10 +230,12 @@ def with_results(*results: tuple[str, dict, str]) -> ModelRequest:
 
 
 async def test_answer_is_composed_from_the_tool_results_once_they_are_in():
-    response = await final(with_results(
-        ("inspect_certificate", {"host": "payments.internal.example.com"}, json.dumps(CERT_RESULT)),
-        ("lookup_ticket", {"query": "expired certificate"}, json.dumps(TICKET_RESULT)),
-    ))
+    response = await final(
+        with_results(
+            ("inspect_certificate", {"host": "payments.internal.example.com"}, json.dumps(CERT_RESULT)),
+            ("lookup_ticket", {"query": "expired certificate"}, json.dumps(TICKET_RESULT)),
+        )
+    )
 
     text = response.message.content
     assert response.message.tool_calls == ()

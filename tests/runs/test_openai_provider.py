@@ -92,7 +92,7 @@ async def test_parallel_tool_calls_split_across_chunks_are_assembled(
     make_model: MakeModel,
     interleave: bool,
 ) -> None:
-    weather_args = {"city": "Paris", "unit": "celsius", "note": "quotes \" and braces {}"}
+    weather_args = {"city": "Paris", "unit": "celsius", "note": 'quotes " and braces {}'}
     time_args = {"tz": "Europe/Paris"}
     openai_server.script(
         ServerStep.calls(

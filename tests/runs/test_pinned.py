@@ -33,43 +33,55 @@ from sessions_app.core.summary import SummaryEngine, SummaryRequest, SummaryResu
 from tests.sessions.ledger_builders import APP, Ledger
 
 
-@pytest.mark.parametrize(("sentence", "kind"), [
-    ("Always answer in French.", "directive"),
-    ("Never restart the payments service without asking me.", "directive"),
-    ("Don't ever use tabs for indentation.", "directive"),
-    ("From now on, call me Sam.", "directive"),
-    ("Please make sure you always put dates in UTC.", "directive"),
-    ("Going forward, keep each answer under 100 words.", "constraint"),
-    ("Every time you write a query, name the columns.", "directive"),
-    ("Actually, always answer in German.", "correction"),
-    ("以后请一律用中文回答。", "directive"),
-    ("Réponds toujours en anglais.", "directive"),
-    # Not standing instructions: questions, formulas, statements about someone, one-off asks.
-    ("Can you always do that?", None),
-    ("Don't worry about it.", None),
-    ("I always loved painting.", None),
-    ("My sister never calls on Sundays.", None),
-    ("Cooking for friends is always fun.", None),
-    ("Our dog Biscuit always sleeps on the sofa.", None),
-    ("Use British spelling from now on.", "directive"),
-    ("You always know what to say.", None),
-    ("Never been to an animal shelter before.", None),
-    ("Whenever I travel, I get lost.", None),
-    ("From now on things will be calmer.", None),
-    ("Use PostgreSQL instead of MySQL.", None),
-    ("Actually, answer in German.", None),
-    ("我总是周末去爬山。", None),
-    ("以后有机会一起去吃火锅吧！", None),
-    ("Ok.", None),
-])
+@pytest.mark.parametrize(
+    ("sentence", "kind"),
+    [
+        ("Always answer in French.", "directive"),
+        ("Never restart the payments service without asking me.", "directive"),
+        ("Don't ever use tabs for indentation.", "directive"),
+        ("From now on, call me Sam.", "directive"),
+        ("Please make sure you always put dates in UTC.", "directive"),
+        ("Going forward, keep each answer under 100 words.", "constraint"),
+        ("Every time you write a query, name the columns.", "directive"),
+        ("Actually, always answer in German.", "correction"),
+        ("以后请一律用中文回答。", "directive"),
+        ("Réponds toujours en anglais.", "directive"),
+        # Not standing instructions: questions, formulas, statements about someone, one-off asks.
+        ("Can you always do that?", None),
+        ("Don't worry about it.", None),
+        ("I always loved painting.", None),
+        ("My sister never calls on Sundays.", None),
+        ("Cooking for friends is always fun.", None),
+        ("Our dog Biscuit always sleeps on the sofa.", None),
+        ("Use British spelling from now on.", "directive"),
+        ("You always know what to say.", None),
+        ("Never been to an animal shelter before.", None),
+        ("Whenever I travel, I get lost.", None),
+        ("From now on things will be calmer.", None),
+        ("Use PostgreSQL instead of MySQL.", None),
+        ("Actually, answer in German.", None),
+        ("我总是周末去爬山。", None),
+        ("以后有机会一起去吃火锅吧！", None),
+        ("Ok.", None),
+    ],
+)
 def test_only_standing_instructions_are_classified(sentence: str, kind: str | None) -> None:
     assert classify(sentence) == kind
 
 
 def test_a_message_yields_each_instruction_verbatim_in_order() -> None:
-    pins = extract_pins("Thanks for the report! Always quote the log line. And never guess a date.\nUse Python 3.11 for scripts.")
-    assert [(p.kind, p.text, ) for p in pins] == [
-        ("directive", "Always quote the log line."), ("directive", "And never guess a date."),
+    pins = extract_pins(
+        "Thanks for the report! Always quote the log line. And never guess a date.\nUse Python 3.11 for scripts."
+    )
+    assert [
+        (
+            p.kind,
+            p.text,
+        )
+        for p in pins
+    ] == [
+        ("directive", "Always quote the log line."),
+        ("directive", "And never guess a date."),
     ]
 
 
@@ -82,10 +94,13 @@ def _fold(*messages: str) -> tuple[PinnedState, Ledger]:
 
 def test_a_correction_supersedes_the_directive_it_restates_and_keeps_the_others() -> None:
     state, ledger = _fold(
-        "Always write dates as YYYY-MM-DD.", "Never mention the budget figures.", "Actually, always write dates as DD/MM/YYYY.",
+        "Always write dates as YYYY-MM-DD.",
+        "Never mention the budget figures.",
+        "Actually, always write dates as DD/MM/YYYY.",
     )
     assert [r.text for r in state.active] == [
-        "Never mention the budget figures.", "Actually, always write dates as DD/MM/YYYY.",
+        "Never mention the budget figures.",
+        "Actually, always write dates as DD/MM/YYYY.",
     ]
     old, _, new = state.records
     assert old.superseded_by == new.id and new.supersedes == (old.id,)
@@ -94,13 +109,17 @@ def test_a_correction_supersedes_the_directive_it_restates_and_keeps_the_others(
 
 
 def test_a_plain_correction_is_pinned_only_when_it_restates_a_pin() -> None:
-    state, _ = _fold("Always address me as Captain.", "Actually, address me as Commander.", "Actually, the meeting moved to Friday.")
+    state, _ = _fold(
+        "Always address me as Captain.", "Actually, address me as Commander.", "Actually, the meeting moved to Friday."
+    )
     assert [(r.kind, r.text) for r in state.active] == [("correction", "Actually, address me as Commander.")]
     assert state.records[0].superseded_by == state.records[1].id
 
 
 def test_a_correction_that_names_no_pin_retires_nothing() -> None:
-    state, _ = _fold("Always deploy with MySQL 8.", "Use a string instead of a number for the id.", "Actually, never log the ids.")
+    state, _ = _fold(
+        "Always deploy with MySQL 8.", "Use a string instead of a number for the id.", "Actually, never log the ids."
+    )
     assert [r.text for r in state.active] == ["Always deploy with MySQL 8.", "Actually, never log the ids."]
 
 
@@ -111,8 +130,11 @@ def test_a_restated_directive_replaces_the_old_value_but_a_different_rule_does_n
 
 def test_everyday_speech_is_not_pinned() -> None:
     state, _ = _fold(
-        "Actually, I went to the park yesterday.", "I went hiking instead of staying home.", "Nope, never been there.",
-        "Don't forget to take it easy.", "Make sure you bring a jacket.",
+        "Actually, I went to the park yesterday.",
+        "I went hiking instead of staying home.",
+        "Nope, never been there.",
+        "Don't forget to take it easy.",
+        "Make sure you bring a jacket.",
     )
     assert state.records == ()
 
@@ -133,10 +155,18 @@ def test_a_quote_is_pinned_only_from_the_cited_user_message() -> None:
     ledger.simple_turn("Thanks. Please keep the replies in plain text, no markdown, for this chat.", "Sure, noted.")
     user, assistant = ledger.events[:2]
     state = pin_quote(
-        PinnedState(), event=user, event_id=user.id, quote="keep the replies in   plain text, no markdown", source="model",
+        PinnedState(),
+        event=user,
+        event_id=user.id,
+        quote="keep the replies in   plain text, no markdown",
+        source="model",
     )
     [record] = state.active
-    assert (record.source, record.source_event_id, record.text) == ("model", user.id, "keep the replies in plain text, no markdown")
+    assert (record.source, record.source_event_id, record.text) == (
+        "model",
+        user.id,
+        "keep the replies in plain text, no markdown",
+    )
     with pytest.raises(PinRefused, match="not in event"):
         pin_quote(PinnedState(), event=user, event_id=user.id, quote="keep the replies in HTML", source="model")
     with pytest.raises(PinRefused, match="not a message of the user"):
@@ -150,9 +180,17 @@ def test_a_pin_by_the_user_or_model_supersedes_only_what_it_names() -> None:
     french, tabs = state.active
     german = ledger.events[6]
     state = pin_quote(
-        state, event=german, event_id=german.id, quote="use German for the answers", source="model", supersedes=[french.id],
+        state,
+        event=german,
+        event_id=german.id,
+        quote="use German for the answers",
+        source="model",
+        supersedes=[french.id],
     )
-    assert [(r.text, r.source) for r in state.active] == [("Never use tabs.", "extractor"), ("use German for the answers", "model")]
+    assert [(r.text, r.source) for r in state.active] == [
+        ("Never use tabs.", "extractor"),
+        ("use German for the answers", "model"),
+    ]
     with pytest.raises(PinRefused, match="nothing pinned is named"):
         pin_quote(state, event=german, event_id=german.id, quote="German", source="model", supersedes=["nope"])
     unpinned = unpin_event(state, event_id=tabs.source_event_id)
@@ -164,11 +202,18 @@ def test_a_pin_by_the_user_or_model_supersedes_only_what_it_names() -> None:
 
 
 def test_the_block_quotes_active_pins_with_their_source_and_keeps_to_its_budget() -> None:
-    state = PinnedState(records=tuple(
-        PinnedRecord(id=f"e{i}:0", kind="directive", text=f"Always mention server number {i} by its full hostname.",
-                     source_event_id=f"e{i}", source_seq=i + 1)
-        for i in range(40)
-    ))
+    state = PinnedState(
+        records=tuple(
+            PinnedRecord(
+                id=f"e{i}:0",
+                kind="directive",
+                text=f"Always mention server number {i} by its full hostname.",
+                source_event_id=f"e{i}",
+                source_seq=i + 1,
+            )
+            for i in range(40)
+        )
+    )
     block = pinned_block(state, budget_tokens=200, count_text=TIKTOKEN.count_text)
     assert block is not None and block.tokens <= 200 and block.omitted
     assert all(f"[seq {r.source_seq}] {r.text}" in block.text for r in block.shown)
@@ -189,13 +234,19 @@ async def test_pins_survive_every_summary_are_stored_in_state_and_the_stale_one_
     service = InMemorySessionService()
     model = ScriptedModel.of(*["fine"] * 6, context_window=8192)
     governance = ContextGovernance(
-        summaries=SummaryEngine(summarizer=Lossy(), tokenizer=TIKTOKEN), pinned=PinnedConfig(), sync_summary_intra_run=False,
+        summaries=SummaryEngine(summarizer=Lossy(), tokenizer=TIKTOKEN),
+        pinned=PinnedConfig(),
+        sync_summary_intra_run=False,
     )
     agent = LLMAgent(name="support", model=model, instruction="Be brief.", governance=governance)
     runner = Runner(app=APP, agents=[agent], session_service=service)
     messages = [
-        "Always answer in French.", "What is the status?", "Never restart payments.",
-        "And the logs?", "Actually, always answer in German.", "Summarize please.",
+        "Always answer in French.",
+        "What is the status?",
+        "Never restart payments.",
+        "And the logs?",
+        "Actually, always answer in German.",
+        "Summarize please.",
     ]
     session_id = None
     for index, text in enumerate(messages):
@@ -226,8 +277,12 @@ def test_the_inspector_blocks_and_stats_show_the_pins() -> None:
     ledger.simple_turn("Always quote the log line.", "ok")
     ledger.add(Event(author="user", message=Message(role="user", content="next")))
     built = build_context(
-        ledger.session(), filter_key=APP, instruction="Be brief.", tools=[],
-        governance=ContextGovernance(pinned=PinnedConfig(budget_ratio=0.05)), window=8192,
+        ledger.session(),
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[],
+        governance=ContextGovernance(pinned=PinnedConfig(budget_ratio=0.05)),
+        window=8192,
     )
     [block] = [b for b in built.blocks() if b["kind"] == "pinned"]
     assert block["pins"][0]["text"] == "Always quote the log line." and block["omitted"] == []
@@ -237,7 +292,10 @@ def test_the_inspector_blocks_and_stats_show_the_pins() -> None:
 
 def _tool_context(ledger: Ledger) -> ToolContext:
     return ToolContext(
-        session=ledger.session(), invocation_id="inv-1", tool_call_id="call-1", agent_name="support",
+        session=ledger.session(),
+        invocation_id="inv-1",
+        tool_call_id="call-1",
+        agent_name="support",
         cancel_event=asyncio.Event(),
     )
 

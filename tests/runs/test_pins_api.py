@@ -45,9 +45,14 @@ def test_the_user_pins_and_unpins_a_message_and_the_next_request_carries_it(
 
     refused = alice_api.post(f"/api/sessions/{session_id}/pins/", {"event_id": answer["id"]}, format="json")
     assert refused.status_code == 400 and "not a message of the user" in refused.json()["error"]["message"]
-    assert bob_api.post(f"/api/sessions/{session_id}/pins/", {"event_id": message["id"]}, format="json").status_code == 404
+    assert (
+        bob_api.post(f"/api/sessions/{session_id}/pins/", {"event_id": message["id"]}, format="json").status_code == 404
+    )
 
     unpinned = alice_api.delete(f"/api/sessions/{session_id}/pins/", {"event_id": message["id"]}, format="json")
     assert unpinned.status_code == 200
     assert [r.get("superseded_by") is not None for r in unpinned.json()["pins"]] == [True]
-    assert alice_api.delete(f"/api/sessions/{session_id}/pins/", {"event_id": message["id"]}, format="json").status_code == 400
+    assert (
+        alice_api.delete(f"/api/sessions/{session_id}/pins/", {"event_id": message["id"]}, format="json").status_code
+        == 400
+    )

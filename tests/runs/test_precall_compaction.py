@@ -55,12 +55,18 @@ def governed(summarizer: Any, **kwargs: Any) -> ContextGovernance:
 
 
 async def session_with_history(
-    model: ScriptedModel, governance: ContextGovernance, *, turns: int = 5, service: InMemorySessionService | None = None
+    model: ScriptedModel,
+    governance: ContextGovernance,
+    *,
+    turns: int = 5,
+    service: InMemorySessionService | None = None,
 ) -> tuple[Runner, InMemorySessionService, str]:
     """A session whose history is ~`turns` x 600 tokens of long answers (no governance yet)."""
     service = service or InMemorySessionService()
     history = ScriptedModel.of(*[f"{LONG} (answer {i})" for i in range(turns)], context_window=WINDOW)
-    plain = Runner(app=APP, agents=[LLMAgent(name="support", model=history, instruction="Be brief.")], session_service=service)
+    plain = Runner(
+        app=APP, agents=[LLMAgent(name="support", model=history, instruction="Be brief.")], session_service=service
+    )
     session_id = None
     for i in range(turns):
         handle = await plain.start(user_id="alice", message=f"question {i}", session_id=session_id)
@@ -77,7 +83,9 @@ async def run_turn(runner: Runner, session_id: str, message: str = "and now?") -
 
 
 def context_of(events: list[Event]) -> list[dict[str, Any]]:
-    return [e.extensions["context"] for e in events if not e.partial and e.role == "assistant" and "context" in e.extensions]
+    return [
+        e.extensions["context"] for e in events if not e.partial and e.role == "assistant" and "context" in e.extensions
+    ]
 
 
 def test_the_threshold_is_70_percent_of_the_window_at_least_2000_tokens_and_at_most_the_window() -> None:
@@ -133,7 +141,9 @@ async def test_a_summary_that_did_not_advance_keeps_the_original_request() -> No
     assert stats["precall"]["status"] == "not_advanced" and stats["precall"]["summary_reason"] == "empty_text"
 
 
-async def test_an_advanced_summary_that_failed_to_persist_still_shortens_the_request(caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_advanced_summary_that_failed_to_persist_still_shortens_the_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     class Unwritable(InMemorySessionService):
         fail = False
 
@@ -164,9 +174,18 @@ async def running_invocation(
     session = await service.get_session(SessionKey(app=APP, user_id="alice", session_id=session_id))
     assert session is not None
     invocation = Invocation(
-        invocation_id="inv-now", run_id="run-now", request_id="req-now", app=APP, agent_name="support",
-        branch="support", filter_key=APP, session=session, session_service=service,
-        message=Message(role="user", content="now?"), options=RunOptions(), cancel_event=asyncio.Event(),
+        invocation_id="inv-now",
+        run_id="run-now",
+        request_id="req-now",
+        app=APP,
+        agent_name="support",
+        branch="support",
+        filter_key=APP,
+        session=session,
+        session_service=service,
+        message=Message(role="user", content="now?"),
+        options=RunOptions(),
+        cancel_event=asyncio.Event(),
     )
     await service.append_event(session, invocation.stamp(Event(author="user", message=invocation.message)))
     return invocation, service
@@ -187,7 +206,9 @@ async def test_an_unsafe_rebuild_keeps_the_original_request(caplog: pytest.LogCa
     def rebuild_without_the_active_turn() -> BuiltRequest:
         return dataclasses.replace(built, items=tuple(i for i in built.items if not i.active))
 
-    chosen, report = await compact_before_call(invocation, built, governance=governance, rebuild=rebuild_without_the_active_turn)
+    chosen, report = await compact_before_call(
+        invocation, built, governance=governance, rebuild=rebuild_without_the_active_turn
+    )
     assert chosen is built and report is not None and report.status == "unsafe_rebuild"
     assert "changed the active turn" in caplog.text
 
@@ -244,10 +265,14 @@ async def test_every_model_call_records_its_context_stats_in_the_answer_event() 
 async def test_an_agent_can_summarize_before_every_step_but_the_first() -> None:
     summarizer = Summarizer("intra-run summary")
     model = ScriptedModel.of(
-        ScriptStep.call("lookup", {"ticket_id": "A"}), ScriptStep.call("lookup", {"ticket_id": "B"}), "done",
+        ScriptStep.call("lookup", {"ticket_id": "A"}),
+        ScriptStep.call("lookup", {"ticket_id": "B"}),
+        "done",
         context_window=100_000,
     )
-    runner, _, session_id = await session_with_history(model, governed(summarizer, sync_summary_intra_run=True), turns=1)
+    runner, _, session_id = await session_with_history(
+        model, governed(summarizer, sync_summary_intra_run=True), turns=1
+    )
     await run_turn(runner, session_id)
     assert len(summarizer.requests) == 2  # before steps 2 and 3
     # The summary now covers this turn too: the model sees its user message verbatim and, as

@@ -49,7 +49,9 @@ def read_log(chunk: int) -> str:
     Args:
         chunk: the chunk number
     """
-    return "\n".join(f"chunk {chunk} line {j}: upstream timeout talking to payments after {100 + j} ms" for j in range(60))
+    return "\n".join(
+        f"chunk {chunk} line {j}: upstream timeout talking to payments after {100 + j} ms" for j in range(60)
+    )
 
 
 def test_spec_3_3_1_the_pre_call_lock_wait_defaults_to_5_seconds() -> None:
@@ -59,13 +61,20 @@ def test_spec_3_3_1_the_pre_call_lock_wait_defaults_to_5_seconds() -> None:
 async def test_spec_3_3_1_a_busy_summary_lock_sends_the_request_fitted_and_says_so() -> None:
     lock, summarizer = HeldLock(), Summarizer()
     governance = ContextGovernance(
-        summaries=SummaryEngine(summarizer=summarizer, tokenizer=TIKTOKEN, lock=lock), context_window=WINDOW,
+        summaries=SummaryEngine(summarizer=summarizer, tokenizer=TIKTOKEN, lock=lock),
+        context_window=WINDOW,
     )
     model = ScriptedModel.of(
-        *(ScriptStep.call("read_log", {"chunk": i}) for i in range(ROUNDS)), "Done.", context_window=WINDOW,
+        *(ScriptStep.call("read_log", {"chunk": i}) for i in range(ROUNDS)),
+        "Done.",
+        context_window=WINDOW,
     )
     agent = LLMAgent(
-        name="support", model=model, tools=[FunctionTool(read_log)], governance=governance, max_steps=ROUNDS + 2,
+        name="support",
+        model=model,
+        tools=[FunctionTool(read_log)],
+        governance=governance,
+        max_steps=ROUNDS + 2,
     )
     service = InMemorySessionService()
     runner = Runner(app=APP, agents=[agent], session_service=service)

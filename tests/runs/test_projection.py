@@ -15,10 +15,18 @@ from sessions_app.core.session import Session, SessionKey, Summary, SummaryBound
 from tests.sessions.ledger_builders import APP, T0, Ledger, assert_tool_calls_paired, roles
 
 
-def messages(session: Session, *, active: str | None = None, instruction: str = "Be brief.", **kwargs: Any) -> list[Any]:
+def messages(
+    session: Session, *, active: str | None = None, instruction: str = "Be brief.", **kwargs: Any
+) -> list[Any]:
     built = build_context(
-        session, filter_key=APP, instruction=instruction, tools=[], governance=kwargs.pop("governance", None),
-        window=8192, active_invocation_id=active, **kwargs,
+        session,
+        filter_key=APP,
+        instruction=instruction,
+        tools=[],
+        governance=kwargs.pop("governance", None),
+        window=8192,
+        active_invocation_id=active,
+        **kwargs,
     )
     return list(built.request.messages)
 
@@ -40,7 +48,9 @@ def test_the_summary_block_follows_the_instruction_and_replaces_what_it_covers()
     sent = messages(ledger.session(summaries=[summary]))
     assert roles(sent) == ["system", "system", "user", "assistant"]
     assert sent[1].content == format_summary("they asked twice", "system")
-    assert "<summary_of_previous_interactions>\nthey asked twice\n</summary_of_previous_interactions>" in sent[1].content
+    assert (
+        "<summary_of_previous_interactions>\nthey asked twice\n</summary_of_previous_interactions>" in sent[1].content
+    )
     assert [m.content for m in sent[2:]] == ["second question", "second answer"]
 
 
@@ -63,8 +73,13 @@ def test_an_intra_run_summary_keeps_the_user_message_and_only_the_latest_round_a
         turn.tool_round("lookup", f"result {n}")
     summary = ledger.summary("everything so far", through=len(ledger.events))  # covers the active turn too
     built = build_context(
-        ledger.session(summaries=[summary]), filter_key=APP, instruction="Be brief.", tools=[], governance=None,
-        window=8192, active_invocation_id=turn.invocation_id,
+        ledger.session(summaries=[summary]),
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[],
+        governance=None,
+        window=8192,
+        active_invocation_id=turn.invocation_id,
     )
     sent = list(built.request.messages)
     assert roles(sent) == ["system", "system", "user", "assistant", "tool"]
@@ -85,8 +100,14 @@ def test_resume_tail_results_the_model_already_answered_become_current_invocatio
     turn.tool_round("lookup", "third " + "w " * 3000)  # after the boundary: the model read the tail
     governance = ContextGovernance(manifest_check=True)
     built = build_context(
-        ledger.session(summaries=[summary]), filter_key=APP, instruction="", tools=[], governance=governance,
-        window=100_000, active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}",
+        ledger.session(summaries=[summary]),
+        filter_key=APP,
+        instruction="",
+        tools=[],
+        governance=governance,
+        window=100_000,
+        active_invocation_id=turn.invocation_id,
+        current_unit=f"req:req-{turn.invocation_id}",
     )
     tail = [i for i in built.items if i.resume_tail]
     result = next(i for i in tail if i.message.role == "tool")
@@ -107,8 +128,13 @@ def test_unread_resume_tail_results_stay_verbatim() -> None:
     turn.tool_round("lookup", "second " + "y " * 3000)
     summary = ledger.summary("both rounds", through=len(ledger.events))  # made right before this call
     built = build_context(
-        ledger.session(summaries=[summary]), filter_key=APP, instruction="", tools=[],
-        governance=ContextGovernance(), window=100_000, active_invocation_id=turn.invocation_id,
+        ledger.session(summaries=[summary]),
+        filter_key=APP,
+        instruction="",
+        tools=[],
+        governance=ContextGovernance(),
+        window=100_000,
+        active_invocation_id=turn.invocation_id,
         current_unit=f"req:req-{turn.invocation_id}",
     )
     assert built.items[-1].message.content.startswith("second") and built.items[-1].compaction is None
@@ -123,13 +149,26 @@ def test_a_run_over_its_budget_without_a_summary_is_fitted_oldest_results_first(
         turn.tool_round("read_log", f"chunk {n} " + "log line " * 400)
     governance = ContextGovernance(manifest_check=True)
     plain = build_context(
-        ledger.session(), filter_key=APP, instruction="Be brief.", tools=[], governance=governance, window=4096,
-        active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}",
+        ledger.session(),
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[],
+        governance=governance,
+        window=4096,
+        active_invocation_id=turn.invocation_id,
+        current_unit=f"req:req-{turn.invocation_id}",
     )
     assert plain.sent_tokens > 4096
     fitted = build_context(
-        ledger.session(), filter_key=APP, instruction="Be brief.", tools=[], governance=governance, window=4096,
-        active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}", fit_to=2867,
+        ledger.session(),
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[],
+        governance=governance,
+        window=4096,
+        active_invocation_id=turn.invocation_id,
+        current_unit=f"req:req-{turn.invocation_id}",
+        fit_to=2867,
     )
     assert fitted.sent_tokens <= 2867
     results = [i for i in fitted.items if i.message.role == "tool"]
@@ -147,8 +186,15 @@ def test_a_latest_round_too_large_for_the_window_is_cut_only_as_far_as_needed() 
     turn.user("read it")
     turn.tool_round("read_log", "head " + "log line " * 3000 + " tail")
     fitted = build_context(
-        ledger.session(), filter_key=APP, instruction="", tools=[], governance=ContextGovernance(), window=4096,
-        active_invocation_id=turn.invocation_id, current_unit=f"req:req-{turn.invocation_id}", fit_to=2867,
+        ledger.session(),
+        filter_key=APP,
+        instruction="",
+        tools=[],
+        governance=ContextGovernance(),
+        window=4096,
+        active_invocation_id=turn.invocation_id,
+        current_unit=f"req:req-{turn.invocation_id}",
+        fit_to=2867,
     )
     result = fitted.items[-1]
     assert result.compaction == "pass2" and result.event is not None and result.event.id in result.message.content
@@ -163,8 +209,14 @@ def test_other_agents_events_are_one_merged_context_message_and_still_accounted_
     turn.tool_round("lookup", "facts about tls")
     turn.answer("TLS facts gathered.")
     built = build_context(
-        ledger.session(), filter_key=APP, instruction="", tools=[], governance=ContextGovernance(manifest_check=True),
-        window=8192, active_invocation_id=turn.invocation_id, agent_name="write",
+        ledger.session(),
+        filter_key=APP,
+        instruction="",
+        tools=[],
+        governance=ContextGovernance(manifest_check=True),
+        window=8192,
+        active_invocation_id=turn.invocation_id,
+        agent_name="write",
     )
     sent = list(built.request.messages)
     assert roles(sent) == ["user", "user"]
@@ -173,8 +225,14 @@ def test_other_agents_events_are_one_merged_context_message_and_still_accounted_
     assert built.manifest is not None and built.manifest.counts().get("verbatim") == 4
     # The same events are the agent's own turns for the agent that wrote them.
     own = build_context(
-        ledger.session(), filter_key=APP, instruction="", tools=[], governance=None, window=8192,
-        active_invocation_id=turn.invocation_id, agent_name="research",
+        ledger.session(),
+        filter_key=APP,
+        instruction="",
+        tools=[],
+        governance=None,
+        window=8192,
+        active_invocation_id=turn.invocation_id,
+        agent_name="research",
     )
     assert roles(own.request.messages) == ["user", "assistant", "tool", "assistant"]
 
@@ -206,7 +264,8 @@ def test_a_turn_whose_user_message_is_hidden_gets_it_back_as_an_anchor() -> None
     summary = ledger.summary("asked what broke", through=3)  # user, call, result
     projection = project(ledger.session(summaries=[summary]), filter_key=APP)
     assert [(i.kind, i.message.content) for i in projection.items] == [
-        ("anchor", "what broke?"), ("event", "timeouts broke it")
+        ("anchor", "what broke?"),
+        ("event", "timeouts broke it"),
     ]
 
 
@@ -222,7 +281,10 @@ def test_orphans_become_plain_context_that_keeps_their_payload() -> None:
     later.answer("ok")
     sent = messages(ledger.session())
     assert roles(sent) == ["system", "user", "user", "user", "user", "assistant"]
-    assert sent[2].content == 'For context: [support] called tool `lookup` with arguments {"id": "X"}; no result of it is recorded.'
+    assert (
+        sent[2].content
+        == 'For context: [support] called tool `lookup` with arguments {"id": "X"}; no result of it is recorded.'
+    )
     assert sent[4].content == "For context: [support] tool `lookup` (call ghost) returned: a result without its call"
     assert_tool_calls_paired(sent)
 
@@ -273,7 +335,11 @@ def test_events_of_other_filter_keys_are_not_shown() -> None:
 
 def test_the_summary_of_the_key_wins_else_every_summary_of_a_parent_key_joins() -> None:
     def summary(key: str, text: str, last_seq: int) -> Summary:
-        return Summary(filter_key=key, text=text, boundary=SummaryBoundary(cutoff_at=T0, last_event_id=f"e{last_seq}", last_seq=last_seq))
+        return Summary(
+            filter_key=key,
+            text=text,
+            boundary=SummaryBoundary(cutoff_at=T0, last_event_id=f"e{last_seq}", last_seq=last_seq),
+        )
 
     exact, parent, whole = summary("app/child", "child", 5), summary("app", "parent", 3), summary("", "whole", 5)
     assert select_summary({"app/child": exact, "app": parent}, "app/child") is exact
@@ -315,9 +381,14 @@ async def test_a_governed_runner_loads_only_the_events_after_the_summary_boundar
     key = SessionKey(app=APP, user_id="alice", session_id=first.session_id)
     events = await service.list_events(key)
     last = events[-1]
-    await service.advance_summary(key, Summary(
-        filter_key=APP, text="two turns", boundary=SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.id, last_seq=last.seq or 0)
-    ))
+    await service.advance_summary(
+        key,
+        Summary(
+            filter_key=APP,
+            text="two turns",
+            boundary=SummaryBoundary(cutoff_at=last.created_at, last_event_id=last.id, last_seq=last.seq or 0),
+        ),
+    )
     third = await runner.start(user_id="alice", session_id=first.session_id, message="3")
     await third.wait()
     assert loads[-1] == {"event_limit": 400, "after_summary": APP, "seqs": []}

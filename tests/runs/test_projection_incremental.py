@@ -34,8 +34,24 @@ from tests.sessions.ledger_builders import APP, Ledger
 
 AGENT = "support"
 OPS = (
-    "turn", "round", "round", "round", "call_only", "result_only", "answer", "completion", "foreign", "seeded",
-    "branch", "summary", "summary_all", "new_window", "load_back", "big_round", "regenerate", "edit",
+    "turn",
+    "round",
+    "round",
+    "round",
+    "call_only",
+    "result_only",
+    "answer",
+    "completion",
+    "foreign",
+    "seeded",
+    "branch",
+    "summary",
+    "summary_all",
+    "new_window",
+    "load_back",
+    "big_round",
+    "regenerate",
+    "edit",
 )
 
 
@@ -68,19 +84,41 @@ def _apply(world: _World, op: str, flag: bool) -> None:
     if op in ("round", "big_round", "call_only"):
         call = world.call_id(reuse=flag)
         arguments = json.dumps({"q": "x" * (400 if op == "big_round" else 3)})
-        world.add(Event(author=AGENT, message=Message(
-            role="assistant", tool_calls=(ToolCall(id=call, name="lookup", arguments=arguments),)
-        ), finish_reason="tool_calls"))
+        world.add(
+            Event(
+                author=AGENT,
+                message=Message(role="assistant", tool_calls=(ToolCall(id=call, name="lookup", arguments=arguments),)),
+                finish_reason="tool_calls",
+            )
+        )
         if op != "call_only":
             content = ("result " * (600 if op == "big_round" else 3)) + call
-            world.add(Event(author=AGENT, object=OBJECT_TOOL_RESPONSE, message=Message(
-                role="tool", content=content, tool_call_id=call, tool_name="lookup",
-            )))
+            world.add(
+                Event(
+                    author=AGENT,
+                    object=OBJECT_TOOL_RESPONSE,
+                    message=Message(
+                        role="tool",
+                        content=content,
+                        tool_call_id=call,
+                        tool_name="lookup",
+                    ),
+                )
+            )
     elif op == "result_only":
         call = "call_1" if flag else f"call_{world.counter}"
-        world.add(Event(author=AGENT, object=OBJECT_TOOL_RESPONSE, message=Message(
-            role="tool", content="late result", tool_call_id=call, tool_name="lookup",
-        )))
+        world.add(
+            Event(
+                author=AGENT,
+                object=OBJECT_TOOL_RESPONSE,
+                message=Message(
+                    role="tool",
+                    content="late result",
+                    tool_call_id=call,
+                    tool_name="lookup",
+                ),
+            )
+        )
     elif op == "answer":
         world.add(Event(author=AGENT, message=Message(role="assistant", content="an answer"), done=True))
     elif op == "completion":
@@ -89,12 +127,24 @@ def _apply(world: _World, op: str, flag: bool) -> None:
         call = world.call_id(reuse=False)
         world.add(Event(author="researcher", message=Message(role="assistant", content="I found things")))
         if flag:
-            world.add(Event(author="researcher", message=Message(
-                role="assistant", tool_calls=(ToolCall(id=call, name="search", arguments="{}"),)
-            )))
-            world.add(Event(author="researcher", object=OBJECT_TOOL_RESPONSE, message=Message(
-                role="tool", content="found", tool_call_id=call, tool_name="search",
-            )))
+            world.add(
+                Event(
+                    author="researcher",
+                    message=Message(role="assistant", tool_calls=(ToolCall(id=call, name="search", arguments="{}"),)),
+                )
+            )
+            world.add(
+                Event(
+                    author="researcher",
+                    object=OBJECT_TOOL_RESPONSE,
+                    message=Message(
+                        role="tool",
+                        content="found",
+                        tool_call_id=call,
+                        tool_name="search",
+                    ),
+                )
+            )
     elif op == "seeded":
         world.counter += 1
         world.invocation = f"inv-{world.counter}"
@@ -114,7 +164,11 @@ def _apply(world: _World, op: str, flag: bool) -> None:
         events = world.session.events
         start = min(len(events) // 3, 5) if flag else 0
         world.session = Session(
-            app=APP, user_id="alice", id="s-1", events=list(events[start:]), summaries=dict(world.session.summaries),
+            app=APP,
+            user_id="alice",
+            id="s-1",
+            events=list(events[start:]),
+            summaries=dict(world.session.summaries),
             last_seq=world.session.last_seq,
         )
     elif op in ("regenerate", "edit"):
@@ -126,7 +180,9 @@ def _apply(world: _World, op: str, flag: bool) -> None:
         world.invocation = f"inv-{world.counter}"
         key = "regenerates" if op == "regenerate" else "edit_of"
         extensions = {key: target.id} if target is not None else {}
-        world.add(Event(author="user", message=Message(role="user", content=f"again {world.counter}"), extensions=extensions))
+        world.add(
+            Event(author="user", message=Message(role="user", content=f"again {world.counter}"), extensions=extensions)
+        )
     elif op == "load_back":
         events = world.session.events
         if events and (events[0].seq or 0) > 1:
@@ -135,9 +191,16 @@ def _apply(world: _World, op: str, flag: bool) -> None:
 
 def _request(session: Session, active: str | None, *, incremental: IncrementalProjection | None) -> tuple[object, ...]:
     built = build_context(
-        session, filter_key=APP, instruction="Be brief.", tools=[ToolSpec(name="lookup", description="d", parameters={})],
-        governance=ContextGovernance(context_window=4096), window=4096, active_invocation_id=active,
-        agent_name=AGENT, fit_to=2800, projections=incremental,
+        session,
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[ToolSpec(name="lookup", description="d", parameters={})],
+        governance=ContextGovernance(context_window=4096),
+        window=4096,
+        active_invocation_id=active,
+        agent_name=AGENT,
+        fit_to=2800,
+        projections=incremental,
     )
     stats = built.stats()
     stats.pop("projection", None)
@@ -169,16 +232,21 @@ def test_a_run_of_tool_rounds_is_projected_incrementally_and_counted() -> None:
     _apply(world, "turn", False)
     for _ in range(20):
         _apply(world, "round", False)
-        kept = incremental.project(world.session, filter_key=APP, active_invocation_id=world.invocation, agent_name=AGENT)
+        kept = incremental.project(
+            world.session, filter_key=APP, active_invocation_id=world.invocation, agent_name=AGENT
+        )
         assert kept == project(world.session, filter_key=APP, active_invocation_id=world.invocation, agent_name=AGENT)
     assert incremental.counters.rebuilt == 1 and incremental.counters.incremental == 19
     assert kept.origin == "incremental"
     # A summary that advances makes the state again; one that covers the running turn is
     # the plain projection, counted as a fallback.
     _apply(world, "summary", False)
-    assert incremental.project(
-        world.session, filter_key=APP, active_invocation_id=world.invocation, agent_name=AGENT
-    ).origin == "fallback:intra_run"
+    assert (
+        incremental.project(
+            world.session, filter_key=APP, active_invocation_id=world.invocation, agent_name=AGENT
+        ).origin
+        == "fallback:intra_run"
+    )
     assert incremental.counters.fallback == 1 and incremental.counters.reasons["rebuilt:summary"] == 1
 
 
@@ -190,8 +258,14 @@ def test_the_request_stats_say_how_the_projection_was_made() -> None:
     for op in ("turn", "round", "round"):
         _apply(world, op, False)
         built = build_context(
-            world.session, filter_key=APP, instruction="", tools=[], governance=ContextGovernance(), window=8192,
-            active_invocation_id=world.invocation, projections=incremental,
+            world.session,
+            filter_key=APP,
+            instruction="",
+            tools=[],
+            governance=ContextGovernance(),
+            window=8192,
+            active_invocation_id=world.invocation,
+            projections=incremental,
         )
         origins.append(built.stats()["projection"])
     assert origins == ["rebuilt:new", "incremental", "incremental"]
@@ -231,8 +305,11 @@ async def test_runs_through_the_runner_send_what_a_projection_from_the_ledger_wo
             ]
         scripted = ScriptedModel.of(*steps)
         agent = LLMAgent(
-            name=AGENT, model=_Forgetting(scripted) if forget else scripted, instruction="Be brief.",
-            tools=[FunctionTool(lookup)], governance=ContextGovernance(context_window=8192),
+            name=AGENT,
+            model=_Forgetting(scripted) if forget else scripted,
+            instruction="Be brief.",
+            tools=[FunctionTool(lookup)],
+            governance=ContextGovernance(context_window=8192),
         )
         runner = Runner(app=APP, agents=[agent], session_service=CachedSessionService(InMemorySessionService()))
         session_id = None

@@ -242,8 +242,10 @@ async def test_the_model_follows_the_summary_sections_with_search_sections() -> 
         return ScriptStep.answer(found["results"][0]["snippet"] if found["results"] else "I do not know.")
 
     model = ScriptedModel.of(
-        ScriptStep.call("search_sections", {"query": "rental invoice number for the car"}), answer,
-        ScriptStep.call("search_sections", {"query": "zebra migration patterns"}), answer,
+        ScriptStep.call("search_sections", {"query": "rental invoice number for the car"}),
+        answer,
+        ScriptStep.call("search_sections", {"query": "zebra migration patterns"}),
+        answer,
     )
     runner = runner_for(model, service)
     first = await runner.start(user_id="alice", session_id=session.id, message="What was the car's invoice number?")

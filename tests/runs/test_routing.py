@@ -23,7 +23,9 @@ from sessions_app.core.session import SessionKey
 APP = "t"
 
 
-def make_runner(agents: Sequence[Any], service: InMemorySessionService | None = None) -> tuple[Runner, InMemorySessionService]:
+def make_runner(
+    agents: Sequence[Any], service: InMemorySessionService | None = None
+) -> tuple[Runner, InMemorySessionService]:
     service = service or InMemorySessionService()
     return Runner(app=APP, agents=agents, session_service=service), service
 
@@ -47,18 +49,25 @@ async def route_notes(service: InMemorySessionService, session_id: str) -> list[
 
 def answering(events: list[Event]) -> list[str]:
     """The authors of the complete assistant messages (not tool calls) of a run, in order."""
-    return [e.author for e in events if e.message is not None and not e.partial and e.role == "assistant" and not e.is_tool_call]
+    return [
+        e.author
+        for e in events
+        if e.message is not None and not e.partial and e.role == "assistant" and not e.is_tool_call
+    ]
 
 
 def pipeline() -> tuple[ChainAgent, ScriptedModel, ScriptedModel, ScriptedModel]:
     first = ScriptedModel.of("I collected the order details.")
     second = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Which region should I deploy to?"}))
     third = ScriptedModel.of("Deployment logged.")
-    chain = ChainAgent(name="pipeline", agents=[
-        LLMAgent(name="collect", model=first),
-        LLMAgent(name="deploy", model=second, await_user_reply=True),
-        LLMAgent(name="log", model=third),
-    ])
+    chain = ChainAgent(
+        name="pipeline",
+        agents=[
+            LLMAgent(name="collect", model=first),
+            LLMAgent(name="deploy", model=second, await_user_reply=True),
+            LLMAgent(name="log", model=third),
+        ],
+    )
     return chain, first, second, third
 
 
@@ -86,7 +95,9 @@ async def test_a_chain_continues_at_the_agent_that_asked_after_the_users_reply()
     assert [m.content for m in sent if m.role == "user"][-1] == "eu-west"
     assert (await state(service, record.session_id))[ROUTE_STATE_KEY] is None
     notes = await route_notes(service, record.session_id)
-    assert notes == [{"outcome": "consumed", "reason": "the reply goes to 'pipeline/deploy'", "path": "pipeline/deploy"}]
+    assert notes == [
+        {"outcome": "consumed", "reason": "the reply goes to 'pipeline/deploy'", "path": "pipeline/deploy"}
+    ]
     first.assert_consumed()
     second.assert_consumed()
 
@@ -160,7 +171,9 @@ async def test_an_invalid_route_value_is_cleared_and_ignored() -> None:
 async def test_ask_user_is_offered_only_when_the_agent_turns_routing_on() -> None:
     plain = ScriptedModel.of("Done.")
     routed = ScriptedModel.of("Done.")
-    runner, _ = make_runner([LLMAgent(name="plain", model=plain), LLMAgent(name="routed", model=routed, await_user_reply=True)])
+    runner, _ = make_runner(
+        [LLMAgent(name="plain", model=plain), LLMAgent(name="routed", model=routed, await_user_reply=True)]
+    )
     await turn(runner, "x", agent="plain")
     await turn(runner, "x", agent="routed")
     assert "ask_user" not in {t.name for t in plain.requests[0].tools}
@@ -179,10 +192,14 @@ async def test_an_agent_asking_without_routing_records_no_route() -> None:
 async def test_a_cycle_starts_its_first_iteration_at_the_agent_that_asked() -> None:
     worker = ScriptedModel.of("Step one done.")
     checker = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Is the result right?"}))
-    cycle = CycleAgent(name="loop", max_iterations=2, agents=[
-        LLMAgent(name="work", model=worker),
-        LLMAgent(name="check", model=checker, await_user_reply=True),
-    ])
+    cycle = CycleAgent(
+        name="loop",
+        max_iterations=2,
+        agents=[
+            LLMAgent(name="work", model=worker),
+            LLMAgent(name="check", model=checker, await_user_reply=True),
+        ],
+    )
     runner, _ = make_runner([cycle])
     asked, record = await turn(runner, "go")
     assert answering(asked) == ["work", "check"]
@@ -196,10 +213,13 @@ async def test_a_cycle_starts_its_first_iteration_at_the_agent_that_asked() -> N
 async def test_a_parallel_agent_runs_only_the_branch_that_asked() -> None:
     asking = ScriptedModel.of(ScriptStep.call("ask_user", {"question": "Which account?"}))
     other = ScriptedModel.of("Inventory checked.")
-    fanout = ParallelAgent(name="fanout", agents=[
-        LLMAgent(name="billing", model=asking, await_user_reply=True),
-        LLMAgent(name="inventory", model=other),
-    ])
+    fanout = ParallelAgent(
+        name="fanout",
+        agents=[
+            LLMAgent(name="billing", model=asking, await_user_reply=True),
+            LLMAgent(name="inventory", model=other),
+        ],
+    )
     runner, service = make_runner([fanout])
     _, record = await turn(runner, "check order 7")
     assert (await state(service, record.session_id))[ROUTE_STATE_KEY]["path"] == "fanout/billing"
@@ -233,10 +253,13 @@ async def test_a_graph_interrupt_routes_the_next_message_to_resume_it_inside_a_c
     effects: list[str] = []
     store = InMemoryCheckpointStore()
     intro = ScriptedModel.of("Report drafted.")
-    chain = ChainAgent(name="flow", agents=[
-        LLMAgent(name="draft", model=intro),
-        GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=store, await_user_reply=True),
-    ])
+    chain = ChainAgent(
+        name="flow",
+        agents=[
+            LLMAgent(name="draft", model=intro),
+            GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=store, await_user_reply=True),
+        ],
+    )
     runner, service = make_runner([chain])
     _asked, record = await turn(runner, "write the report")
     assert record.answer == "Publish the report?"
@@ -253,7 +276,9 @@ async def test_a_graph_interrupt_routes_the_next_message_to_resume_it_inside_a_c
 async def test_a_forged_route_to_another_sessions_checkpoint_starts_the_graph_afresh() -> None:
     effects: list[str] = []
     store = InMemoryCheckpointStore()
-    runner, service = make_runner([GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=store, await_user_reply=True)])
+    runner, service = make_runner(
+        [GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=store, await_user_reply=True)]
+    )
     bobs = await runner.start(user_id="bob", message="go", stream=True)
     [e async for e in bobs.events()]
     bob_session = await service.get_session(SessionKey(app=APP, user_id="bob", session_id=bobs.session_id))
@@ -271,7 +296,9 @@ async def test_a_forged_route_to_another_sessions_checkpoint_starts_the_graph_af
 async def test_a_routed_reply_finds_the_question_outside_the_loaded_window() -> None:
     effects: list[str] = []
     service = InMemorySessionService()
-    graph = GraphAgent(name="approve", graph=approval_graph(effects), checkpoints=InMemoryCheckpointStore(), await_user_reply=True)
+    graph = GraphAgent(
+        name="approve", graph=approval_graph(effects), checkpoints=InMemoryCheckpointStore(), await_user_reply=True
+    )
     runner = Runner(app=APP, agents=[graph], session_service=service, history_event_limit=1)
     _, record = await turn(runner, "go")
     _, record2 = await turn(runner, "yes", session_id=record.session_id)
@@ -279,7 +306,9 @@ async def test_a_routed_reply_finds_the_question_outside_the_loaded_window() -> 
 
 
 async def test_a_graph_without_routing_records_no_route() -> None:
-    runner, service = make_runner([GraphAgent(name="approve", graph=approval_graph([]), checkpoints=InMemoryCheckpointStore())])
+    runner, service = make_runner(
+        [GraphAgent(name="approve", graph=approval_graph([]), checkpoints=InMemoryCheckpointStore())]
+    )
     _, record = await turn(runner, "go")
     assert ROUTE_STATE_KEY not in await state(service, record.session_id)
 
@@ -297,9 +326,14 @@ def use_agents() -> Iterator[Callable[[Sequence[Any]], None]]:
     from sessions_app.backends import DjangoSessionService
 
     def use(agents: Sequence[Any]) -> None:
-        run_manager().reset(lambda: Runner(
-            app=settings.AGENTSITE_APP, agents=agents, session_service=DjangoSessionService(), run_store=DjangoRunStore(),
-        ))
+        run_manager().reset(
+            lambda: Runner(
+                app=settings.AGENTSITE_APP,
+                agents=agents,
+                session_service=DjangoSessionService(),
+                run_store=DjangoRunStore(),
+            )
+        )
 
     yield use
     run_manager().reset(build_runner)
@@ -307,7 +341,9 @@ def use_agents() -> Iterator[Callable[[Sequence[Any]], None]]:
 
 @pytest.mark.django_db(transaction=True)
 def test_over_rest_the_reply_continues_the_chain_at_the_agent_that_asked(
-    alice_api: Any, bob_api: Any, use_agents: Callable[[Sequence[Any]], None],
+    alice_api: Any,
+    bob_api: Any,
+    use_agents: Callable[[Sequence[Any]], None],
 ) -> None:
     chain, first, second, third = pipeline()
     use_agents([chain])
@@ -319,7 +355,9 @@ def test_over_rest_the_reply_continues_the_chain_at_the_agent_that_asked(
     assert state[ROUTE_STATE_KEY]["path"] == "pipeline/deploy"
 
     second.extend([ScriptStep.answer("Deploying to eu-west.")])
-    replied = alice_api.post("/api/runs/", {"message": "eu-west", "session_id": session_id, "wait": True}, format="json")
+    replied = alice_api.post(
+        "/api/runs/", {"message": "eu-west", "session_id": session_id, "wait": True}, format="json"
+    )
     assert replied.status_code == 201, replied.content
     assert replied.json()["answer"] == "Deployment logged."
     first.assert_consumed()
@@ -345,8 +383,10 @@ async def paused_demo_run(token: str) -> dict[str, Any]:
     from django.test import AsyncClient
 
     response = await AsyncClient().post(
-        "/api/runs/", data=json.dumps({"message": "payments TLS handshake failures", "agent": "troubleshoot", "wait": True}),
-        content_type="application/json", headers={"Authorization": f"Bearer {token}"},
+        "/api/runs/",
+        data=json.dumps({"message": "payments TLS handshake failures", "agent": "troubleshoot", "wait": True}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert response.status_code == 201, response.content
     run = response.json()
@@ -368,7 +408,9 @@ def demo_runner(use_model: Callable[[Any], None], settings: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_over_v1_the_next_message_on_the_session_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+async def test_over_v1_the_next_message_on_the_session_resumes_the_paused_graph(
+    alice_token: str, demo_runner: None
+) -> None:
     from django.test import AsyncClient
 
     run = await paused_demo_run(alice_token)
@@ -384,27 +426,38 @@ async def test_over_v1_the_next_message_on_the_session_resumes_the_paused_graph(
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_over_agui_the_next_message_on_the_thread_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+async def test_over_agui_the_next_message_on_the_thread_resumes_the_paused_graph(
+    alice_token: str, demo_runner: None
+) -> None:
     from django.test import AsyncClient
 
     run = await paused_demo_run(alice_token)
     body = {
-        "threadId": run["session_id"], "runId": "client-2", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "threadId": run["session_id"],
+        "runId": "client-2",
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
         "messages": [{"id": "u2", "role": "user", "content": "approve"}],
     }
     response = await AsyncClient().post(
-        "/agui/troubleshoot", data=json.dumps(body), content_type="application/json",
+        "/agui/troubleshoot",
+        data=json.dumps(body),
+        content_type="application/json",
         headers={"Authorization": f"Bearer {alice_token}"},
     )
     assert response.status_code == 200
     text = b"".join([chunk async for chunk in response.streaming_content]).decode()
-    frames = [json.loads(block[len("data: "):]) for block in text.split("\n\n") if block.strip()]
+    frames = [json.loads(block[len("data: ") :]) for block in text.split("\n\n") if block.strip()]
     assert frames[-1]["type"] == "RUN_FINISHED" and frames[-1].get("outcome") in (None, {"type": "success"})
     assert APPROVED in "".join(f["delta"] for f in frames if f["type"] == "TEXT_MESSAGE_CONTENT")
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_over_the_websocket_the_next_message_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+async def test_over_the_websocket_the_next_message_resumes_the_paused_graph(
+    alice_token: str, demo_runner: None
+) -> None:
     from channels.layers import InMemoryChannelLayer, get_channel_layer
     from channels.testing import WebsocketCommunicator
 
@@ -415,7 +468,9 @@ async def test_over_the_websocket_the_next_message_resumes_the_paused_graph(alic
         await layer.flush()  # process-wide: no members of older tests' loops
     run = await paused_demo_run(alice_token)
     socket = WebsocketCommunicator(
-        application, f"/ws/sessions/{run['session_id']}/", headers=[(b"authorization", f"Bearer {alice_token}".encode())],
+        application,
+        f"/ws/sessions/{run['session_id']}/",
+        headers=[(b"authorization", f"Bearer {alice_token}".encode())],
     )
     connected, _ = await socket.connect(timeout=10)
     assert connected
@@ -423,22 +478,30 @@ async def test_over_the_websocket_the_next_message_resumes_the_paused_graph(alic
     frames: list[dict[str, Any]] = []
     accepted: str | None = None
     # The socket first replays the session (the paused run); read until the new run ends.
-    while not (frames and frames[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR", "error") and frames[-1].get("runId", accepted) == accepted):
+    while not (
+        frames
+        and frames[-1]["type"] in ("RUN_FINISHED", "RUN_ERROR", "error")
+        and frames[-1].get("runId", accepted) == accepted
+    ):
         frames.append(await socket.receive_json_from(timeout=10))
         if frames[-1]["type"] == "run.accepted":
             accepted = frames[-1]["run_id"]
     await socket.disconnect()
     assert accepted is not None and frames[-1]["type"] == "RUN_FINISHED"
-    live = frames[next(i for i, f in enumerate(frames) if f["type"] == "RUN_STARTED" and f["runId"] == accepted):]
+    live = frames[next(i for i, f in enumerate(frames) if f["type"] == "RUN_STARTED" and f["runId"] == accepted) :]
     assert APPROVED in "".join(f["delta"] for f in live if f["type"] == "TEXT_MESSAGE_CONTENT")
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_over_a2a_the_next_message_on_the_context_resumes_the_paused_graph(alice_token: str, demo_runner: None) -> None:
+async def test_over_a2a_the_next_message_on_the_context_resumes_the_paused_graph(
+    alice_token: str, demo_runner: None
+) -> None:
     from tests.security.support import a2a, a2a_message, rpc
 
     run = await paused_demo_run(alice_token)
-    response = await a2a("troubleshoot", rpc("SendMessage", a2a_message("approve", context_id=run["session_id"])), alice_token)
+    response = await a2a(
+        "troubleshoot", rpc("SendMessage", a2a_message("approve", context_id=run["session_id"])), alice_token
+    )
     assert response.status_code == 200, response.text[:300]
     task = response.json()["result"]["task"]
     assert task["contextId"] == run["session_id"] and task["status"]["state"] == "TASK_STATE_COMPLETED"

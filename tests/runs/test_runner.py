@@ -232,8 +232,10 @@ async def test_steps_are_bounded() -> None:
 
 @pytest.mark.parametrize(
     ("failure", "error_type"),
-    [(ModelError("bad request: unknown model", status_code=400), "model_error"),
-     (TransientModelError("rate limited after 4 attempts", status_code=429), "model_unavailable")],
+    [
+        (ModelError("bad request: unknown model", status_code=400), "model_error"),
+        (TransientModelError("rate limited after 4 attempts", status_code=429), "model_unavailable"),
+    ],
 )
 async def test_model_failure_mid_run_keeps_the_ledger_and_fails_the_run(failure: ModelError, error_type: str) -> None:
     model = ScriptedModel.of(ScriptStep.call("lookup_ticket", {"ticket_id": "A"}), ScriptStep.fail(failure))
@@ -265,7 +267,9 @@ async def test_an_agent_crash_becomes_a_visible_flow_error() -> None:
     handle = await runner.start(user_id="alice", message="go")
     record = await handle.wait()
     assert record.status == "failed" and record.error == {
-        "type": "flow_error", "message": "RuntimeError: wires crossed", "code": None
+        "type": "flow_error",
+        "message": "RuntimeError: wires crossed",
+        "code": None,
     }
     stored = await ledger(service, "alice", handle.session_id)
     assert [e.text for e in stored[:3]] == ["go", "starting", REPAIRED_ERROR_TEXT]

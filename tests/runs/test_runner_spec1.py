@@ -93,7 +93,8 @@ async def test_spec_1_2_8_a_rewriter_turns_one_message_into_several_current_turn
     assert [e.text for e in turn] == ["(context) ticket INC-7 belongs to alice", "CHECK INC-7"]
     assert all(e.extensions.get(REWRITTEN) is True and e.invocation_id == handle.invocation.invocation_id for e in turn)
     assert [m.content for m in model.requests[0].messages if m.role == "user"] == [
-        "(context) ticket INC-7 belongs to alice", "CHECK INC-7",
+        "(context) ticket INC-7 belongs to alice",
+        "CHECK INC-7",
     ]
 
 
@@ -118,8 +119,9 @@ async def test_spec_1_2_13_a_start_failure_persists_a_run_error_event_before_the
     runner, service = make_runner(ScriptedModel.of("never"))
     upload = upload_part(b"line one\nline two\n", limits=AttachmentLimits(), field="attachments[0]", name="log.txt")
     with pytest.raises(UsageError, match="no artifact service"):
-        await runner.start(user_id="alice", message=Message(role="user", content="see the log", parts=(upload,)),
-                           session_id="s-fail")
+        await runner.start(
+            user_id="alice", message=Message(role="user", content="see the log", parts=(upload,)), session_id="s-fail"
+        )
 
     stored = await ledger(service, "s-fail")
     assert [e.role for e in stored] == ["assistant", "system"]  # the turn was never written
@@ -149,10 +151,14 @@ async def test_spec_1_9_2_the_completion_carries_the_final_state_delta_and_choic
     answer, completion = stored[-2], stored[-1]
     assert completion.is_runner_completion and completion.error is None
     assert completion.extensions[FINAL_STATE_DELTA] == {"last_ticket": "INC-9"}
-    assert completion.extensions[FINAL_CHOICES] == [{
-        "index": 0, "message": {"role": "assistant", "content": "INC-9 is open."},
-        "finish_reason": "stop", "event_id": answer.id,
-    }]
+    assert completion.extensions[FINAL_CHOICES] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "INC-9 is open."},
+            "finish_reason": "stop",
+            "event_id": answer.id,
+        }
+    ]
     # Carried, not applied again: session state holds the tool's write once.
     session = await service.get_session(SessionKey(app=APP, user_id="alice", session_id=handle.session_id))
     assert session is not None and session.state["last_ticket"] == "INC-9"

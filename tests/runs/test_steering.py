@@ -46,11 +46,15 @@ APP = "t"
 
 def make_runner(model: ScriptedModel, *, tools: list[Any] | None = None, **kwargs: Any) -> Runner:
     agent = LLMAgent(name="support", model=model, tools=tools or [])
-    return Runner(app=APP, agents=[agent], session_service=InMemorySessionService(), run_store=InMemoryRunStore(), **kwargs)
+    return Runner(
+        app=APP, agents=[agent], session_service=InMemorySessionService(), run_store=InMemoryRunStore(), **kwargs
+    )
 
 
 async def ledger(runner: Runner, session_id: str) -> list[Event]:
-    return await runner.session_service.list_events(SessionKey(app=APP, user_id="alice", session_id=session_id), limit=1000)
+    return await runner.session_service.list_events(
+        SessionKey(app=APP, user_id="alice", session_id=session_id), limit=1000
+    )
 
 
 def said(events: list[Event]) -> list[tuple[str, str]]:
@@ -75,7 +79,9 @@ class RunHolder:
     run_id = ""
 
 
-def enqueue_then(runner: Runner, holder: RunHolder, texts: list[str], step: ScriptStep) -> Callable[[ModelRequest], ScriptStep]:
+def enqueue_then(
+    runner: Runner, holder: RunHolder, texts: list[str], step: ScriptStep
+) -> Callable[[ModelRequest], ScriptStep]:
     """A scripted model step that queues `texts` on the run while the model is called."""
 
     def act(request: ModelRequest) -> ScriptStep:
@@ -99,10 +105,12 @@ async def test_a_message_queued_during_a_model_step_is_the_next_steps_user_messa
     holder = RunHolder()
     model = ScriptedModel.of()
     runner = make_runner(model, tools=[FunctionTool(lookup)])
-    model.extend([
-        enqueue_then(runner, holder, ["it is ticket 8, not 7"], ScriptStep.call("lookup", {"ticket_id": "7"})),
-        ScriptStep.answer("Ticket 8 is open."),
-    ])
+    model.extend(
+        [
+            enqueue_then(runner, holder, ["it is ticket 8, not 7"], ScriptStep.call("lookup", {"ticket_id": "7"})),
+            ScriptStep.answer("Ticket 8 is open."),
+        ]
+    )
     handle = await runner.start(user_id="alice", message="status of ticket 7?")
     holder.run_id = handle.run_id
     record = await handle.wait()
@@ -110,12 +118,17 @@ async def test_a_message_queued_during_a_model_step_is_the_next_steps_user_messa
     model.assert_consumed()
     # The second request ends with the queued message, after the whole tool round.
     assert sent(model.requests[1])[-3:] == [
-        ("assistant", ""), ("tool", '{"id": "7", "status": "open"}'), ("user", "it is ticket 8, not 7"),
+        ("assistant", ""),
+        ("tool", '{"id": "7", "status": "open"}'),
+        ("user", "it is ticket 8, not 7"),
     ]
     events = await ledger(runner, handle.session_id)
     assert said(events) == [
-        ("user", "status of ticket 7?"), ("assistant", "lookup"), ("tool", '{"id": "7", "status": "open"}'),
-        ("user", "it is ticket 8, not 7"), ("assistant", "Ticket 8 is open."),
+        ("user", "status of ticket 7?"),
+        ("assistant", "lookup"),
+        ("tool", '{"id": "7", "status": "open"}'),
+        ("user", "it is ticket 8, not 7"),
+        ("assistant", "Ticket 8 is open."),
     ]
     consumed = [e for e in events if e.extensions.get(QUEUED)]
     assert [e.extensions[QUEUED] for e in consumed] == [CONSUMED]
@@ -145,9 +158,12 @@ async def test_a_message_queued_inside_a_tool_round_waits_for_the_round_to_end()
         """
         return "second done"
 
-    runner.agents["support"] = LLMAgent(name="support", model=model, tools=[FunctionTool(first), FunctionTool(second)],
-                                        parallel_tools=False)
-    model.extend([ScriptStep.calls(("first", {"ticket_id": "1"}), ("second", {"ticket_id": "2"})), ScriptStep.answer("ok")])
+    runner.agents["support"] = LLMAgent(
+        name="support", model=model, tools=[FunctionTool(first), FunctionTool(second)], parallel_tools=False
+    )
+    model.extend(
+        [ScriptStep.calls(("first", {"ticket_id": "1"}), ("second", {"ticket_id": "2"})), ScriptStep.answer("ok")]
+    )
     handle = await runner.start(user_id="alice", message="go")
     holder.run_id = handle.run_id
     await handle.wait()
@@ -160,10 +176,12 @@ async def test_messages_queued_during_the_last_step_open_the_next_run_in_order()
     holder = RunHolder()
     model = ScriptedModel.of()
     runner = make_runner(model)
-    model.extend([
-        enqueue_then(runner, holder, ["second", "third"], ScriptStep.answer("first answer")),
-        ScriptStep.answer("answer to second and third"),
-    ])
+    model.extend(
+        [
+            enqueue_then(runner, holder, ["second", "third"], ScriptStep.answer("first answer")),
+            ScriptStep.answer("answer to second and third"),
+        ]
+    )
     handle = await runner.start(user_id="alice", message="first")
     holder.run_id = handle.run_id
     record = await handle.wait()
@@ -178,8 +196,11 @@ async def test_messages_queued_during_the_last_step_open_the_next_run_in_order()
     assert len(completions) == 2
     assert len(completions[0].extensions[CARRIED_IDS]) == 2
     assert said(events) == [
-        ("user", "first"), ("assistant", "first answer"),
-        ("user", "second"), ("user", "third"), ("assistant", "answer to second and third"),
+        ("user", "first"),
+        ("assistant", "first answer"),
+        ("user", "second"),
+        ("user", "third"),
+        ("assistant", "answer to second and third"),
     ]
     queued = [e for e in events if e.extensions.get(QUEUED)]
     assert [e.extensions[QUEUED] for e in queued] == [CARRIED, CONSUMED]

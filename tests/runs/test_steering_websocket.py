@@ -58,12 +58,15 @@ async def wait_for(check: Callable[[], Any]) -> None:
 
 
 async def test_a_message_frame_mid_run_reaches_the_next_model_request_of_the_same_run(
-    alice_cookie: bytes, alice_session: str, openai_server: ScriptedOpenAIServer,  # noqa: F811
+    alice_cookie: bytes,  # noqa: F811
+    alice_session: str,  # noqa: F811
+    openai_server: ScriptedOpenAIServer,
     use_model: Callable[[Model], None],
 ) -> None:
     openai_server.script(
-        dataclasses.replace(ServerStep.call("lookup_ticket", {"ticket_id": "T-100"}, id="call_1"),
-                            chunk_delay_s=0.15, fragment_size=1),
+        dataclasses.replace(
+            ServerStep.call("lookup_ticket", {"ticket_id": "T-100"}, id="call_1"), chunk_delay_s=0.15, fragment_size=1
+        ),
         "Both are open.",
     )
     use_model(OpenAIModel(model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test"))
@@ -90,7 +93,9 @@ async def test_a_message_frame_mid_run_reaches_the_next_model_request_of_the_sam
 
 
 async def test_bad_message_frames_are_answered_and_a_cancel_reports_the_dropped_ones(
-    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None],  # noqa: F811
+    alice_cookie: bytes,  # noqa: F811
+    alice_session: str,  # noqa: F811
+    use_model: Callable[[Model], None],
 ) -> None:
     model = ScriptedModel.of(ScriptStep.answer("word " * 300, chunk_size=5, delay_s=0.02))
     use_model(model)

@@ -48,9 +48,7 @@ def runner_for(agent: LLMAgent | ChainAgent, service: RecordingService) -> Runne
 
 
 async def test_a_step_with_fast_tools_is_one_write_and_the_answer_goes_with_the_completion() -> None:
-    model = ScriptedModel.of(
-        ScriptStep.call("lookup", {"q": "a"}), ScriptStep.call("lookup", {"q": "b"}), "done"
-    )
+    model = ScriptedModel.of(ScriptStep.call("lookup", {"q": "a"}), ScriptStep.call("lookup", {"q": "b"}), "done")
     service = RecordingService()
     runner = runner_for(LLMAgent(name="support", model=model, tools=[FunctionTool(lookup)]), service)
     written: set[str] = set()

@@ -97,7 +97,9 @@ async def test_a_mismatch_is_retried_with_feedback_naming_the_problem_then_succe
     stored = await ledger(service, "alice", handle.session_id)
     refused = [e for e in stored if "output_invalid" in e.extensions]
     assert len(refused) == 1 and not refused[0].done
-    assert [e.extensions[OUTPUT_FEEDBACK_EXTENSION]["attempt"] for e in stored if OUTPUT_FEEDBACK_EXTENSION in e.extensions] == [1]
+    assert [
+        e.extensions[OUTPUT_FEEDBACK_EXTENSION]["attempt"] for e in stored if OUTPUT_FEEDBACK_EXTENSION in e.extensions
+    ] == [1]
 
 
 async def test_exhausted_retries_fail_the_run_with_output_invalid() -> None:

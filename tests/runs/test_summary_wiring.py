@@ -49,7 +49,9 @@ class WindowedModel:
         if tokens > self.context_window:
             raise ContextTooLong()
         body = request.messages[-1].content.split("<conversation>")[-1].split("</conversation>")[0]
-        yield ModelResponse(id="r", partial=False, message=Message(role="assistant", content=" ".join(body.split()[:12])))
+        yield ModelResponse(
+            id="r", partial=False, message=Message(role="assistant", content=" ".join(body.split()[:12]))
+        )
 
 
 async def long_session(service: InMemorySessionService, turns: int) -> tuple[object, list[Event]]:
@@ -57,9 +59,15 @@ async def long_session(service: InMemorySessionService, turns: int) -> tuple[obj
     events = []
     for i in range(turns):
         role = "user" if i % 2 == 0 else "assistant"
-        events.append(await service.append_event(
-            session, Event(author=role if role == "user" else "support", message=Message(role=role, content=f"turn {i}: {TURN}")),
-        ))
+        events.append(
+            await service.append_event(
+                session,
+                Event(
+                    author=role if role == "user" else "support",
+                    message=Message(role=role, content=f"turn {i}: {TURN}"),
+                ),
+            )
+        )
     return session, events
 
 
@@ -82,7 +90,9 @@ async def test_demo_summary_of_a_session_far_over_the_window_covers_everything_w
     service = InMemorySessionService()
     session, events = await long_session(service, 60)  # ~8k tokens behind a 1k window
     model = WindowedModel()
-    engine = SummaryEngine(summarizer=build_summarizer(context_policy(), model), tokenizer=TIKTOKEN, context_window=WINDOW)
+    engine = SummaryEngine(
+        summarizer=build_summarizer(context_policy(), model), tokenizer=TIKTOKEN, context_window=WINDOW
+    )
     outcome = await engine.summarize(service, session.key, filter_key="", force=True)
     assert outcome.advanced
     assert outcome.primary.summary is not None
@@ -96,7 +106,9 @@ async def test_single_request_summarizer_stops_at_a_prefix_on_the_same_session(s
     settings.AGENTSITE_SUMMARY_CHUNKED = False  # type: ignore[attr-defined]  # pytest-django settings fixture
     service = InMemorySessionService()
     session, events = await long_session(service, 60)
-    engine = SummaryEngine(summarizer=build_summarizer(context_policy(), WindowedModel()), tokenizer=TIKTOKEN, context_window=WINDOW)
+    engine = SummaryEngine(
+        summarizer=build_summarizer(context_policy(), WindowedModel()), tokenizer=TIKTOKEN, context_window=WINDOW
+    )
     outcome = await engine.summarize(service, session.key, filter_key="", force=True)
     assert outcome.primary.summary is not None
     assert outcome.primary.summary.last_seq < events[-1].seq

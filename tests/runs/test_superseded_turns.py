@@ -19,10 +19,15 @@ from tests.sessions.ledger_builders import APP, Ledger
 def redo(ledger: Ledger, key: str, target: Event, text: str, answer: str) -> Event:
     """A new turn whose user message regenerates or edits `target`, answered with `answer`."""
     turn = ledger.turn()
-    asked = ledger.add(Event(
-        author="user", message=Message(role="user", content=text), extensions={key: target.id},
-        invocation_id=turn.invocation_id, request_id=turn.request_id,
-    ))
+    asked = ledger.add(
+        Event(
+            author="user",
+            message=Message(role="user", content=text),
+            extensions={key: target.id},
+            invocation_id=turn.invocation_id,
+            request_id=turn.request_id,
+        )
+    )
     turn.answer(answer)
     turn.completion()
     return asked
@@ -34,7 +39,12 @@ def shown(session: Session) -> list[str]:
 
 def dispositions(session: Session) -> dict[int, str]:
     built = build_context(
-        session, filter_key=APP, instruction="Be brief.", tools=[], governance=ContextGovernance(), window=8192,
+        session,
+        filter_key=APP,
+        instruction="Be brief.",
+        tools=[],
+        governance=ContextGovernance(),
+        window=8192,
     )
     check_manifest(built.manifest)  # nothing dropped silently
     return {entry.seq: entry.disposition for entry in built.manifest.entries}
@@ -53,8 +63,14 @@ def test_a_regenerated_turn_with_its_tool_round_is_hidden_and_marked_superseded(
     assert shown(session) == ["Why is the VPN down?", "A certificate expired."]
     assert [e.seq for e in ledger.events if e.id in project(session, filter_key=APP).superseded] == [1, 2, 3, 4]
     assert dispositions(session) == {
-        1: "superseded", 2: "superseded", 3: "superseded", 4: "superseded", 5: "silent",
-        6: "verbatim", 7: "verbatim", 8: "silent",
+        1: "superseded",
+        2: "superseded",
+        3: "superseded",
+        4: "superseded",
+        5: "silent",
+        6: "verbatim",
+        7: "verbatim",
+        8: "silent",
     }
     assert len(ledger.events) == 8 and ledger.events[3].text == "The router rebooted."
 
@@ -68,7 +84,12 @@ def test_an_edit_of_an_older_message_hides_only_that_messages_turn() -> None:
 
     assert shown(ledger.session()) == ["And INC-2?", "DNS.", "What happened in INC-3?", "A bad deploy."]
     assert [d for d in dispositions(ledger.session()).values() if d != "silent"] == [
-        "superseded", "superseded", "verbatim", "verbatim", "verbatim", "verbatim",
+        "superseded",
+        "superseded",
+        "verbatim",
+        "verbatim",
+        "verbatim",
+        "verbatim",
     ]
 
 
@@ -102,10 +123,15 @@ def test_a_redo_message_that_names_no_loaded_message_hides_nothing() -> None:
     ledger = Ledger()
     ledger.simple_turn("Hello", "Hi.")
     turn = ledger.turn()
-    ledger.add(Event(
-        author="user", message=Message(role="user", content="again"), extensions={"regenerates": "not-loaded"},
-        invocation_id=turn.invocation_id, request_id=turn.request_id,
-    ))
+    ledger.add(
+        Event(
+            author="user",
+            message=Message(role="user", content="again"),
+            extensions={"regenerates": "not-loaded"},
+            invocation_id=turn.invocation_id,
+            request_id=turn.request_id,
+        )
+    )
     assert shown(ledger.session()) == ["Hello", "Hi.", "again"]
 
 
@@ -152,7 +178,10 @@ async def test_a_summary_made_after_a_redo_leaves_the_replaced_turn_out_and_move
     outcome = await summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, cascade=False)
 
     [request] = summarizer.requests
-    assert [e.text for e in request.events if e.message is not None] == ["Why is the VPN down?", "A certificate expired."]
+    assert [e.text for e in request.events if e.message is not None] == [
+        "Why is the VPN down?",
+        "A certificate expired.",
+    ]
     assert outcome.primary.reason == "updated"
     stored = await service.get_summary(session.key, filter_key=APP)
     assert stored is not None and stored.last_seq == len(ledger.events)

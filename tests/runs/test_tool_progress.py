@@ -83,7 +83,9 @@ async def test_progress_is_never_written_to_the_ledger(monkeypatch: pytest.Monke
 async def test_a_cancel_mid_scan_ends_the_run_cancelled_and_stops_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SCAN_SECONDS_ENV, "60")  # five seconds a step: only a cancel ends it in time
     monkeypatch.setenv("AGENTSITE_MEMORY_AUTO", "0")
-    model = ScriptedModel.of(ScriptStep.call("scan_fleet", {"scope": "fleet"}, id="call_scan"), ScriptStep.answer("done"))
+    model = ScriptedModel.of(
+        ScriptStep.call("scan_fleet", {"scope": "fleet"}, id="call_scan"), ScriptStep.answer("done")
+    )
     runner = make_runner(build_support_agent(model))
     events: list[Event] = []
     try:
@@ -131,15 +133,23 @@ async def test_a_sync_tool_reports_from_its_worker_thread(monkeypatch: pytest.Mo
     finally:
         await runner.close()
 
-    assert [(p.done, p.total, p.note) for p in reports(events)] == [(1, 3, "part 1"), (2, 3, "part 2"), (3, 3, "part 3")]
+    assert [(p.done, p.total, p.note) for p in reports(events)] == [
+        (1, 3, "part 1"),
+        (2, 3, "part 2"),
+        (3, 3, "part 3"),
+    ]
 
 
 def test_report_progress_outside_a_run_is_a_no_op_and_bad_values_are_refused() -> None:
     from sessions_app.core.session import Session
 
     ctx = ToolContext(
-        session=Session(id="s", app=APP, user_id="alice"), invocation_id="i", tool_call_id="c", agent_name="a",
-        cancel_event=asyncio.Event(), tool_name="t",
+        session=Session(id="s", app=APP, user_id="alice"),
+        invocation_id="i",
+        tool_call_id="c",
+        agent_name="a",
+        cancel_event=asyncio.Event(),
+        tool_name="t",
     )
     assert ctx.report_progress(1, 2, "half") is False
     with pytest.raises(ValueError, match="done <= total"):
@@ -155,7 +165,9 @@ def test_report_progress_outside_a_run_is_a_no_op_and_bad_values_are_refused() -
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_ag_ui_stream_carries_progress_as_custom_events_between_call_and_result(
-    alice: Any, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch,
+    alice: Any,
+    use_model: Callable[[Model], None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from asgiref.sync import sync_to_async
     from rest_framework.authtoken.models import Token
@@ -186,7 +198,9 @@ async def test_the_ag_ui_stream_carries_progress_as_custom_events_between_call_a
 
 @pytest.mark.django_db(transaction=True)
 def test_the_readme_cancel_step_cancels_the_offline_fleet_scan_over_rest(
-    alice_api: Any, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch,
+    alice_api: Any,
+    use_model: Callable[[Model], None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import time
 
@@ -224,15 +238,30 @@ def test_the_translator_drops_progress_before_its_call_and_after_its_result() ->
         progress = ToolProgress(tool_call_id="c1", tool_name="scan_fleet", done=done, total=4, note=f"{done}/4")
         return progress_event(progress, author="support", invocation_id="i").replace(request_id="r")
 
-    call = Event(author="support", request_id="r", message=Message(
-        role="assistant", tool_calls=(ToolCall(id="c1", name="scan_fleet", arguments="{}"),),
-    ))
-    result = Event(author="support", request_id="r", message=Message(
-        role="tool", content="{}", tool_call_id="c1", tool_name="scan_fleet",
-    ))
+    call = Event(
+        author="support",
+        request_id="r",
+        message=Message(
+            role="assistant",
+            tool_calls=(ToolCall(id="c1", name="scan_fleet", arguments="{}"),),
+        ),
+    )
+    result = Event(
+        author="support",
+        request_id="r",
+        message=Message(
+            role="tool",
+            content="{}",
+            tool_call_id="c1",
+            tool_name="scan_fleet",
+        ),
+    )
     translator = AguiTranslator(thread_id="s")
-    out = [item for event in (report(0), call, report(1), report(2), result, report(3))
-           for item in translator.translate(event, run_id="r")]
+    out = [
+        item
+        for event in (report(0), call, report(1), report(2), result, report(3))
+        for item in translator.translate(event, run_id="r")
+    ]
 
     custom = [item for item in out if item.type == "CUSTOM" and item.name == TOOL_PROGRESS_EVENT]
     assert [item.value for item in custom] == [
@@ -240,6 +269,8 @@ def test_the_translator_drops_progress_before_its_call_and_after_its_result() ->
         {"toolCallId": "c1", "toolName": "scan_fleet", "done": 2, "total": 4, "note": "2/4"},
     ]
     kinds = [item.type for item in out]
-    assert kinds.index("TOOL_CALL_END") < out.index(custom[0]) and out.index(custom[-1]) < kinds.index("TOOL_CALL_RESULT")
+    assert kinds.index("TOOL_CALL_END") < out.index(custom[0]) and out.index(custom[-1]) < kinds.index(
+        "TOOL_CALL_RESULT"
+    )
     assert all((item.metadata or {}).get("seq") is None for item in custom)
     assert '"done":1,' in custom[0].model_dump_json(by_alias=True)  # an int stays an int on the wire

@@ -22,9 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_spec_1_9_3_a_runs_trace_holds_its_model_and_tool_calls_with_durations_and_parents(
     alice_api: Any, bob_api: Any, use_model: Callable[[Model], None]
 ) -> None:
-    use_model(ScriptedModel.of(
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}), "INC-1042 was an expired certificate."
-    ))
+    use_model(
+        ScriptedModel.of(
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}), "INC-1042 was an expired certificate."
+        )
+    )
     run = alice_api.post("/api/runs/", {"message": "What happened in INC-1042?", "wait": True}, format="json").json()
     assert run["status"] == "completed"
 

@@ -37,13 +37,16 @@ async def turn(runner: Runner, message: str, **kwargs: Any) -> tuple[list[Event]
     return events, await handle.wait()
 
 
-def support_desk(*, troubleshoot_steps: Sequence[Any], routed: bool = False) -> tuple[LLMAgent, ScriptedModel, ScriptedModel]:
+def support_desk(
+    *, troubleshoot_steps: Sequence[Any], routed: bool = False
+) -> tuple[LLMAgent, ScriptedModel, ScriptedModel]:
     support_model = ScriptedModel.of(
         ScriptStep.call("transfer_to_agent", {"agent_name": "troubleshoot", "message": "TLS errors on payments"}),
     )
     troubleshoot_model = ScriptedModel.of(*troubleshoot_steps)
-    troubleshoot = LLMAgent(name="troubleshoot", model=troubleshoot_model, description="diagnoses outages",
-                            await_user_reply=routed)
+    troubleshoot = LLMAgent(
+        name="troubleshoot", model=troubleshoot_model, description="diagnoses outages", await_user_reply=routed
+    )
     support = LLMAgent(name="support", model=support_model, sub_agents=[troubleshoot])
     return support, support_model, troubleshoot_model
 
@@ -60,7 +63,10 @@ async def test_a_transfer_is_in_the_ledger_and_the_target_answers_on_its_own_bra
     [transfer] = [e for e in stored if e.object == OBJECT_TRANSFER]
     assert transfer.author == "support" and transfer.branch == "support"
     assert transfer.extensions["transfer"] == {
-        "from": "support", "to": "troubleshoot", "branch": "support/troubleshoot", "message": "TLS errors on payments",
+        "from": "support",
+        "to": "troubleshoot",
+        "branch": "support/troubleshoot",
+        "message": "TLS errors on payments",
     }
     # The call has its result before the hand-over; the target answers after it, on its branch.
     steps = [(e.author, e.object, e.role, e.branch) for e in stored if e.message is not None]
@@ -108,8 +114,12 @@ async def test_transfer_is_offered_only_to_agents_with_sub_agents() -> None:
 
 async def test_a_transfer_to_an_unknown_agent_is_an_error_the_model_can_correct() -> None:
     target_model = ScriptedModel.of("unused")
-    support_model = ScriptedModel.of(ScriptStep.call("transfer_to_agent", {"agent_name": "billing"}), "I will answer myself.")
-    support = LLMAgent(name="support", model=support_model, sub_agents=[LLMAgent(name="troubleshoot", model=target_model)])
+    support_model = ScriptedModel.of(
+        ScriptStep.call("transfer_to_agent", {"agent_name": "billing"}), "I will answer myself."
+    )
+    support = LLMAgent(
+        name="support", model=support_model, sub_agents=[LLMAgent(name="troubleshoot", model=target_model)]
+    )
     runner, _service = make_runner([support])
     events, record = await turn(runner, "x")
     assert record.answer == "I will answer myself."
@@ -121,7 +131,8 @@ async def test_a_transfer_to_an_unknown_agent_is_an_error_the_model_can_correct(
 
 async def test_a_reply_to_a_question_of_the_transfer_target_goes_straight_to_it() -> None:
     support, support_model, troubleshoot_model = support_desk(
-        troubleshoot_steps=[ScriptStep.call("ask_user", {"question": "Which host?"})], routed=True,
+        troubleshoot_steps=[ScriptStep.call("ask_user", {"question": "Which host?"})],
+        routed=True,
     )
     runner, service = make_runner([support])
     _, record = await turn(runner, "payments fail TLS handshakes")
@@ -150,22 +161,34 @@ async def test_over_agui_the_transfer_is_a_custom_event_and_in_the_ledger(alice:
     from sessions_app.backends import DjangoSessionService
 
     support, support_model, troubleshoot_model = support_desk(troubleshoot_steps=["The certificate expired."])
-    run_manager().reset(lambda: Runner(
-        app=settings.AGENTSITE_APP, agents=[support], session_service=DjangoSessionService(), run_store=DjangoRunStore(),
-    ))
+    run_manager().reset(
+        lambda: Runner(
+            app=settings.AGENTSITE_APP,
+            agents=[support],
+            session_service=DjangoSessionService(),
+            run_store=DjangoRunStore(),
+        )
+    )
     try:
         token = (await sync_to_async(Token.objects.get_or_create)(user=alice))[0].key
         body = {
-            "threadId": "thread-transfer", "runId": "client-1", "state": {}, "tools": [], "context": [],
-            "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "payments fail TLS"}],
+            "threadId": "thread-transfer",
+            "runId": "client-1",
+            "state": {},
+            "tools": [],
+            "context": [],
+            "forwardedProps": {},
+            "messages": [{"id": "u1", "role": "user", "content": "payments fail TLS"}],
         }
         response = await AsyncClient().post(
-            "/agui/support", data=json.dumps(body), content_type="application/json",
+            "/agui/support",
+            data=json.dumps(body),
+            content_type="application/json",
             headers={"Authorization": f"Bearer {token}"},
         )
         assert response.status_code == 200
         text = b"".join([chunk async for chunk in response.streaming_content]).decode()
-        frames = [json.loads(block[len("data: "):]) for block in text.split("\n\n") if block.strip()]
+        frames = [json.loads(block[len("data: ") :]) for block in text.split("\n\n") if block.strip()]
     finally:
         run_manager().reset(build_runner)
     support_model.assert_consumed()
@@ -182,7 +205,9 @@ async def test_over_agui_the_transfer_is_a_custom_event_and_in_the_ledger(alice:
 async def service_events(app: str, user_id: str, session_id: str) -> list[Event]:
     from sessions_app.backends import DjangoSessionService
 
-    return await DjangoSessionService().list_events(SessionKey(app=app, user_id=user_id, session_id=session_id), limit=100)
+    return await DjangoSessionService().list_events(
+        SessionKey(app=app, user_id=user_id, session_id=session_id), limit=100
+    )
 
 
 async def test_a_transfer_to_a_graph_that_pauses_is_answered_by_the_next_message() -> None:
@@ -195,8 +220,13 @@ async def test_a_transfer_to_a_graph_that_pauses_is_answered_by_the_next_message
     graph.add_node("ask", ask)
     graph.add_node("act", lambda s: effects.append(f"act:{s['decision']}") or None)
     graph.set_entry_point("ask").add_edge("ask", "act").set_finish_point("act")
-    target = GraphAgent(name="runbook", graph=graph, checkpoints=InMemoryCheckpointStore(), await_user_reply=True,
-                        description="restarts services")
+    target = GraphAgent(
+        name="runbook",
+        graph=graph,
+        checkpoints=InMemoryCheckpointStore(),
+        await_user_reply=True,
+        description="restarts services",
+    )
     support_model = ScriptedModel.of(ScriptStep.call("transfer_to_agent", {"agent_name": "runbook"}))
     runner, _ = make_runner([LLMAgent(name="support", model=support_model, sub_agents=[target])])
 
@@ -225,14 +255,21 @@ async def test_over_the_websocket_the_transfer_is_a_custom_frame(alice: Any) -> 
     if isinstance(layer, InMemoryChannelLayer):
         await layer.flush()  # process-wide: no members of older tests' loops
     support, support_model, troubleshoot_model = support_desk(troubleshoot_steps=["The certificate expired."])
-    run_manager().reset(lambda: Runner(
-        app=settings.AGENTSITE_APP, agents=[support], session_service=DjangoSessionService(), run_store=DjangoRunStore(),
-    ))
+    run_manager().reset(
+        lambda: Runner(
+            app=settings.AGENTSITE_APP,
+            agents=[support],
+            session_service=DjangoSessionService(),
+            run_store=DjangoRunStore(),
+        )
+    )
     try:
         token = (await sync_to_async(Token.objects.get_or_create)(user=alice))[0].key
         session_id = (await sync_to_async(session_services.session_create)(user=alice, agent="support")).id
         socket = WebsocketCommunicator(
-            application, f"/ws/sessions/{session_id}/", headers=[(b"authorization", f"Bearer {token}".encode())],
+            application,
+            f"/ws/sessions/{session_id}/",
+            headers=[(b"authorization", f"Bearer {token}".encode())],
         )
         connected, _ = await socket.connect(timeout=10)
         assert connected
@@ -247,5 +284,9 @@ async def test_over_the_websocket_the_transfer_is_a_custom_frame(alice: Any) -> 
     troubleshoot_model.assert_consumed()
     assert frames[-1]["type"] == "RUN_FINISHED"
     [custom] = [f for f in frames if f["type"] == "CUSTOM" and f["name"] == TRANSFER_EVENT]
-    assert custom["value"] == {"from": "support", "to": "troubleshoot", "branch": "support/troubleshoot",
-                               "message": "TLS errors on payments"}
+    assert custom["value"] == {
+        "from": "support",
+        "to": "troubleshoot",
+        "branch": "support/troubleshoot",
+        "message": "TLS errors on payments",
+    }

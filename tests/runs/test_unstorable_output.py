@@ -36,8 +36,10 @@ async def test_a_tool_result_with_nul_and_a_lone_surrogate_is_kept_and_the_run_c
     model = ScriptedModel.of(ScriptStep.call("dump", {"path": "/tmp/x"}), "The file has a NUL byte.")
     service = DjangoSessionService()
     runner = Runner(
-        app=APP, agents=[LLMAgent(name="support", model=model, tools=[FunctionTool(dump)])],
-        session_service=service, run_store=DjangoRunStore(),
+        app=APP,
+        agents=[LLMAgent(name="support", model=model, tools=[FunctionTool(dump)])],
+        session_service=service,
+        run_store=DjangoRunStore(),
     )
     handle = await runner.start(user_id=str(alice.pk), message="dump /tmp/x", stream=True)
     emitted = [e async for e in handle.events()]
@@ -45,7 +47,9 @@ async def test_a_tool_result_with_nul_and_a_lone_surrogate_is_kept_and_the_run_c
 
     model.assert_consumed()
     assert emitted[-1].extensions.get("status") == "completed"
-    stored = await service.list_events(SessionKey(app=APP, user_id=str(alice.pk), session_id=handle.session_id), limit=50)
+    stored = await service.list_events(
+        SessionKey(app=APP, user_id=str(alice.pk), session_id=handle.session_id), limit=50
+    )
     result = next(e for e in stored if e.message is not None and e.message.role == "tool")
     assert result.message is not None and result.message.content == "head\ufffdmiddle\ufffdtail"
     assert result.message.content in [e.message.content for e in emitted if e.message is not None]

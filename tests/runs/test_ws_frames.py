@@ -14,12 +14,23 @@ def run_events() -> list[Event]:
     call = ToolCall(id="call_1", name="search_logs", arguments='{"service": "payments"}')
     return [
         Event(author="support", seq=1, message=Message(role="user", content="Why does TLS fail?")),
-        Event(author="support", partial=True, message=Message(role="assistant", content="Let me "),
-              extensions={"message_id": "m1"}),
-        Event(author="support", seq=2, message=Message(role="assistant", content="Let me look.", tool_calls=(call,)),
-              extensions={"message_id": "m1"}),
-        Event(author="support", seq=3, message=Message(role="tool", content="3 errors", tool_call_id="call_1",
-                                                          tool_name="search_logs")),
+        Event(
+            author="support",
+            partial=True,
+            message=Message(role="assistant", content="Let me "),
+            extensions={"message_id": "m1"},
+        ),
+        Event(
+            author="support",
+            seq=2,
+            message=Message(role="assistant", content="Let me look.", tool_calls=(call,)),
+            extensions={"message_id": "m1"},
+        ),
+        Event(
+            author="support",
+            seq=3,
+            message=Message(role="tool", content="3 errors", tool_call_id="call_1", tool_name="search_logs"),
+        ),
     ]
 
 
@@ -70,7 +81,9 @@ def test_the_cache_keeps_only_the_newest_events() -> None:
     events = run_events()
 
     def render(event: Event) -> list[str]:
-        return shared.render(event, AguiTranslator(thread_id="s1", include_user_messages=True).translate(event, run_id="r1"))
+        return shared.render(
+            event, AguiTranslator(thread_id="s1", include_user_messages=True).translate(event, run_id="r1")
+        )
 
     first = render(events[0])
     assert render(events[0])[1] is first[1]  # still cached

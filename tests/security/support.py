@@ -72,5 +72,5 @@ def sse_events(response: httpx.Response) -> list[dict[str, Any]]:
     events = []
     for block in response.text.split("\n\n"):
         if block.startswith("data: ") and block != "data: [DONE]":
-            events.append(json.loads(block[len("data: "):]))
+            events.append(json.loads(block[len("data: ") :]))
     return events

@@ -94,16 +94,27 @@ print("allowed" if UserRateThrottle().allow_request(Request(), None) else "throt
 def _decide_in_another_process(user_pk: int) -> str:
     """DRF's user throttle, asked in a fresh Python process with this process's settings."""
     cache = django_settings.CACHES["default"]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agentsite.settings",
-           "AGENTSITE_CACHE_KEY_PREFIX": cache.get("KEY_PREFIX", "")}
-    done = subprocess.run([sys.executable, "-c", _SECOND_PROCESS, str(user_pk)], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentsite.settings",
+        "AGENTSITE_CACHE_KEY_PREFIX": cache.get("KEY_PREFIX", ""),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _SECOND_PROCESS, str(user_pk)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.skipif(not os.environ.get("REDIS_URL"),
-                    reason="the API rate is shared across processes only through the Redis cache (REDIS_URL unset)")
+@pytest.mark.skipif(
+    not os.environ.get("REDIS_URL"),
+    reason="the API rate is shared across processes only through the Redis cache (REDIS_URL unset)",
+)
 def test_the_api_rate_counted_here_holds_in_another_process(
     monkeypatch: pytest.MonkeyPatch, alice: Any, alice_api: Any, bob: Any
 ) -> None:

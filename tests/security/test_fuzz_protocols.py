@@ -44,8 +44,11 @@ CALL_TIMEOUT_S = 10.0
 unstorable = st.sampled_from(["\x00", "a\x00b", "\ud800", "x\udfffy", "\udbff\x00"])
 texts = st.text(max_size=20) | unstorable
 scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | texts
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                           max_leaves=8)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
 
 
 def shaped(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
@@ -55,8 +58,8 @@ def shaped(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[
 
 def nested(depth: int, inner: str = "") -> str:
     """JSON text nested `depth` levels, alternating arrays and objects."""
-    opening = "".join('[' if level % 2 else '{"a":' for level in range(depth))
-    closing = "".join(']' if level % 2 else '}' for level in reversed(range(depth)))
+    opening = "".join("[" if level % 2 else '{"a":' for level in range(depth))
+    closing = "".join("]" if level % 2 else "}" for level in reversed(range(depth)))
     return opening + (inner or "1") + closing
 
 
@@ -94,8 +97,14 @@ frames = st.one_of(
     st.text(min_size=1, max_size=40),  # an empty text frame cannot be sent at all
     json_values.map(json.dumps),
     deep_json,
-    shaped({"type": st.sampled_from(["run", "cancel", "RUN", ""]), "message": st.text(max_size=5),
-            "agent": st.text(max_size=5), "run_id": st.text(max_size=5)}).map(json.dumps),
+    shaped(
+        {
+            "type": st.sampled_from(["run", "cancel", "RUN", ""]),
+            "message": st.text(max_size=5),
+            "agent": st.text(max_size=5),
+            "run_id": st.text(max_size=5),
+        }
+    ).map(json.dumps),
 )
 
 
@@ -137,28 +146,70 @@ async def test_any_websocket_frame_gets_a_frame_back_and_the_socket_stays_open(
 
 # -- HTTP protocols ------------------------------------------------------------------------------------
 
-messages = st.lists(shaped({"id": st.text(max_size=5), "role": st.sampled_from(["user", "tool", "assistant", "x"]),
-                            "content": st.text(max_size=10), "toolCallId": st.text(max_size=5)}), max_size=3)
-agui_inputs = shaped({
-    "threadId": st.text(max_size=70), "runId": st.text(max_size=5), "messages": messages, "state": json_values,
-    "tools": st.lists(json_values, max_size=2), "context": st.lists(json_values, max_size=2),
-    "forwardedProps": json_values,
-})
-openai_requests = shaped({
-    "model": st.sampled_from(["support", "nope", ""]),
-    "messages": st.lists(shaped({"role": st.sampled_from(["user", "system", "developer", "assistant", "tool"]),
-                                 "content": st.text(max_size=10) | st.lists(json_values, max_size=2)}), max_size=3),
-    "stream": st.booleans(), "n": st.integers(0, 3), "tools": st.lists(json_values, max_size=1),
-    "tool_choice": json_values, "response_format": json_values, "stream_options": json_values,
-})
-a2a_messages = shaped({
-    "jsonrpc": st.just("2.0"), "id": st.integers(0, 9) | st.text(max_size=4),
-    "method": st.sampled_from(["SendMessage", "GetTask", "CancelTask", "ListTasks", "message/send", "tasks/get", "Nope"]),
-    "params": shaped({"message": shaped({"role": st.sampled_from(["ROLE_USER", "ROLE_AGENT", "x"]),
-                                          "messageId": st.text(max_size=5), "contextId": st.text(max_size=70),
-                                          "parts": st.lists(shaped({"text": st.text(max_size=10)}), max_size=2)}),
-                      "id": st.text(max_size=8)}),
-})
+messages = st.lists(
+    shaped(
+        {
+            "id": st.text(max_size=5),
+            "role": st.sampled_from(["user", "tool", "assistant", "x"]),
+            "content": st.text(max_size=10),
+            "toolCallId": st.text(max_size=5),
+        }
+    ),
+    max_size=3,
+)
+agui_inputs = shaped(
+    {
+        "threadId": st.text(max_size=70),
+        "runId": st.text(max_size=5),
+        "messages": messages,
+        "state": json_values,
+        "tools": st.lists(json_values, max_size=2),
+        "context": st.lists(json_values, max_size=2),
+        "forwardedProps": json_values,
+    }
+)
+openai_requests = shaped(
+    {
+        "model": st.sampled_from(["support", "nope", ""]),
+        "messages": st.lists(
+            shaped(
+                {
+                    "role": st.sampled_from(["user", "system", "developer", "assistant", "tool"]),
+                    "content": st.text(max_size=10) | st.lists(json_values, max_size=2),
+                }
+            ),
+            max_size=3,
+        ),
+        "stream": st.booleans(),
+        "n": st.integers(0, 3),
+        "tools": st.lists(json_values, max_size=1),
+        "tool_choice": json_values,
+        "response_format": json_values,
+        "stream_options": json_values,
+    }
+)
+a2a_messages = shaped(
+    {
+        "jsonrpc": st.just("2.0"),
+        "id": st.integers(0, 9) | st.text(max_size=4),
+        "method": st.sampled_from(
+            ["SendMessage", "GetTask", "CancelTask", "ListTasks", "message/send", "tasks/get", "Nope"]
+        ),
+        "params": shaped(
+            {
+                "message": shaped(
+                    {
+                        "role": st.sampled_from(["ROLE_USER", "ROLE_AGENT", "x"]),
+                        "messageId": st.text(max_size=5),
+                        "contextId": st.text(max_size=70),
+                        "parts": st.lists(shaped({"text": st.text(max_size=10)}), max_size=2),
+                    }
+                ),
+                "id": st.text(max_size=8),
+            }
+        ),
+    }
+)
 
 
 def _agui_error(response: Any) -> None:
@@ -181,21 +232,45 @@ def _a2a_error(response: Any) -> None:
         assert isinstance(body["error"]["code"], int) and body["error"]["message"], body
 
 
-AGUI_VALID = {"threadId": "t-fuzz", "runId": "r1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
-              "messages": [{"id": "u1", "role": "user", "content": "hi"}]}
+AGUI_VALID = {
+    "threadId": "t-fuzz",
+    "runId": "r1",
+    "state": {},
+    "tools": [],
+    "context": [],
+    "forwardedProps": {},
+    "messages": [{"id": "u1", "role": "user", "content": "hi"}],
+}
 OPENAI_VALID = {"model": "support", "messages": [{"role": "user", "content": "hi"}]}
-A2A_VALID = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-             "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "contextId": "c-fuzz",
-                                    "parts": [{"text": "hi"}]}, "metadata": {"k": "v"}}}
+A2A_VALID = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "SendMessage",
+    "params": {
+        "message": {"role": "ROLE_USER", "messageId": "m1", "contextId": "c-fuzz", "parts": [{"text": "hi"}]},
+        "metadata": {"k": "v"},
+    },
+}
 # Deep JSON, a NUL and a lone surrogate in the fields each surface stores (issue 17): always
 # sent, besides what hypothesis generates.
 ALWAYS = {
-    "agui": [nested(1000).encode(), *poisoned(AGUI_VALID, "messages", 0, "content"),
-             *poisoned(AGUI_VALID, "threadId"), *poisoned(AGUI_VALID, "state")],
-    "openai": [nested(1000).encode(), *poisoned(OPENAI_VALID, "messages", 0, "content"),
-               *poisoned(OPENAI_VALID, "model")],
-    "a2a": [nested(1000).encode(), *poisoned(A2A_VALID, "params", "message", "parts", 0, "text"),
-            *poisoned(A2A_VALID, "params", "message", "contextId"), *poisoned(A2A_VALID, "params", "metadata", "k")],
+    "agui": [
+        nested(1000).encode(),
+        *poisoned(AGUI_VALID, "messages", 0, "content"),
+        *poisoned(AGUI_VALID, "threadId"),
+        *poisoned(AGUI_VALID, "state"),
+    ],
+    "openai": [
+        nested(1000).encode(),
+        *poisoned(OPENAI_VALID, "messages", 0, "content"),
+        *poisoned(OPENAI_VALID, "model"),
+    ],
+    "a2a": [
+        nested(1000).encode(),
+        *poisoned(A2A_VALID, "params", "message", "parts", 0, "text"),
+        *poisoned(A2A_VALID, "params", "message", "contextId"),
+        *poisoned(A2A_VALID, "params", "metadata", "k"),
+    ],
 }
 
 CASES = [

@@ -61,7 +61,10 @@ def test_no_operation_answers_a_server_error_or_leaks_a_traceback(token: str) ->
 
         @given(case=operation.as_strategy())
         @hypothesis_settings(
-            max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None,
+            max_examples=MAX_EXAMPLES,
+            derandomize=True,
+            deadline=None,
+            database=None,
             suppress_health_check=list(HealthCheck),
         )
         def fuzz(case: Any) -> None:
@@ -81,7 +84,9 @@ DEEP = b"[" * 1000 + b"]" * 1000
 def _string_properties(operation: Any) -> list[str]:
     """The string fields of an operation's JSON body, from the raw schema."""
     raw = schema.raw_schema
-    body = raw["paths"][operation.path][operation.method.lower()]["requestBody"]["content"]["application/json"]["schema"]
+    body = raw["paths"][operation.path][operation.method.lower()]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
     ref = body.get("$ref", "")
     resolved = raw["components"]["schemas"][ref.rsplit("/", 1)[-1]] if ref else body
     return [name for name, prop in resolved.get("properties", {}).items() if prop.get("type") == "string"]
@@ -103,16 +108,32 @@ def ids(alice: Any) -> dict[str, str]:
 
     session = session_services.session_create(user=alice, agent="support")
     service = DjangoSessionService()
-    memory = memory_manager().add(UserKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk)),
-                                  MemoryDraft(text="the staging cluster is in Frankfurt"))
-    run = run_orm.Run.objects.create(id="run-fuzz", app=settings.AGENTSITE_APP, user=alice, session_id=session.id,
-                                     agent="support", request_id="req-fuzz", status="completed", created_at=utcnow())
+    memory = memory_manager().add(
+        UserKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk)),
+        MemoryDraft(text="the staging cluster is in Frankfurt"),
+    )
+    run = run_orm.Run.objects.create(
+        id="run-fuzz",
+        app=settings.AGENTSITE_APP,
+        user=alice,
+        session_id=session.id,
+        agent="support",
+        request_id="req-fuzz",
+        status="completed",
+        created_at=utcnow(),
+    )
     key = SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=session.id)
     message = async_to_sync(service.append_event)(
         get_session_sync(key), Event(author="user", request_id="req-fuzz", message=Message(role="user", content="hi"))
     )
-    return {"session_id": session.id, "memory_id": memory.entry.id, "run_id": run.id, "filename": "notes.txt",
-            "name": "diagnostic-report", "event_id": message.id}
+    return {
+        "session_id": session.id,
+        "memory_id": memory.entry.id,
+        "run_id": run.id,
+        "filename": "notes.txt",
+        "name": "diagnostic-report",
+        "event_id": message.id,
+    }
 
 
 def test_every_operation_refuses_deep_json_nul_and_lone_surrogates_with_a_4xx_naming_the_field(
@@ -128,12 +149,18 @@ def test_every_operation_refuses_deep_json_nul_and_lone_surrogates_with_a_4xx_na
         path = operation.path.format(**{p.name: ids[p.name] for p in operation.path_parameters})
         sent: list[tuple[str, Any, str | None]] = []  # (how, response, the field an error must name)
         for parameter in operation.path_parameters:
-            bad_path = operation.path.format(**{p.name: "a%00b" if p is parameter else ids[p.name]
-                                                for p in operation.path_parameters})
+            bad_path = operation.path.format(
+                **{p.name: "a%00b" if p is parameter else ids[p.name] for p in operation.path_parameters}
+            )
             sent.append((f"path {parameter.name}", api.generic(operation.method.upper(), bad_path), None))
         for parameter in operation.query:
-            sent.append((f"query {parameter.name}", api.generic(operation.method.upper(), f"{path}?{parameter.name}=a%00b"),
-                         parameter.name))
+            sent.append(
+                (
+                    f"query {parameter.name}",
+                    api.generic(operation.method.upper(), f"{path}?{parameter.name}=a%00b"),
+                    parameter.name,
+                )
+            )
         for body in operation.body:
             if body.media_type != "application/json":
                 continue
@@ -141,8 +168,13 @@ def test_every_operation_refuses_deep_json_nul_and_lone_surrogates_with_a_4xx_na
             for name in _string_properties(operation):
                 for bad in (NUL, SURROGATE):
                     raw = json.dumps({name: bad}).encode()
-                    sent.append((f"body {name}={bad!r}", api.generic(operation.method.upper(), path, raw, "application/json"),
-                                 name))
+                    sent.append(
+                        (
+                            f"body {name}={bad!r}",
+                            api.generic(operation.method.upper(), path, raw, "application/json"),
+                            name,
+                        )
+                    )
         for how, response, field in sent:
             checked += 1
             label = f"{operation.method.upper()} {operation.path} {how}"

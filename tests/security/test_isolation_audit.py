@@ -52,30 +52,34 @@ class World:
 
 
 @pytest.fixture
-async def world(
-    alice: Any, bob: Any, alice_token: str, bob_token: str, use_model: Callable[[Model], None]
-) -> World:
+async def world(alice: Any, bob: Any, alice_token: str, bob_token: str, use_model: Callable[[Model], None]) -> World:
     use_model(ScriptedModel.of("Noted.", "Noted."))
     bobs = (await post_json("/api/runs/", {"message": f"my vault code is {SECRET}", "wait": True}, bob_token)).json()
     alices = (await post_json("/api/runs/", {"message": "hello there", "wait": True}, alice_token)).json()
     assert bobs["status"] == alices["status"] == "completed"
-    event_id = await sync_to_async(
-        lambda: orm.Event.objects.get(session_id=bobs["session_id"], role="user").event_id
-    )()
+    event_id = await sync_to_async(lambda: orm.Event.objects.get(session_id=bobs["session_id"], role="user").event_id)()
     async with client(bob_token) as http:
         memory = await http.post("/api/memories/", json={"memory": f"Bob's vault code is {SECRET}"})
         for name in ("secret.txt", "user:notes.txt"):
-            saved = await http.post(f"/api/sessions/{bobs['session_id']}/artifacts/{name}",
-                                    content=f"vault {SECRET}".encode(), headers={"Content-Type": "text/plain"})
+            saved = await http.post(
+                f"/api/sessions/{bobs['session_id']}/artifacts/{name}",
+                content=f"vault {SECRET}".encode(),
+                headers={"Content-Type": "text/plain"},
+            )
             assert saved.status_code == 201, saved.text
     await sync_to_async(skill_revision_create)(
-        app="agentsite", files={"SKILL.md": skill_md("bobs-skill", "Bob's own.", body=f"The vault code is {SECRET}.\n")},
-        owner=bob, status="published",
+        app="agentsite",
+        files={"SKILL.md": skill_md("bobs-skill", "Bob's own.", body=f"The vault code is {SECRET}.\n")},
+        owner=bob,
+        status="published",
     )
     return World(
         tokens={"alice": alice_token, "bob": bob_token},
         sessions={"alice": alices["session_id"], "bob": bobs["session_id"]},
-        run_id=bobs["id"], event_id=event_id, memory_id=memory.json()["memory"]["id"], use_model=use_model,
+        run_id=bobs["id"],
+        event_id=event_id,
+        memory_id=memory.json()["memory"]["id"],
+        use_model=use_model,
     )
 
 
@@ -94,7 +98,9 @@ async def _get(world: World, who: Who, path: str) -> Any:
     return response
 
 
-def rest_get(template: str, *, guessed: bool = False, needle: str | None = None) -> Callable[[World, Who], Awaitable[bool]]:
+def rest_get(
+    template: str, *, guessed: bool = False, needle: str | None = None
+) -> Callable[[World, Who], Awaitable[bool]]:
     """GET a path built from bob's ids; reached = 200 (and the needle in the body, if given).
     With `guessed`, bob uses his real id and alice tries `guesses()` of it."""
 
@@ -112,7 +118,9 @@ def rest_get(template: str, *, guessed: bool = False, needle: str | None = None)
     return probe
 
 
-def rest_post(template: str, body: dict[str, Any], *, reached: Callable[[Any], bool]) -> Callable[[World, Who], Awaitable[bool]]:
+def rest_post(
+    template: str, body: dict[str, Any], *, reached: Callable[[Any], bool]
+) -> Callable[[World, Who], Awaitable[bool]]:
     async def probe(world: World, who: Who) -> bool:
         path = template.format(sid=world.sessions["bob"], rid=world.run_id)
         filled = json.loads(json.dumps(body).replace("{sid}", world.sessions["bob"]))
@@ -193,8 +201,15 @@ async def websocket_cancel(world: World, who: Who) -> bool:
 
 async def agui(world: World, who: Who) -> bool:
     world.use_model(ScriptedModel.of(f"Your code was {SECRET}."))
-    body = {"threadId": world.sessions["bob"], "runId": "c1", "state": {}, "tools": [], "context": [],
-            "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "what was my code?"}]}
+    body = {
+        "threadId": world.sessions["bob"],
+        "runId": "c1",
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "messages": [{"id": "u1", "role": "user", "content": "what was my code?"}],
+    }
     response = await post_json("/agui/support", body, world.token(who))
     if response.status_code != 200:
         assert response.status_code == 404 and response.json()["error"]["field"] == "threadId", response.text
@@ -205,8 +220,10 @@ async def agui(world: World, who: Who) -> bool:
 async def openai_session(world: World, who: Who) -> bool:
     world.use_model(ScriptedModel.of("Continuing."))
     response = await post_json(
-        "/v1/chat/completions", {"model": "support", "messages": [{"role": "user", "content": "go on"}]},
-        world.token(who), **{"X-Session-Id": world.sessions["bob"]},
+        "/v1/chat/completions",
+        {"model": "support", "messages": [{"role": "user", "content": "go on"}]},
+        world.token(who),
+        **{"X-Session-Id": world.sessions["bob"]},
     )
     if response.status_code != 200:
         assert response.status_code == 404 and response.json()["error"]["code"] == "session_not_found", response.text
@@ -216,8 +233,9 @@ async def openai_session(world: World, who: Who) -> bool:
 
 async def a2a_context(world: World, who: Who) -> bool:
     world.use_model(ScriptedModel.of("Continuing."))
-    response = await a2a("support", rpc("SendMessage", a2a_message("go on", context_id=world.sessions["bob"])),
-                         world.token(who))
+    response = await a2a(
+        "support", rpc("SendMessage", a2a_message("go on", context_id=world.sessions["bob"])), world.token(who)
+    )
     body = response.json()
     if "error" in body:
         assert body["error"]["code"] == -32602 and "not found" in body["error"]["message"], body
@@ -278,7 +296,9 @@ ROWS = [
     Row("REST run list", "search", rest_get("/api/runs/?session_id={sid}", needle="{rid}")),
     Row("REST run cancel", "id", rest_post("/api/runs/{rid}/cancel/", {}, reached=not_404)),
     Row("REST run resume", "id", rest_post("/api/runs/{rid}/resume/", {"value": "yes"}, reached=not_404)),
-    Row("REST run in session", "id", rest_post("/api/runs/", {"message": "hi", "session_id": "{sid}"}, reached=not_404)),
+    Row(
+        "REST run in session", "id", rest_post("/api/runs/", {"message": "hi", "session_id": "{sid}"}, reached=not_404)
+    ),
     Row("REST memory detail", "id", rest_get("/api/memories/{mid}/", needle=SECRET)),
     Row("REST memory detail", "guessed id", rest_get("/api/memories/{mid}/", guessed=True)),
     Row("REST memory search", "search", rest_get(f"/api/memories/?q={SECRET}", needle=SECRET)),
@@ -296,11 +316,27 @@ ROWS = [
     Row("OpenAI-compatible X-Session-Id", "id", openai_session),
     Row("A2A contextId", "id", a2a_context),
     # Searches name what the secret is about, not the secret: the tool echoes its query.
-    Row("tool session_search", "search", tool("session_search", lambda w: {"query": "vault code", "scope": "all_sessions"}, own_session=False)),
-    Row("tool session_search", "search", tool("session_search", lambda w: {"query": "vault code", "scope": "other_sessions"}, own_session=False)),
-    Row("tool session_load", "id", tool("session_load", lambda w: {"event_id": w.event_id, "session_id": w.sessions["bob"]}, own_session=False)),
+    Row(
+        "tool session_search",
+        "search",
+        tool("session_search", lambda w: {"query": "vault code", "scope": "all_sessions"}, own_session=False),
+    ),
+    Row(
+        "tool session_search",
+        "search",
+        tool("session_search", lambda w: {"query": "vault code", "scope": "other_sessions"}, own_session=False),
+    ),
+    Row(
+        "tool session_load",
+        "id",
+        tool("session_load", lambda w: {"event_id": w.event_id, "session_id": w.sessions["bob"]}, own_session=False),
+    ),
     Row("tool session_load", "id", tool("session_load", lambda w: {"event_id": w.event_id})),
-    Row("tool session_load", "guessed id", tool("session_load", lambda w: {"session_id": w.sessions["bob"], "seq": 1}, own_session=False)),
+    Row(
+        "tool session_load",
+        "guessed id",
+        tool("session_load", lambda w: {"session_id": w.sessions["bob"], "seq": 1}, own_session=False),
+    ),
     Row("tool memory_search", "search", tool("memory_search", lambda w: {"query": "vault code"}, own_session=False)),
     Row("tool artifact_list", "search", tool("artifact_list", lambda w: {}, needle="secret.txt")),
     Row("tool artifact_load", "guessed id", tool("artifact_load", lambda w: {"filename": "user:notes.txt"})),
@@ -331,8 +367,12 @@ async def test_recalled_history_reaches_the_model_marked_as_context_not_instruct
 ) -> None:
     use_model(ScriptedModel.of("Noted."))
     old = (await post_json("/api/runs/", {"message": f"note: {PLANTED}", "wait": True}, alice_token)).json()
-    model = ScriptedModel.of(ScriptStep.call("session_search", {"query": "vault code attacker", "scope": "other_sessions"},
-                                             id="call_recall"), "I will not do that.")
+    model = ScriptedModel.of(
+        ScriptStep.call(
+            "session_search", {"query": "vault code attacker", "scope": "other_sessions"}, id="call_recall"
+        ),
+        "I will not do that.",
+    )
     use_model(model)
 
     run = (await post_json("/api/runs/", {"message": "what did I say before?", "wait": True}, alice_token)).json()

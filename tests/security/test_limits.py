@@ -49,7 +49,9 @@ async def test_a_body_over_the_request_size_limit_is_413_on_every_json_surface(
     padding = "x" * 4096
 
     rest = await post_json("/api/sessions/", {"title": padding}, alice_token)
-    agui = await post_json("/agui/support", {"threadId": "t", "runId": "r", "messages": [], "pad": padding}, alice_token)
+    agui = await post_json(
+        "/agui/support", {"threadId": "t", "runId": "r", "messages": [], "pad": padding}, alice_token
+    )
     openai = await post_json("/v1/chat/completions", {"model": "support", "messages": [], "pad": padding}, alice_token)
 
     for response in (rest, agui):
@@ -81,12 +83,21 @@ async def test_a_message_over_the_limit_is_refused_on_every_surface_naming_the_f
 
     rest = await post_json("/api/runs/", {"message": long}, alice_token)
     agui = await post_json(
-        "/agui/support", {"threadId": "t1", "runId": "r1", "state": {}, "tools": [], "context": [],
-                          "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": long}]},
+        "/agui/support",
+        {
+            "threadId": "t1",
+            "runId": "r1",
+            "state": {},
+            "tools": [],
+            "context": [],
+            "forwardedProps": {},
+            "messages": [{"id": "u1", "role": "user", "content": long}],
+        },
         alice_token,
     )
-    openai = await post_json("/v1/chat/completions", {"model": "support", "messages": [{"role": "user", "content": long}]},
-                             alice_token)
+    openai = await post_json(
+        "/v1/chat/completions", {"model": "support", "messages": [{"role": "user", "content": long}]}, alice_token
+    )
     socket = await open_socket(f"/ws/sessions/{session.id}/", alice_token)
     await socket.send_to(text_data=json.dumps({"type": "run", "message": long}))
     frame = await socket.receive_json_from(timeout=5)
@@ -184,21 +195,40 @@ async def test_past_the_active_runs_limit_a_start_is_429_on_every_surface(
     # One slow run for alice, one quick one for bob (the limit is per user); nothing else.
     use_model(ScriptedModel.of(ScriptStep.answer("slow " * 60, chunk_size=5, delay_s=0.05), "Bob's answer."))
     session = await sync_to_async(session_services.session_create)(user=alice, agent="support")
-    first = asyncio.create_task(post_json(
-        "/agui/support", {"threadId": session.id, "runId": "c1", "state": {}, "tools": [], "context": [],
-                          "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": "one"}]},
-        alice_token,
-    ))
+    first = asyncio.create_task(
+        post_json(
+            "/agui/support",
+            {
+                "threadId": session.id,
+                "runId": "c1",
+                "state": {},
+                "tools": [],
+                "context": [],
+                "forwardedProps": {},
+                "messages": [{"id": "u1", "role": "user", "content": "one"}],
+            },
+            alice_token,
+        )
+    )
     await _wait_running(session.id)
 
     rest = await post_json("/api/runs/", {"message": "two"}, alice_token)
     agui = await post_json(
-        "/agui/support", {"threadId": "other-thread", "runId": "c2", "state": {}, "tools": [], "context": [],
-                          "forwardedProps": {}, "messages": [{"id": "u2", "role": "user", "content": "two"}]},
+        "/agui/support",
+        {
+            "threadId": "other-thread",
+            "runId": "c2",
+            "state": {},
+            "tools": [],
+            "context": [],
+            "forwardedProps": {},
+            "messages": [{"id": "u2", "role": "user", "content": "two"}],
+        },
         alice_token,
     )
-    openai = await post_json("/v1/chat/completions", {"model": "support", "messages": [{"role": "user", "content": "two"}]},
-                             alice_token)
+    openai = await post_json(
+        "/v1/chat/completions", {"model": "support", "messages": [{"role": "user", "content": "two"}]}, alice_token
+    )
     socket = await open_socket(f"/ws/sessions/{session.id}/", alice_token)
     await socket.send_to(text_data=json.dumps({"type": "run", "message": "two"}))
     frames = [await socket.receive_json_from(timeout=5)]
@@ -225,8 +255,14 @@ async def test_a2a_past_the_active_runs_limit_answers_a_json_rpc_error(
 ) -> None:
     settings.AGENTSITE_MAX_ACTIVE_RUNS_PER_USER = 1
     use_model(ScriptedModel.of(ScriptStep.answer("slow " * 60, chunk_size=5, delay_s=0.05)))
-    first = asyncio.create_task(post_json("/v1/chat/completions", {
-        "model": "support", "messages": [{"role": "user", "content": "one"}]}, alice_token, **{"X-Session-Id": "s-one"}))
+    first = asyncio.create_task(
+        post_json(
+            "/v1/chat/completions",
+            {"model": "support", "messages": [{"role": "user", "content": "one"}]},
+            alice_token,
+            **{"X-Session-Id": "s-one"},
+        )
+    )
     await _wait_running("s-one")
 
     refused = await a2a("support", rpc("SendMessage", a2a_message("two")), alice_token)

@@ -36,8 +36,15 @@ DEEP = b"[" * 1000 + b"]" * 1000  # 2 KB of JSON nested 1,000 levels
 
 
 def agui_input(content: str, *, thread_id: str = "t-malformed", message_id: str = "u1") -> dict[str, Any]:
-    return {"threadId": thread_id, "runId": "r1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
-            "messages": [{"id": message_id, "role": "user", "content": content}]}
+    return {
+        "threadId": thread_id,
+        "runId": "r1",
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "messages": [{"id": message_id, "role": "user", "content": content}],
+    }
 
 
 def chat(content: str) -> dict[str, Any]:
@@ -97,8 +104,13 @@ async def test_nul_and_lone_surrogates_are_refused_with_400_naming_the_field_on_
         run = await post_json("/api/runs/", raw({"message": bad}), alice_token)
         a2a_answer = await a2a("support", raw(rpc("SendMessage", a2a_message(bad))), alice_token)
 
-        for response, field in ((agui, "messages.0.content"), (agui_thread, "threadId"), (title, "title"),
-                                (memory, "memory"), (run, "message")):
+        for response, field in (
+            (agui, "messages.0.content"),
+            (agui_thread, "threadId"),
+            (title, "title"),
+            (memory, "memory"),
+            (run, "message"),
+        ):
             error = envelope_error(response, 400)
             assert (error["code"], error.get("field")) == ("invalid_text", field), error
             assert f"{field} contains a {what}" in error["message"], error
@@ -116,14 +128,19 @@ def test_nul_and_lone_surrogates_in_a_resume_are_refused_with_400_naming_the_fie
     alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
     use_model(ScriptedModel.of())
-    paused = alice_api.post("/api/runs/", {"message": "payments TLS handshake failures", "agent": "troubleshoot",
-                                           "wait": True}, format="json").json()
+    paused = alice_api.post(
+        "/api/runs/",
+        {"message": "payments TLS handshake failures", "agent": "troubleshoot", "wait": True},
+        format="json",
+    ).json()
     url = f"/api/runs/{paused['id']}/resume/"
 
-    message = alice_api.post(url, raw({"value": {"approved": True}, "message": "Approve\x00"}),
-                             content_type="application/json")
-    value = alice_api.post(url, raw({"value": {"approved": True, "comment": "ok\ud800"}}),
-                           content_type="application/json")
+    message = alice_api.post(
+        url, raw({"value": {"approved": True}, "message": "Approve\x00"}), content_type="application/json"
+    )
+    value = alice_api.post(
+        url, raw({"value": {"approved": True, "comment": "ok\ud800"}}), content_type="application/json"
+    )
 
     assert "interrupt" in alice_api.get(f"/api/runs/{paused['id']}/").json(), "the run must still wait"
     for response, field in ((message, "message"), (value, "value.comment")):
@@ -135,18 +152,26 @@ def test_nul_and_lone_surrogates_in_a_resume_are_refused_with_400_naming_the_fie
 def test_nul_in_a_url_path_id_is_a_4xx_in_the_envelope(alice: Any, alice_api: Any) -> None:
     session = session_services.session_create(user=alice, agent="support")
     paths = [
-        "/api/sessions/a%00b/", "/api/sessions/a%00b/events/", "/api/sessions/a%00b/context/",
-        "/api/sessions/a%00b/artifacts/", f"/api/sessions/{session.id}/artifacts/a%00b.txt",
-        "/api/runs/a%00b/", "/api/memories/a%00b/", "/api/skills/a%00b/",
+        "/api/sessions/a%00b/",
+        "/api/sessions/a%00b/events/",
+        "/api/sessions/a%00b/context/",
+        "/api/sessions/a%00b/artifacts/",
+        f"/api/sessions/{session.id}/artifacts/a%00b.txt",
+        "/api/runs/a%00b/",
+        "/api/memories/a%00b/",
+        "/api/skills/a%00b/",
     ]
     for path in paths:
         response = alice_api.get(path)
         assert 400 <= response.status_code < 500, (path, response.status_code, response.content[:300])
         assert response["Content-Type"].startswith("application/json"), (path, response["Content-Type"])
         assert response.json()["error"]["message"], path
-    upload = alice_api.post(f"/api/sessions/{session.id}/artifacts/a%00b.txt", data=b"x",
-                            content_type="application/octet-stream")
-    assert upload.status_code == 400 and upload.json()["error"]["code"] in ("invalid_filename", "invalid_text"), upload.content
+    upload = alice_api.post(
+        f"/api/sessions/{session.id}/artifacts/a%00b.txt", data=b"x", content_type="application/octet-stream"
+    )
+    assert upload.status_code == 400 and upload.json()["error"]["code"] in ("invalid_filename", "invalid_text"), (
+        upload.content
+    )
 
 
 # -- ids longer than their column, offsets past any integer ------------------------------------------
@@ -175,18 +200,22 @@ def test_a_huge_memories_offset_is_refused_with_400(alice_api: Any) -> None:
 # -- words past PostgreSQL's tsvector limit -----------------------------------------------------------
 
 
-def test_a_memory_with_a_word_over_the_tsvector_limit_is_stored_and_still_searchable(alice: Any, alice_api: Any) -> None:
+def test_a_memory_with_a_word_over_the_tsvector_limit_is_stored_and_still_searchable(
+    alice: Any, alice_api: Any
+) -> None:
     text = "deploys use blue green " + "z" * 3000
 
     created = alice_api.post("/api/memories/", {"memory": text}, format="json")
-    found = memory_manager().search(UserKey(app="agentsite", user_id=str(alice.pk)),
-                                    SearchOptions(query="blue green deploys", max_results=5))
+    found = memory_manager().search(
+        UserKey(app="agentsite", user_id=str(alice.pk)), SearchOptions(query="blue green deploys", max_results=5)
+    )
 
     assert created.status_code == 201, created.content[:300]
     assert [entry.text for entry in found] == [text]
     # The same write path memory extraction uses: the next one is not stuck behind it.
-    again = memory_manager().add(UserKey(app="agentsite", user_id=str(alice.pk)),
-                                 MemoryDraft(text="canary releases " + "q" * 3000))
+    again = memory_manager().add(
+        UserKey(app="agentsite", user_id=str(alice.pk)), MemoryDraft(text="canary releases " + "q" * 3000)
+    )
     assert again.action == "added"
 
 
@@ -244,8 +273,12 @@ async def test_agui_with_the_browser_session_cookie_and_csrf_token_streams_the_r
     use_model(ScriptedModel.of("Hello from the browser."))
     browser, token = await _browser(alice)
 
-    response = await browser.post("/agui/support", agui_input("hi"), content_type="application/json",
-                                  headers={"X-CSRFToken": token, "Accept": "text/event-stream"})
+    response = await browser.post(
+        "/agui/support",
+        agui_input("hi"),
+        content_type="application/json",
+        headers={"X-CSRFToken": token, "Accept": "text/event-stream"},
+    )
     refused = await browser.post("/agui/support", agui_input("hi", thread_id="t-2"), content_type="application/json")
 
     assert response.status_code == 200, (response.status_code, getattr(response, "content", b"")[:300])
@@ -261,10 +294,12 @@ async def test_an_artifact_upload_with_the_browser_session_cookie_and_csrf_token
     browser, token = await _browser(alice)
     url = f"/api/sessions/{session.id}/artifacts/notes.bin"
 
-    uploaded = await browser.post(url, data=b"\x00\x01binary", content_type="application/octet-stream",
-                                  headers={"X-CSRFToken": token})
-    as_form = await browser.post(url, data=b"a=1&b=2", content_type="application/x-www-form-urlencoded",
-                                 headers={"X-CSRFToken": token})
+    uploaded = await browser.post(
+        url, data=b"\x00\x01binary", content_type="application/octet-stream", headers={"X-CSRFToken": token}
+    )
+    as_form = await browser.post(
+        url, data=b"a=1&b=2", content_type="application/x-www-form-urlencoded", headers={"X-CSRFToken": token}
+    )
     refused = await browser.post(url, data=b"x", content_type="application/octet-stream")
     downloaded = await browser.get(url + "?version=0")
 
@@ -283,10 +318,12 @@ def test_a_chunked_body_that_cannot_be_read_is_refused_with_411_not_stored_empty
     session = session_services.session_create(user=alice, agent="support")
     url = f"/api/sessions/{session.id}/artifacts/big.bin"
 
-    response = alice_api.generic("POST", url, b"", content_type="application/octet-stream",
-                                 HTTP_TRANSFER_ENCODING="chunked")
-    json_post = alice_api.generic("POST", "/api/sessions/", b"", content_type="application/json",
-                                  HTTP_TRANSFER_ENCODING="chunked")
+    response = alice_api.generic(
+        "POST", url, b"", content_type="application/octet-stream", HTTP_TRANSFER_ENCODING="chunked"
+    )
+    json_post = alice_api.generic(
+        "POST", "/api/sessions/", b"", content_type="application/json", HTTP_TRANSFER_ENCODING="chunked"
+    )
 
     for answer in (response, json_post):
         assert answer.status_code == 411, (answer.status_code, answer.content[:300])
@@ -297,7 +334,7 @@ def test_a_chunked_body_that_cannot_be_read_is_refused_with_411_not_stored_empty
 
 async def _chunks(data: bytes, size: int = 64 * 1024) -> AsyncIterator[bytes]:
     for start in range(0, len(data), size):
-        yield data[start:start + size]
+        yield data[start : start + size]
 
 
 async def test_a_chunked_artifact_upload_is_read_whole_and_a_chunked_json_body_within_the_limit_works(
@@ -310,14 +347,22 @@ async def test_a_chunked_artifact_upload_is_read_whole_and_a_chunked_json_body_w
 
     async with client(alice_token) as http:
         # httpx sends an async iterator with Transfer-Encoding: chunked and no Content-Length.
-        stored = await http.post(f"/api/sessions/{session.id}/artifacts/big.bin", content=_chunks(data),
-                                 headers={"Content-Type": "application/octet-stream"})
-        created = await http.post("/api/sessions/", content=_chunks(b'{"title": "chunked"}'),
-                                  headers={"Content-Type": "application/json"})
-        too_big = await http.post("/api/sessions/", content=_chunks(json.dumps({"title": "x" * 4096}).encode()),
-                                  headers={"Content-Type": "application/json"})
-        openai_too_big = await http.post("/v1/chat/completions", content=_chunks(raw(chat("y" * 4096))),
-                                         headers={"Content-Type": "application/json"})
+        stored = await http.post(
+            f"/api/sessions/{session.id}/artifacts/big.bin",
+            content=_chunks(data),
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        created = await http.post(
+            "/api/sessions/", content=_chunks(b'{"title": "chunked"}'), headers={"Content-Type": "application/json"}
+        )
+        too_big = await http.post(
+            "/api/sessions/",
+            content=_chunks(json.dumps({"title": "x" * 4096}).encode()),
+            headers={"Content-Type": "application/json"},
+        )
+        openai_too_big = await http.post(
+            "/v1/chat/completions", content=_chunks(raw(chat("y" * 4096))), headers={"Content-Type": "application/json"}
+        )
         back = await http.get(f"/api/sessions/{session.id}/artifacts/big.bin")
 
     assert stored.status_code == 201, stored.text[:300]
@@ -337,12 +382,15 @@ def test_a_chunked_artifact_upload_through_daphne_is_stored_whole(tmp_path: Path
 
     def chunks() -> Any:
         for start in range(0, len(data), 65536):
-            yield data[start:start + 65536]
+            yield data[start : start + 65536]
 
     with live_daphne(tmp_path) as live:
         with httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {alice_token}"}, timeout=30) as http:
-            stored = http.post(f"/api/sessions/{session.id}/artifacts/big.bin", content=chunks(),
-                               headers={"Content-Type": "application/octet-stream"})
+            stored = http.post(
+                f"/api/sessions/{session.id}/artifacts/big.bin",
+                content=chunks(),
+                headers={"Content-Type": "application/octet-stream"},
+            )
             back = http.get(f"/api/sessions/{session.id}/artifacts/big.bin")
 
     assert stored.status_code == 201, stored.text[:300]

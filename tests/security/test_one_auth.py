@@ -25,8 +25,11 @@ async def _http_surfaces(token: str) -> dict[str, httpx.Response]:
 
 
 async def _socket_close_code(session_id: str, token: str) -> int | None:
-    socket = WebsocketCommunicator(application, f"/ws/sessions/{session_id}/",
-                                   headers=[ORIGIN, HOST, (b"authorization", f"Bearer {token}".encode())])
+    socket = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{session_id}/",
+        headers=[ORIGIN, HOST, (b"authorization", f"Bearer {token}".encode())],
+    )
     connected, code = await socket.connect(timeout=TIMEOUT_S)
     if connected:
         code = await close_code(socket)

@@ -74,7 +74,6 @@ def broken_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DjangoSessionService, "append_event", append_event)
     original_many = getattr(DjangoSessionService, "append_events", None)
     if original_many is not None:
-
         # `**options` carries the writes a step joins to its events (`joined`: the run's row,
         # its end record), which the real backend takes too.
         async def append_events(
@@ -104,8 +103,15 @@ def ledger_of(session_id: str) -> list[dict[str, Any]]:
 
 
 def agui_body(thread_id: str, text: str) -> dict[str, Any]:
-    return {"threadId": thread_id, "runId": "client-run", "state": {}, "tools": [], "context": [],
-            "forwardedProps": {}, "messages": [{"id": "u1", "role": "user", "content": text}]}
+    return {
+        "threadId": thread_id,
+        "runId": "client-run",
+        "state": {},
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+        "messages": [{"id": "u1", "role": "user", "content": text}],
+    }
 
 
 async def frames_until_close(socket: WebsocketCommunicator, *, timeout_s: float = TIMEOUT_S) -> tuple[str, int | None]:
@@ -186,10 +192,20 @@ async def test_the_reaper_ends_a_run_of_its_own_process_that_nothing_runs() -> N
     agent = LLMAgent(name="support", model=ScriptedModel.of())
     runner = Runner(app="agentsite", agents=[agent], session_service=InMemorySessionService(), owner="me")
     session = await runner.session_service.create_session(app="agentsite", user_id="alice")
-    stuck = await runner.run_store.create(RunRecord(
-        id="run-stuck", app="agentsite", user_id="alice", session_id=session.id, agent="support",
-        request_id="req-stuck", owner="me", status="running", started_at=utcnow(), heartbeat_at=utcnow(),
-    ))
+    stuck = await runner.run_store.create(
+        RunRecord(
+            id="run-stuck",
+            app="agentsite",
+            user_id="alice",
+            session_id=session.id,
+            agent="support",
+            request_id="req-stuck",
+            owner="me",
+            status="running",
+            started_at=utcnow(),
+            heartbeat_at=utcnow(),
+        )
+    )
 
     reaped = await Lifecycle(runner, stale_after_s=3600).reap()
 
@@ -291,9 +307,7 @@ async def test_the_socket_of_a_former_owner_of_a_client_chosen_id_never_sees_the
 # -- credentials revoked -------------------------------------------------------------------------------
 
 
-async def test_revoking_a_token_closes_the_sockets_it_opened(
-    alice: Any, alice_token: str, alice_session: str
-) -> None:
+async def test_revoking_a_token_closes_the_sockets_it_opened(alice: Any, alice_token: str, alice_session: str) -> None:
     socket = await open_socket(f"/ws/sessions/{alice_session}/", alice_token)
 
     await sync_to_async(lambda: Token.objects.filter(key=alice_token).delete())()
@@ -348,12 +362,13 @@ async def handshake(path: str, *headers: tuple[bytes, bytes]) -> bool:
 
 
 @pytest.mark.parametrize("auth", ["header", "query"])
-async def test_a_token_client_without_an_origin_is_accepted(
-    auth: str, alice_token: str, alice_session: str
-) -> None:
+async def test_a_token_client_without_an_origin_is_accepted(auth: str, alice_token: str, alice_session: str) -> None:
     if auth == "header":
-        socket = WebsocketCommunicator(application, f"/ws/sessions/{alice_session}/",
-                                       headers=[(b"authorization", f"Bearer {alice_token}".encode())])
+        socket = WebsocketCommunicator(
+            application,
+            f"/ws/sessions/{alice_session}/",
+            headers=[(b"authorization", f"Bearer {alice_token}".encode())],
+        )
     else:
         socket = WebsocketCommunicator(application, f"/ws/sessions/{alice_session}/?token={alice_token}")
     connected, _ = await socket.connect(timeout=TIMEOUT_S)
@@ -364,30 +379,45 @@ async def test_a_token_client_without_an_origin_is_accepted(
 
 async def test_a_token_client_that_sends_a_foreign_origin_is_refused(alice_token: str, alice_session: str) -> None:
     # An Origin means a browser page: it must be this site's, whatever the credential.
-    assert not await handshake(f"/ws/sessions/{alice_session}/", HOST, (b"origin", b"https://evil.example"),
-                               (b"authorization", f"Bearer {alice_token}".encode()))
+    assert not await handshake(
+        f"/ws/sessions/{alice_session}/",
+        HOST,
+        (b"origin", b"https://evil.example"),
+        (b"authorization", f"Bearer {alice_token}".encode()),
+    )
 
 
-@pytest.mark.parametrize(("origin", "accepted"), [
-    (None, False),
-    (b"http://testserver", True),
-    (b"https://testserver", False),  # another scheme
-    (b"http://testserver:8080", False),  # another port
-    (b"http://testserver.evil.example", False),
-    (b"null", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [
+        (None, False),
+        (b"http://testserver", True),
+        (b"https://testserver", False),  # another scheme
+        (b"http://testserver:8080", False),  # another port
+        (b"http://testserver.evil.example", False),
+        (b"null", False),
+    ],
+)
 async def test_a_cookie_socket_needs_this_sites_origin_by_scheme_host_and_port(
     origin: bytes | None, accepted: bool, alice_cookie: bytes, alice_session: str
 ) -> None:
-    headers = [HOST, (b"x-forwarded-proto", b"http"), (b"cookie", alice_cookie), *([(b"origin", origin)] if origin else [])]
+    headers = [
+        HOST,
+        (b"x-forwarded-proto", b"http"),
+        (b"cookie", alice_cookie),
+        *([(b"origin", origin)] if origin else []),
+    ]
     assert await handshake(f"/ws/sessions/{alice_session}/", *headers) is accepted
 
 
-@pytest.mark.parametrize(("origin", "accepted"), [
-    (b"https://testserver", True),
-    (b"http://testserver", True),
-    (b"https://testserver:8443", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [
+        (b"https://testserver", True),
+        (b"http://testserver", True),
+        (b"https://testserver:8443", False),
+    ],
+)
 async def test_without_a_known_scheme_a_cookie_socket_still_needs_this_host_and_port(
     origin: bytes, accepted: bool, alice_cookie: bytes, alice_session: str
 ) -> None:
@@ -409,8 +439,12 @@ async def test_a_cookie_socket_from_a_trusted_origin_is_accepted(
 
 
 async def test_a_cookie_socket_whose_host_is_not_allowed_is_refused(alice_cookie: bytes, alice_session: str) -> None:
-    assert not await handshake(f"/ws/sessions/{alice_session}/", (b"host", b"evil.example"),
-                               (b"origin", b"http://evil.example"), (b"cookie", alice_cookie))
+    assert not await handshake(
+        f"/ws/sessions/{alice_session}/",
+        (b"host", b"evil.example"),
+        (b"origin", b"http://evil.example"),
+        (b"cookie", alice_cookie),
+    )
 
 
 # -- not yours = not there; malformed text -----------------------------------------------------------------
@@ -428,12 +462,15 @@ async def test_a_socket_on_someone_elses_session_closes_like_one_on_a_missing_se
     assert codes == [4404, 4404]
 
 
-@pytest.mark.parametrize(("field", "frame", "problem"), [
-    ("message", '{"type": "run", "message": "hi\\u0000there"}', "NUL character (U+0000) at index 2"),
-    ("message", '{"type": "run", "message": "hi\\ud800"}', "lone surrogate (U+D800) at index 2"),
-    ("agent", '{"type": "run", "message": "hi", "agent": "sup\\u0000port"}', "NUL character"),
-    ("run_id", '{"type": "cancel", "run_id": "r\\u0000"}', "NUL character"),
-])
+@pytest.mark.parametrize(
+    ("field", "frame", "problem"),
+    [
+        ("message", '{"type": "run", "message": "hi\\u0000there"}', "NUL character (U+0000) at index 2"),
+        ("message", '{"type": "run", "message": "hi\\ud800"}', "lone surrogate (U+D800) at index 2"),
+        ("agent", '{"type": "run", "message": "hi", "agent": "sup\\u0000port"}', "NUL character"),
+        ("run_id", '{"type": "cancel", "run_id": "r\\u0000"}', "NUL character"),
+    ],
+)
 async def test_a_nul_or_lone_surrogate_in_a_frame_is_answered_with_an_error_frame_naming_it(
     field: str, frame: str, problem: str, alice_token: str, alice_session: str, use_model: Callable[[Model], None]
 ) -> None:
@@ -459,6 +496,11 @@ def test_testserver_is_not_an_allowed_host_outside_the_tests() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE")}
     shown = subprocess.run(
         [sys.executable, "-c", "from agentsite import settings; print(' '.join(settings.ALLOWED_HOSTS))"],
-        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=60, check=True,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout.split()
     assert "testserver" not in shown and "127.0.0.1" in shown

@@ -76,7 +76,9 @@ def _leaked(outputs: list[Any]) -> bool:
 # -- collecting outputs: never follow a link -----------------------------------------------------
 
 
-def test_an_out_folder_replaced_by_a_symlink_to_a_host_folder_exports_nothing(workspace: Workspace, host_dir: Path) -> None:
+def test_an_out_folder_replaced_by_a_symlink_to_a_host_folder_exports_nothing(
+    workspace: Workspace, host_dir: Path
+) -> None:
     _out(workspace).rmdir()
     _out(workspace).symlink_to(host_dir)
 
@@ -226,7 +228,9 @@ def test_names_with_dots_are_plain_names_and_names_with_newlines_are_refused(wor
 # -- writing and staging: never write through a link ----------------------------------------------
 
 
-def test_a_write_through_a_symlinked_folder_is_refused_and_the_host_file_untouched(workspace: Workspace, host_dir: Path) -> None:
+def test_a_write_through_a_symlinked_folder_is_refused_and_the_host_file_untouched(
+    workspace: Workspace, host_dir: Path
+) -> None:
     (workspace.files / "work" / "inputs").symlink_to(host_dir)
 
     with pytest.raises(WorkspaceError, match="outside the workspace"):
@@ -256,7 +260,9 @@ def test_a_write_to_a_symlinked_file_replaces_the_link_not_the_host_file(workspa
     assert not (workspace.files / "work" / "inputs" / "data.json").is_symlink()
 
 
-def test_staging_a_skill_never_deletes_or_writes_through_a_symlinked_skills_folder(workspace: Workspace, host_dir: Path) -> None:
+def test_staging_a_skill_never_deletes_or_writes_through_a_symlinked_skills_folder(
+    workspace: Workspace, host_dir: Path
+) -> None:
     skills = workspace.files / "skills"
     skills.rmdir()
     skills.symlink_to(host_dir)
@@ -391,7 +397,9 @@ async def test_a_runs_workspace_is_removed_when_the_run_ends(tmp_path: Path) -> 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[WorkspaceExecutor]:
     executor = _executor(
-        tmp_path / "workspaces", max_bytes=4 * MIB, max_files=200,
+        tmp_path / "workspaces",
+        max_bytes=4 * MIB,
+        max_files=200,
         limits=SandboxLimits(timeout_s=5, cpu_s=5, memory_bytes=256 * MIB, max_processes=32),
     )
     isolation = executor.isolation()
@@ -401,11 +409,14 @@ def sandbox(tmp_path: Path) -> Iterator[WorkspaceExecutor]:
     executor.remove("inv-e2e")
 
 
-@pytest.mark.parametrize("command", [
-    "ln -s /etc out/etc && ln -s /etc/passwd out/passwd && ln -s /workspace/../.. out/up",
-    "rm -r out && ln -s / out",
-    "rm -r out && ln -s /proc/self/root out",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "ln -s /etc out/etc && ln -s /etc/passwd out/passwd && ln -s /workspace/../.. out/up",
+        "rm -r out && ln -s / out",
+        "rm -r out && ln -s /proc/self/root out",
+    ],
+)
 async def test_links_made_in_the_sandbox_export_nothing_from_outside(sandbox: WorkspaceExecutor, command: str) -> None:
     workspace = sandbox.workspace("inv-e2e")
 
@@ -428,12 +439,15 @@ async def test_the_sandbox_cannot_read_the_workspace_roots_host_path(sandbox: Wo
     assert str(sandbox.config.root) not in result.stdout and str(workspace.path) not in result.stdout
 
 
-async def test_a_command_writing_past_the_quota_fails_and_leaves_the_workspace_within_it(sandbox: WorkspaceExecutor) -> None:
+async def test_a_command_writing_past_the_quota_fails_and_leaves_the_workspace_within_it(
+    sandbox: WorkspaceExecutor,
+) -> None:
     workspace = sandbox.workspace("inv-e2e")
     started = time.monotonic()
 
     result = await sandbox.run(
-        workspace, "for i in 1 2 3 4 5 6; do head -c 1048576 /dev/zero > out/f$i.bin || exit 1; done; "
+        workspace,
+        "for i in 1 2 3 4 5 6; do head -c 1048576 /dev/zero > out/f$i.bin || exit 1; done; "
         "for i in $(seq 1 300); do : > work/n$i || exit 2; done",
     )
 
@@ -446,14 +460,18 @@ async def test_a_command_writing_past_the_quota_fails_and_leaves_the_workspace_w
 
 async def test_a_checked_quota_stops_a_command_that_keeps_writing(tmp_path: Path) -> None:
     executor = _executor(
-        tmp_path / "workspaces", tmpfs=False, max_bytes=2 * MIB,
+        tmp_path / "workspaces",
+        tmpfs=False,
+        max_bytes=2 * MIB,
         limits=SandboxLimits(timeout_s=5, cpu_s=5, file_size_bytes=1 * MIB),
     )
     if not executor.isolation().available:
         pytest.skip(f"sandbox unavailable: {executor.isolation().reason}")
     workspace = executor.workspace("inv-watch")
 
-    result = await executor.run(workspace, "i=0; while true; do i=$((i+1)); head -c 524288 /dev/zero > work/f$i; sleep 0.05; done")
+    result = await executor.run(
+        workspace, "i=0; while true; do i=$((i+1)); head -c 524288 /dev/zero > work/f$i; sleep 0.05; done"
+    )
 
     assert not result.timed_out and result.exit_code != 0
     assert any("over its quota" in w for w in result.warnings), result.warnings

@@ -40,9 +40,12 @@ def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> Event:
 
 def tool_result(call_id: str, name: str, content: str) -> Event:
     return Event(
-        author="agent", object=OBJECT_TOOL_RESPONSE,
+        author="agent",
+        object=OBJECT_TOOL_RESPONSE,
         message=Message(role="tool", content=content, tool_call_id=call_id, tool_name=name),
     )
+
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -63,27 +66,40 @@ class Turn:
             ToolCall(id=call_id, name=name, arguments=args if isinstance(args, str) else json.dumps(args))
             for name, args, call_id in calls
         )
-        return self._add(Event(
-            author=self.ledger.agent, message=Message(role="assistant", tool_calls=built), finish_reason="tool_calls"
-        ))
+        return self._add(
+            Event(
+                author=self.ledger.agent,
+                message=Message(role="assistant", tool_calls=built),
+                finish_reason="tool_calls",
+            )
+        )
 
     def result(self, call_id: str, content: str, *, tool: str = "lookup", failed: bool = False) -> Event:
-        return self._add(Event(
-            author=self.ledger.agent,
-            object=OBJECT_TOOL_RESPONSE,
-            message=Message(role="tool", content=content, tool_call_id=call_id, tool_name=tool),
-            extensions={"tool_error": True} if failed else {},
-        ))
+        return self._add(
+            Event(
+                author=self.ledger.agent,
+                object=OBJECT_TOOL_RESPONSE,
+                message=Message(role="tool", content=content, tool_call_id=call_id, tool_name=tool),
+                extensions={"tool_error": True} if failed else {},
+            )
+        )
 
     def answer(self, text: str) -> Event:
-        return self._add(Event(
-            author=self.ledger.agent, message=Message(role="assistant", content=text), done=True, finish_reason="stop"
-        ))
+        return self._add(
+            Event(
+                author=self.ledger.agent,
+                message=Message(role="assistant", content=text),
+                done=True,
+                finish_reason="stop",
+            )
+        )
 
     def completion(self) -> Event:
         return self._add(Event(author=APP, object=OBJECT_RUNNER_COMPLETION, done=True))
 
-    def tool_round(self, name: str, content: str, *, call_id: str | None = None, args: dict[str, Any] | None = None) -> str:
+    def tool_round(
+        self, name: str, content: str, *, call_id: str | None = None, args: dict[str, Any] | None = None
+    ) -> str:
         call_id = call_id or f"call_{new_id()[:8]}"
         self.calls((name, args or {}, call_id))
         self.result(call_id, content, tool=name)
@@ -119,8 +135,12 @@ class Ledger:
 
     def session(self, *, summaries: Iterable[Summary] = ()) -> Session:
         return Session(
-            app=APP, user_id="alice", id="s-1", events=list(self.events),
-            summaries={s.filter_key: s for s in summaries}, last_seq=len(self.events),
+            app=APP,
+            user_id="alice",
+            id="s-1",
+            events=list(self.events),
+            summaries={s.filter_key: s for s in summaries},
+            last_seq=len(self.events),
         )
 
     def summary(self, text: str, *, through: int, filter_key: str | None = None, version: int = 1) -> Summary:
@@ -151,8 +171,10 @@ def assert_tool_calls_paired(messages: list[Message]) -> None:
         assert message.role != "tool", f"tool result without its call at {i}: {message!r}"
         if message.tool_calls:
             wanted = [c.id for c in message.tool_calls]
-            got = [m.tool_call_id for m in messages[i + 1: i + 1 + len(wanted)]]
-            assert all(m.role == "tool" for m in messages[i + 1: i + 1 + len(wanted)]), messages[i: i + 1 + len(wanted)]
+            got = [m.tool_call_id for m in messages[i + 1 : i + 1 + len(wanted)]]
+            assert all(m.role == "tool" for m in messages[i + 1 : i + 1 + len(wanted)]), messages[
+                i : i + 1 + len(wanted)
+            ]
             assert sorted(got) == sorted(wanted), (wanted, got)
             i += 1 + len(wanted)
             continue

@@ -48,13 +48,20 @@ def s3_storage(endpoint: str) -> Any:
     credentials = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
     boto3.client("s3", endpoint_url=endpoint, **credentials).create_bucket(Bucket=bucket)
     return S3Storage(
-        bucket_name=bucket, endpoint_url=endpoint, access_key="testing", secret_key="testing",
-        region_name="us-east-1", addressing_style="path", file_overwrite=False,
+        bucket_name=bucket,
+        endpoint_url=endpoint,
+        access_key="testing",
+        secret_key="testing",
+        region_name="us-east-1",
+        addressing_style="path",
+        file_overwrite=False,
     )
 
 
 class Backend:
-    def __init__(self, service: ArtifactService, users: dict[str, str], sessions: dict[str, str], storage: Any = None) -> None:
+    def __init__(
+        self, service: ArtifactService, users: dict[str, str], sessions: dict[str, str], storage: Any = None
+    ) -> None:
         self.service = service
         self.users = users
         self.sessions = sessions
@@ -116,7 +123,9 @@ async def test_each_version_records_sha256_size_and_mime(backend: Backend) -> No
     assert [(i.version, i.sha256) for i in infos] == [(0, saved.sha256)]
 
 
-async def test_user_scoped_names_are_shared_by_the_users_sessions_and_listed_with_session_names(backend: Backend) -> None:
+async def test_user_scoped_names_are_shared_by_the_users_sessions_and_listed_with_session_names(
+    backend: Backend,
+) -> None:
     here, there = backend.scope("alice"), backend.scope("alice", "alice2")
     await backend.service.save(here, "draft.txt", b"only here")
     await backend.service.save(here, "user:profile.json", b'{"v": 0}')
@@ -162,10 +171,27 @@ async def test_concurrent_saves_of_one_name_never_collide(backend: Backend) -> N
         assert loaded.info.sha256 == hashlib.sha256(payload).hexdigest()
 
 
-@pytest.mark.parametrize("name", [
-    "", ".", "..", "../etc/passwd", "a/b.txt", "a\\b.txt", "/abs.txt", "bad\x00name", "tab\tname",
-    "new\nline", " leading.txt", "trailing.txt ", "user:", "user:../up.txt", "user:a/b", "x" * 256,
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        ".",
+        "..",
+        "../etc/passwd",
+        "a/b.txt",
+        "a\\b.txt",
+        "/abs.txt",
+        "bad\x00name",
+        "tab\tname",
+        "new\nline",
+        " leading.txt",
+        "trailing.txt ",
+        "user:",
+        "user:../up.txt",
+        "user:a/b",
+        "x" * 256,
+    ],
+)
 async def test_bad_filenames_are_refused_and_nothing_is_stored(backend: Backend, name: str) -> None:
     scope = backend.scope("alice")
     with pytest.raises(InvalidArtifactNameError):

@@ -26,7 +26,10 @@ APP = "tools"
 def context_for(user: str, service: Any, session_id: str) -> ToolContext:
     return ToolContext(
         session=Session(app=APP, user_id=user, id=session_id),
-        invocation_id="inv", tool_call_id="call", agent_name="agent", cancel_event=asyncio.Event(),
+        invocation_id="inv",
+        tool_call_id="call",
+        agent_name="agent",
+        cancel_event=asyncio.Event(),
         services={"artifacts": service} if service is not None else {},
     )
 
@@ -63,9 +66,14 @@ async def test_binary_content_travels_as_base64() -> None:
     service = InMemoryArtifactService()
     alice = context_for("alice", service, "s-1")
     png = b"\x89PNG\r\n\x1a\n\x00\x01"
-    saved = await TOOLS["artifact_save"].call(alice, {
-        "filename": "chart.png", "content": base64.b64encode(png).decode(), "encoding": "base64",
-    })
+    saved = await TOOLS["artifact_save"].call(
+        alice,
+        {
+            "filename": "chart.png",
+            "content": base64.b64encode(png).decode(),
+            "encoding": "base64",
+        },
+    )
     assert (saved["mime"], saved["size"]) == ("image/png", len(png))
     loaded = await TOOLS["artifact_load"].call(alice, {"filename": "chart.png"})
     assert base64.b64decode(loaded["content_base64"]) == png
@@ -95,17 +103,23 @@ async def test_alice_cannot_reach_bobs_artifacts_through_the_tools() -> None:
 
 async def test_user_scoped_files_follow_the_user_into_a_new_session() -> None:
     service = InMemoryArtifactService()
-    await TOOLS["artifact_save"].call(context_for("alice", service, "s-1"), {"filename": "user:style.md", "content": "terse"})
+    await TOOLS["artifact_save"].call(
+        context_for("alice", service, "s-1"), {"filename": "user:style.md", "content": "terse"}
+    )
     later = await TOOLS["artifact_load"].call(context_for("alice", service, "s-2"), {"filename": "user:style.md"})
     assert later["content"] == "terse"
 
 
 async def test_a_run_that_saves_an_artifact_records_it_in_the_ledger() -> None:
     service = InMemoryArtifactService()
-    model = ScriptedModel.of(ScriptStep.call("artifact_save", {"filename": "plan.md", "content": "1. renew cert"}), "Saved.")
+    model = ScriptedModel.of(
+        ScriptStep.call("artifact_save", {"filename": "plan.md", "content": "1. renew cert"}), "Saved."
+    )
     runner = Runner(
-        app=APP, agents=[LLMAgent(name="a", model=model, tools=artifact_function_tools())],
-        session_service=InMemorySessionService(), services={"artifacts": service},
+        app=APP,
+        agents=[LLMAgent(name="a", model=model, tools=artifact_function_tools())],
+        session_service=InMemorySessionService(),
+        services={"artifacts": service},
     )
     handle = await runner.start(user_id="alice", message="write the plan down")
     await handle.wait()
@@ -123,15 +137,22 @@ async def test_a_run_that_saves_an_artifact_records_it_in_the_ledger() -> None:
 async def test_a_saved_artifacts_tool_result_event_carries_the_artifact_extension() -> None:
     model = ScriptedModel.of(ScriptStep.call("artifact_save", {"filename": "plan.md", "content": "1. renew"}), "Saved.")
     runner = Runner(
-        app=APP, agents=[LLMAgent(name="a", model=model, tools=artifact_function_tools())],
-        session_service=InMemorySessionService(), services={"artifacts": InMemoryArtifactService()},
+        app=APP,
+        agents=[LLMAgent(name="a", model=model, tools=artifact_function_tools())],
+        session_service=InMemorySessionService(),
+        services={"artifacts": InMemoryArtifactService()},
     )
     handle = await runner.start(user_id="alice", message="write the plan down", stream=True)
     emitted = [e async for e in handle.events()]
     result = next(e for e in emitted if e.is_tool_result)
     assert result.extensions["artifact"] == {
-        "filename": "plan.md", "version": 0, "url": f"/api/sessions/{handle.session_id}/artifacts/plan.md?version=0",
-        "mime": "text/markdown", "size": 8,
+        "filename": "plan.md",
+        "version": 0,
+        "url": f"/api/sessions/{handle.session_id}/artifacts/plan.md?version=0",
+        "mime": "text/markdown",
+        "size": 8,
     }
-    stored = next(e for e in await runner.session_service.list_events(handle.invocation.session.key) if e.is_tool_result)
+    stored = next(
+        e for e in await runner.session_service.list_events(handle.invocation.session.key) if e.is_tool_result
+    )
     assert stored.extensions["artifact"]["version"] == 0

@@ -33,7 +33,8 @@ def _summary(filter_key: str, seq: int, text: str) -> Summary:
 def _shape(session: Session | None) -> object:
     assert session is not None
     return (
-        session.last_seq, [(e.seq, e.id) for e in session.events],
+        session.last_seq,
+        [(e.seq, e.id) for e in session.events],
         {k: (s.text, s.last_seq, s.version, s.updated_at) for k, s in session.summaries.items()},
     )
 
@@ -45,9 +46,10 @@ def _user(name: str) -> str:
 def _with_events(service: SessionService, user: str, count: int) -> SessionKey:
     async def make() -> SessionKey:
         session = await service.create_session(app=APP, user_id=user)
-        await service.append_events(session, [
-            Event(author="user", message=Message(role="user", content=f"q{n}"), filter_key=APP) for n in range(count)
-        ])
+        await service.append_events(
+            session,
+            [Event(author="user", message=Message(role="user", content=f"q{n}"), filter_key=APP) for n in range(count)],
+        )
         return session.key
 
     return async_to_sync(make)()
@@ -95,7 +97,9 @@ def test_another_writers_summary_is_seen_and_the_cache_keeps_the_one_it_wrote() 
     fresh = async_to_sync(ledger.get_session)(key, after_summary=APP)
     assert _shape(got) == _shape(fresh)
     assert got is not None and (got.summaries[""].text, got.summaries[APP].text) == ("another process's", "mine")
-    assert async_to_sync(cached.get_summary)(key, filter_key="") == async_to_sync(ledger.get_summary)(key, filter_key="")
+    assert async_to_sync(cached.get_summary)(key, filter_key="") == async_to_sync(ledger.get_summary)(
+        key, filter_key=""
+    )
 
 
 def test_a_session_recreated_under_the_same_id_does_not_inherit_known_summaries() -> None:
@@ -113,11 +117,16 @@ def test_a_session_recreated_under_the_same_id_does_not_inherit_known_summaries(
 
 
 # One step: who writes (this process through the cache, or another one), and what.
-_STEP = st.tuples(st.sampled_from(["cached", "other"]), st.sampled_from(["append", "advance", "put", "read"]),
-                  st.sampled_from([APP, ""]))
+_STEP = st.tuples(
+    st.sampled_from(["cached", "other"]),
+    st.sampled_from(["append", "advance", "put", "read"]),
+    st.sampled_from([APP, ""]),
+)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(steps=st.lists(_STEP, min_size=1, max_size=12))
 def test_cached_head_summaries_equal_a_fresh_load(steps: list[tuple[str, str, str]]) -> None:
     ledger = DjangoSessionService()
@@ -130,14 +139,22 @@ def test_cached_head_summaries_equal_a_fresh_load(steps: list[tuple[str, str, st
             current = await ledger.get_session(key)
             assert current is not None
             if what == "append":
-                await writer.append_events(current, [Event(author="user", message=Message(role="user", content=f"m{n}"),
-                                                            filter_key=APP)])
+                await writer.append_events(
+                    current, [Event(author="user", message=Message(role="user", content=f"m{n}"), filter_key=APP)]
+                )
             elif what == "advance":
                 await writer.advance_summary(key, _summary(filter_key, current.last_seq, f"advanced {n}"))
             elif what == "put":
                 summary = _summary(filter_key, current.last_seq, f"put {n}")
-                await writer.put_summary(key, Summary(filter_key=filter_key, text=summary.text, boundary=summary.boundary,
-                                                      updated_at=datetime.now(UTC) + timedelta(microseconds=n)))
+                await writer.put_summary(
+                    key,
+                    Summary(
+                        filter_key=filter_key,
+                        text=summary.text,
+                        boundary=summary.boundary,
+                        updated_at=datetime.now(UTC) + timedelta(microseconds=n),
+                    ),
+                )
             got = await cached.get_session(key, after_summary=APP)
             fresh = await ledger.get_session(key, after_summary=APP)
             assert _shape(got) == _shape(fresh)

@@ -81,14 +81,20 @@ def episode(text: str, day: str, **kwargs: object) -> MemoryDraft:
 async def test_added_memories_read_back_with_their_metadata(backend: Backend) -> None:
     alice = backend.key("alice")
     written = await backend.service.add(alice, fact("Runs Go in production", topics=("stack",)))
-    trip = await backend.service.add(alice, episode(
-        "Flew to Lisbon for the payments offsite", "2024-05-03", participants=("Bob", "Carol"), location="Lisbon"
-    ))
+    trip = await backend.service.add(
+        alice,
+        episode(
+            "Flew to Lisbon for the payments offsite", "2024-05-03", participants=("Bob", "Carol"), location="Lisbon"
+        ),
+    )
     assert written.action == "added" and trip.action == "added"
     got = await backend.service.get(alice, trip.entry.id)
     assert got is not None
     assert (got.kind, got.event_time, got.participants, got.location) == (
-        "episode", datetime(2024, 5, 3, tzinfo=UTC), ("Bob", "Carol"), "Lisbon"
+        "episode",
+        datetime(2024, 5, 3, tzinfo=UTC),
+        ("Bob", "Carol"),
+        "Lisbon",
     )
     assert (await backend.service.get(alice, written.entry.id)).topics == ("stack",)  # type: ignore[union-attr]
     assert await backend.service.count(alice) == 2
@@ -199,8 +205,13 @@ async def test_load_returns_the_most_recently_updated_first(backend: Backend) ->
 
 async def test_search_ranks_the_matching_memory_first_with_a_score(backend: Backend) -> None:
     alice = backend.key("alice")
-    for text in ("Runs Go in production", "Prefers tea over coffee", "Deploys services with Kubernetes",
-                 "Has a daughter named Ana", "Writes tests in pytest"):
+    for text in (
+        "Runs Go in production",
+        "Prefers tea over coffee",
+        "Deploys services with Kubernetes",
+        "Has a daughter named Ana",
+        "Writes tests in pytest",
+    ):
         await backend.service.add(alice, fact(text))
     results = await backend.service.search(alice, SearchOptions(query="which language runs in production?"))
     assert results and results[0].text == "Runs Go in production"
@@ -217,7 +228,9 @@ async def test_search_matches_word_forms_phrases_and_chinese(backend: Backend) -
     assert [m.text for m in await backend.service.search(alice, SearchOptions(query="deploying"))] == [
         "Deployed the billing service on Fridays"
     ]
-    assert [m.text for m in await backend.service.search(alice, SearchOptions(query="乌龙茶"))] == ["喜欢喝乌龙茶，不喜欢咖啡"]
+    assert [m.text for m in await backend.service.search(alice, SearchOptions(query="乌龙茶"))] == [
+        "喜欢喝乌龙茶，不喜欢咖啡"
+    ]
     # A fragment of a word still finds it, as a phrase.
     assert [m.text for m in await backend.service.search(alice, SearchOptions(query="postgres"))] == [
         "Uses PostgreSQL for analytics"
@@ -240,10 +253,15 @@ async def test_time_bounds_keep_only_episodes_in_range_and_can_order_them(backen
     await backend.service.add(alice, episode("Visited the Berlin office", "2024-05-10"))
     await backend.service.add(alice, episode("Visited the Lisbon office", "2024-01-10"))
     await backend.service.add(alice, fact("Visited offices often"))
-    found = await backend.service.search(alice, SearchOptions(
-        query="visited office", time_after=datetime(2024, 2, 1, tzinfo=UTC),
-        time_before=datetime(2024, 6, 1, tzinfo=UTC), order_by_event_time=True,
-    ))
+    found = await backend.service.search(
+        alice,
+        SearchOptions(
+            query="visited office",
+            time_after=datetime(2024, 2, 1, tzinfo=UTC),
+            time_before=datetime(2024, 6, 1, tzinfo=UTC),
+            order_by_event_time=True,
+        ),
+    )
     assert [m.text for m in found] == ["Visited the Porto office", "Visited the Berlin office"]
 
 
@@ -288,10 +306,13 @@ async def test_apply_moves_the_cursor_once_and_a_replay_of_the_same_delta_has_no
 
 async def test_apply_turns_a_missing_update_into_an_add_and_ignores_a_missing_delete(backend: Backend) -> None:
     alice = backend.key("alice")
-    result = await backend.service.apply(alice, [
-        MemoryOperation(op="update", memory_id="gone", draft=fact("Has a dog named Rex")),
-        MemoryOperation(op="delete", memory_id="also-gone"),
-    ])
+    result = await backend.service.apply(
+        alice,
+        [
+            MemoryOperation(op="update", memory_id="gone", draft=fact("Has a dog named Rex")),
+            MemoryOperation(op="delete", memory_id="also-gone"),
+        ],
+    )
     assert len(result.added) == 1 and result.deleted == ()
     assert [m.text for m in await backend.service.load(alice)] == ["Has a dog named Rex"]
 
@@ -311,18 +332,26 @@ async def test_spec_6_3_exact_reconcile_drops_only_exact_duplicates_of_stored_or
     """The preserve_history and append_only policies: near duplicates are history, kept."""
     alice = backend.key("alice")
     await backend.service.add(alice, fact("Works at Acme Payments", topics=("work",)))
-    result = await backend.service.apply(alice, [
-        MemoryOperation(op="add", draft=fact("works at  acme payments", topics=("job",))),
-        MemoryOperation(op="add", draft=fact("Works at Acme Payments as a staff engineer")),
-        MemoryOperation(op="add", draft=fact("Works at Acme Payments as a staff engineer")),
-        MemoryOperation(op="update", memory_id="gone", draft=fact("Works at Acme Payments")),
-    ], reconcile="exact")
+    result = await backend.service.apply(
+        alice,
+        [
+            MemoryOperation(op="add", draft=fact("works at  acme payments", topics=("job",))),
+            MemoryOperation(op="add", draft=fact("Works at Acme Payments as a staff engineer")),
+            MemoryOperation(op="add", draft=fact("Works at Acme Payments as a staff engineer")),
+            MemoryOperation(op="update", memory_id="gone", draft=fact("Works at Acme Payments")),
+        ],
+        reconcile="exact",
+    )
     assert (len(result.added), result.updated, result.skipped) == (1, (), 3)
     assert sorted((m.text, m.topics) for m in await backend.service.load(alice)) == [
-        ("Works at Acme Payments", ("work",)), ("Works at Acme Payments as a staff engineer", ()),
+        ("Works at Acme Payments", ("work",)),
+        ("Works at Acme Payments as a staff engineer", ()),
     ]
     # A near duplicate under merge_similar is not a memory of its own (dropped or merged).
-    merged = await backend.service.apply(alice, [
-        MemoryOperation(op="add", draft=fact("Works at Acme Payments as a senior staff engineer")),
-    ])
+    merged = await backend.service.apply(
+        alice,
+        [
+            MemoryOperation(op="add", draft=fact("Works at Acme Payments as a senior staff engineer")),
+        ],
+    )
     assert not merged.added and (merged.updated or merged.skipped)

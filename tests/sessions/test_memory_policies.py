@@ -26,9 +26,7 @@ ALICE = UserKey(app=APP, user_id="alice")
 SAID_AT = datetime(2024, 5, 2, 15, 30, tzinfo=UTC)
 
 RECOMMENDATION = (
-    "For a compact kitchen I would pick:\n"
-    "1. Alpha Mini blender, $89, 600 W\n"
-    "2. Beta Slim blender, $119, 700 W"
+    "For a compact kitchen I would pick:\n1. Alpha Mini blender, $89, 600 W\n2. Beta Slim blender, $119, 700 W"
 )
 
 
@@ -45,18 +43,27 @@ class Env:
     async def say(self, text: str, answer: str = "Noted.") -> None:
         assert self.session is not None
         for role, content in (("user", text), ("assistant", answer)):
-            await self.sessions.append_event(self.session, Event(
-                author="user" if role == "user" else "agent", message=Message(role=role, content=content),  # type: ignore[arg-type]  # a Role literal
-                created_at=SAID_AT,
-            ))
+            await self.sessions.append_event(
+                self.session,
+                Event(
+                    author="user" if role == "user" else "agent",
+                    message=Message(role=role, content=content),  # type: ignore[arg-type]  # a Role literal
+                    created_at=SAID_AT,
+                ),
+            )
 
     async def add(self, text: str, **kwargs: object) -> str:
         return (await self.memory.add(ALICE, MemoryDraft(text=text, **kwargs), dedupe=False)).entry.id  # type: ignore[arg-type]  # MemoryDraft fields
 
-    def job(self, model: ScriptedModel, *, policy: UpdatePolicy = "merge_similar", episodes: bool = False) -> AutoMemory:
+    def job(
+        self, model: ScriptedModel, *, policy: UpdatePolicy = "merge_similar", episodes: bool = False
+    ) -> AutoMemory:
         return AutoMemory(
-            sessions=self.sessions, memory=self.memory, extractor=ModelMemoryExtractor(model),
-            policy=policy, assistant_episodes=episodes,
+            sessions=self.sessions,
+            memory=self.memory,
+            extractor=ModelMemoryExtractor(model),
+            policy=policy,
+            assistant_episodes=episodes,
         )
 
     async def texts(self) -> list[str]:
@@ -72,10 +79,14 @@ def entry(text: str, **kwargs: object) -> MemoryEntry:
 
 def test_spec_6_3_each_update_policy_has_its_own_prompt_block() -> None:
     def prompt(policy: UpdatePolicy) -> str:
-        return build_extraction_prompt(ExtractionRequest(messages=(), existing=(), reference_time=SAID_AT, policy=policy))
+        return build_extraction_prompt(
+            ExtractionRequest(messages=(), existing=(), reference_time=SAID_AT, policy=policy)
+        )
 
     assert "Update policy (merge similar)" in prompt("merge_similar")
-    assert "Update policy (preserve history)" in prompt("preserve_history") and "explicitly asks" in prompt("preserve_history")
+    assert "Update policy (preserve history)" in prompt("preserve_history") and "explicitly asks" in prompt(
+        "preserve_history"
+    )
     assert "Update policy (append only)" in prompt("append_only")
 
 
@@ -94,15 +105,21 @@ async def test_spec_6_3_preserve_history_keeps_a_detail_update_and_turns_a_corre
     louvre = await env.add("Visited the Louvre with Bob")
     job_id = await env.add("Works at Initech", topics=("work",))
     await env.say("At the Louvre it was 10:30 in the morning. And I left Initech, I'm at Acme now.")
-    model = ScriptedModel.of(ScriptStep.calls(
-        ("memory_update", {"memory_id": louvre, "memory": "Visited the Louvre with Bob at 10:30 in the morning"}),
-        ("memory_update", {"memory_id": job_id, "memory": "Works at Acme", "topics": ["work"]}),
-    ))
+    model = ScriptedModel.of(
+        ScriptStep.calls(
+            ("memory_update", {"memory_id": louvre, "memory": "Visited the Louvre with Bob at 10:30 in the morning"}),
+            ("memory_update", {"memory_id": job_id, "memory": "Works at Acme", "topics": ["work"]}),
+        )
+    )
     outcome = await env.job(model, policy="preserve_history").process(session.key)
     model.assert_consumed()
     assert (outcome.result and (len(outcome.result.added), len(outcome.result.updated))) == (1, 1)
     # The history stays: the old employer is not overwritten by the new one.
-    assert await env.texts() == ["Visited the Louvre with Bob at 10:30 in the morning", "Works at Acme", "Works at Initech"]
+    assert await env.texts() == [
+        "Visited the Louvre with Bob at 10:30 in the morning",
+        "Works at Acme",
+        "Works at Initech",
+    ]
     assert "Update policy (preserve history)" in model.requests[0].messages[0].content
 
 
@@ -112,11 +129,13 @@ async def test_spec_6_3_preserve_history_drops_exact_duplicates_and_lets_an_expl
     tea = await env.add("Prefers tea")
     await env.add("Runs Go in production")
     await env.say("Please forget that I prefer tea. We run Go in production.")
-    model = ScriptedModel.of(ScriptStep.calls(
-        ("memory_delete", {"memory_id": tea}),
-        ("memory_add", {"memory": "Runs Go in production"}),
-        ("memory_add", {"memory": "Runs Go in production on Kubernetes"}),
-    ))
+    model = ScriptedModel.of(
+        ScriptStep.calls(
+            ("memory_delete", {"memory_id": tea}),
+            ("memory_add", {"memory": "Runs Go in production"}),
+            ("memory_add", {"memory": "Runs Go in production on Kubernetes"}),
+        )
+    )
     await env.job(model, policy="preserve_history").process(session.key)
     assert await env.texts() == ["Runs Go in production", "Runs Go in production on Kubernetes"]
 
@@ -126,13 +145,15 @@ async def test_spec_6_3_append_only_turns_updates_into_adds_and_drops_deletes_an
     session = await env.open()
     old = await env.add("Lives in Porto")
     await env.say("I live in Lisbon now, forget Porto.")
-    model = ScriptedModel.of(ScriptStep.calls(
-        ("memory_update", {"memory_id": old, "memory": "Lives in Lisbon"}),
-        ("memory_delete", {"memory_id": old}),
-        ("memory_clear", {}),
-        ("memory_add", {"memory": "Lives in Lisbon"}),
-        ("memory_add", {"memory": "Lives in Porto"}),
-    ))
+    model = ScriptedModel.of(
+        ScriptStep.calls(
+            ("memory_update", {"memory_id": old, "memory": "Lives in Lisbon"}),
+            ("memory_delete", {"memory_id": old}),
+            ("memory_clear", {}),
+            ("memory_add", {"memory": "Lives in Lisbon"}),
+            ("memory_add", {"memory": "Lives in Porto"}),
+        )
+    )
     outcome = await env.job(model, policy="append_only").process(session.key)
     assert outcome.result is not None
     assert (len(outcome.result.added), outcome.result.updated, outcome.result.deleted) == (1, (), ())
@@ -146,7 +167,9 @@ async def test_spec_6_3_merge_similar_stays_the_default_and_absorbs_a_near_dupli
     await env.add("Runs Go in production")
     await env.say("We run Go in production, on Kubernetes.")
     model = ScriptedModel.of(ScriptStep.calls(("memory_add", {"memory": "Runs Go in production on Kubernetes"})))
-    await AutoMemory(sessions=env.sessions, memory=env.memory, extractor=ModelMemoryExtractor(model)).process(session.key)
+    await AutoMemory(sessions=env.sessions, memory=env.memory, extractor=ModelMemoryExtractor(model)).process(
+        session.key
+    )
     assert await env.texts() == ["Runs Go in production"]
 
 
@@ -158,12 +181,18 @@ def said(role: str, text: str) -> ConversationMessage:
 
 
 def test_spec_6_4_only_answers_shaped_like_results_are_eligible_for_the_second_stage() -> None:
-    pairs = answer_pairs([
-        said("user", "Which blenders fit a compact kitchen?"), said("assistant", RECOMMENDATION),
-        said("user", "Thanks!"), said("assistant", "You're welcome."),
-        said("user", "How many watts is enough?"), said("assistant", "Around 600 is plenty."),
-        said("user", "Is 600 enough?"), said("assistant", "Yes, 600 is enough."),
-    ])
+    pairs = answer_pairs(
+        [
+            said("user", "Which blenders fit a compact kitchen?"),
+            said("assistant", RECOMMENDATION),
+            said("user", "Thanks!"),
+            said("assistant", "You're welcome."),
+            said("user", "How many watts is enough?"),
+            said("assistant", "Around 600 is plenty."),
+            said("user", "Is 600 enough?"),
+            said("assistant", "Yes, 600 is enough."),
+        ]
+    )
     assert [is_eligible(p) for p in pairs] == [True, False, True, False]
     request = episode_request([said("user", "Thanks!"), said("assistant", "Sure.")], SAID_AT)
     assert request is None
@@ -187,9 +216,15 @@ async def test_spec_6_4_the_second_stage_records_a_recommendation_as_an_attribut
     model = ScriptedModel.of(
         ScriptStep.calls(("memory_add", {"memory": "Name is Alice", "topics": ["identity"]})),
         ScriptStep.calls(
-            (EPISODE_TOOL, {"pair": 1, "memory": "Asked for compact-kitchen blenders; the assistant recommended "
-                                                 "Alpha Mini ($89, 600 W) and Beta Slim ($119, 700 W).",
-                            "topics": ["blenders"]}),
+            (
+                EPISODE_TOOL,
+                {
+                    "pair": 1,
+                    "memory": "Asked for compact-kitchen blenders; the assistant recommended "
+                    "Alpha Mini ($89, 600 W) and Beta Slim ($119, 700 W).",
+                    "topics": ["blenders"],
+                },
+            ),
             # An invented price, a pair the request did not have, and an empty text: each dropped alone.
             (EPISODE_TOOL, {"pair": 1, "memory": "The assistant said the Alpha Mini costs $79."}),
             (EPISODE_TOOL, {"pair": 7, "memory": "Recommended Alpha Mini."}),

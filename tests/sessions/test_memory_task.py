@@ -98,7 +98,6 @@ def test_a_session_deleted_while_the_task_reads_it_ends_the_task_as_missing(
     assert memory_extract_task(session.id) == {"status": "missing"}
 
 
-
 def test_memories_are_written_for_the_sessions_owner_only(alice: Any, bob: Any) -> None:
     session = open_session(bob)
     say(session, "My name is Bob.")
@@ -118,8 +117,10 @@ async def test_post_run_hooks_get_the_final_record_and_a_failing_hook_is_only_lo
         raise RuntimeError("broker down")
 
     runner = Runner(
-        app="hooks", agents=[LLMAgent(name="a", model=ScriptedModel.of("done"))],
-        session_service=InMemorySessionService(), post_run=[broken, record],
+        app="hooks",
+        agents=[LLMAgent(name="a", model=ScriptedModel.of("done"))],
+        session_service=InMemorySessionService(),
+        post_run=[broken, record],
     )
     with caplog.at_level(logging.ERROR):
         handle = await runner.start(user_id="u", message="hi")
@@ -133,9 +134,14 @@ def test_a_run_through_the_api_remembers_what_the_user_said(
     alice: Any, alice_api: Any, use_model: Callable[[Model], None], eager_celery: None
 ) -> None:
     use_model(ScriptedModel.of("Hello Alice."))
-    response = alice_api.post("/api/runs/", {
-        "message": "Hi, my name is Alice and we run Go in production.", "wait": True,
-    }, format="json")
+    response = alice_api.post(
+        "/api/runs/",
+        {
+            "message": "Hi, my name is Alice and we run Go in production.",
+            "wait": True,
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.content
     assert remembered(alice) == ["Name is Alice", "Runs Go in production"]
     listed = alice_api.get("/api/memories/", {"q": "production"}).json()["results"]
@@ -148,11 +154,19 @@ def test_spec_6_3_auto_memory_is_on_by_default_also_with_a_model_endpoint() -> N
     import sys
     from pathlib import Path
 
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTSITE_", "OPENAI_", "DATABASE_URL", "REDIS_URL"))}
-    probe = "import django; django.setup(); from django.conf import settings as s; " \
-            "print(s.AGENTSITE_SUMMARY_MODEL, s.AGENTSITE_MEMORY_AUTO, s.AGENTSITE_MEMORY_UPDATE_POLICY)"
+    clean = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AGENTSITE_", "OPENAI_", "DATABASE_URL", "REDIS_URL"))
+    }
+    probe = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.AGENTSITE_SUMMARY_MODEL, s.AGENTSITE_MEMORY_AUTO, s.AGENTSITE_MEMORY_UPDATE_POLICY)"
+    )
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", probe],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**clean, "DJANGO_SETTINGS_MODULE": "agentsite.settings", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
     )
     assert result.returncode == 0, result.stderr
@@ -170,18 +184,29 @@ def test_spec_6_3_auto_memory_extracts_through_an_openai_compatible_endpoint(
     session = open_session(alice)
     pasted = "\n".join(f"2024-05-02 10:00:0{i} ERROR gateway: upstream reset" for i in range(4))
     say(session, "I moved to Lisbon last year.", f"Why does this keep happening?\n{pasted}")
-    openai_server.script(ServerStep.calls(
-        ("memory_add", {"memory": "Lives in Lisbon", "kind": "fact", "topics": ["location"]}),
-        ("memory_add", "{not json"),
-    ))
+    openai_server.script(
+        ServerStep.calls(
+            ("memory_add", {"memory": "Lives in Lisbon", "kind": "fact", "topics": ["location"]}),
+            ("memory_add", "{not json"),
+        )
+    )
     outcome = memory_extract_task(session.id)
     openai_server.assert_consumed()
-    assert (outcome["status"], outcome["added"], outcome["last_seq"], outcome["skipped_messages"]) == ("extracted", 1, 4, 2)
+    assert (outcome["status"], outcome["added"], outcome["last_seq"], outcome["skipped_messages"]) == (
+        "extracted",
+        1,
+        4,
+        2,
+    )
     assert remembered(alice) == ["Lives in Lisbon"]
     sent = openai_server.requests[0]
     assert [t["function"]["name"] for t in sent["tools"]] == ["memory_add", "memory_update", "memory_delete"]
     assert sent["messages"][0]["role"] == "system" and "Update policy (merge similar)" in sent["messages"][0]["content"]
     # The pasted log never reaches the model; the clean exchange does.
     conversation = [m["content"] for m in sent["messages"][1:]]
-    assert conversation == ["I moved to Lisbon last year.", "Noted.", "Extract and manage memories from the conversation above."]
+    assert conversation == [
+        "I moved to Lisbon last year.",
+        "Noted.",
+        "Extract and manage memories from the conversation above.",
+    ]
     assert memory_extract_task(session.id)["status"] == "nothing_new"

@@ -58,8 +58,17 @@ def _old_rows(apps: Any) -> str:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     for memory_id, text in TEXTS.items():
         tokens = MIGRATION.previous_tokens(text)
-        memory.objects.create(id=memory_id, app="demo", user_id=user.pk, kind="fact", text=text,
-                              search_tokens=" ".join(tokens), token_count=len(tokens), created_at=now, updated_at=now)
+        memory.objects.create(
+            id=memory_id,
+            app="demo",
+            user_id=user.pk,
+            kind="fact",
+            text=text,
+            search_tokens=" ".join(tokens),
+            token_count=len(tokens),
+            created_at=now,
+            updated_at=now,
+        )
     return str(user.pk)
 
 
@@ -70,7 +79,9 @@ def _stored(apps: Any) -> dict[str, tuple[str, int]]:
 
 def _found(user_id: str, query: str) -> list[str]:
     manager = MemoryManager(DjangoMemoryStore())
-    return [e.id for e in manager.search(UserKey(app="demo", user_id=user_id), SearchOptions(query=query, min_score=0.0))]
+    return [
+        e.id for e in manager.search(UserKey(app="demo", user_id=user_id), SearchOptions(query=query, min_score=0.0))
+    ]
 
 
 def test_old_rows_are_reanalyzed_forward_and_restored_backward(at_0006: Any) -> None:

@@ -30,7 +30,10 @@ APP = "tools"
 def context_for(user: str, service: Any, session_id: str = "s-1") -> ToolContext:
     return ToolContext(
         session=Session(app=APP, user_id=user, id=f"{session_id}-{user}"),
-        invocation_id="inv", tool_call_id="call", agent_name="agent", cancel_event=asyncio.Event(),
+        invocation_id="inv",
+        tool_call_id="call",
+        agent_name="agent",
+        cancel_event=asyncio.Event(),
         services={"memory": service} if service is not None else {},
     )
 
@@ -43,7 +46,8 @@ def test_agentic_mode_exposes_search_load_add_update_delete_and_auto_mode_only_s
     assert sorted(tools()) == ["memory_add", "memory_delete", "memory_load", "memory_search", "memory_update"]
     assert sorted(tools(mode="auto")) == ["memory_search"]
     assert sorted(tools(mode="auto", enable=["memory_load", "memory_clear"], disable=["memory_search"])) == [
-        "memory_clear", "memory_load",
+        "memory_clear",
+        "memory_load",
     ]
     with pytest.raises(ValueError, match="memory_forget"):
         tools(enable=["memory_forget"])
@@ -63,13 +67,21 @@ async def test_a_memory_added_by_the_tool_is_found_by_search_and_load() -> None:
     alice = context_for("alice", service)
     added = await tools()["memory_add"].call(alice, {"memory": "Runs Go in production", "topics": ["stack"]})
     assert added["action"] == "added"
-    trip = await tools()["memory_add"].call(alice, {
-        "memory": "Flew to Lisbon", "kind": "episode", "event_time": "2024-05-03", "participants": ["Bob"],
-    })
+    trip = await tools()["memory_add"].call(
+        alice,
+        {
+            "memory": "Flew to Lisbon",
+            "kind": "episode",
+            "event_time": "2024-05-03",
+            "participants": ["Bob"],
+        },
+    )
     found = await tools()["memory_search"].call(alice, {"query": "production language"})
     assert [m["memory"] for m in found["memories"]] == ["Runs Go in production"]
     assert set(found["memories"][0]) >= {"id", "memory", "topics", "created", "kind", "score"}
-    episodes = await tools()["memory_search"].call(alice, {"query": "Lisbon", "kind": "episode", "time_after": "2024-05-01"})
+    episodes = await tools()["memory_search"].call(
+        alice, {"query": "Lisbon", "kind": "episode", "time_after": "2024-05-01"}
+    )
     assert episodes["memories"][0] == {**trip["memory"], "score": episodes["memories"][0]["score"]}
     assert episodes["memories"][0]["event_time"] == "2024-05-03"
     assert (await tools()["memory_search"].call(alice, {"query": " "}))["memories"] == []
@@ -84,7 +96,10 @@ async def test_update_and_delete_through_the_tools() -> None:
     memory_id = added["memory"]["id"]
     updated = await tools()["memory_update"].call(alice, {"memory_id": memory_id, "memory": "Lives in Lisbon"})
     assert updated["memory"]["memory"] == "Lives in Lisbon"
-    assert await tools()["memory_delete"].call(alice, {"memory_id": memory_id}) == {"memory_id": memory_id, "deleted": True}
+    assert await tools()["memory_delete"].call(alice, {"memory_id": memory_id}) == {
+        "memory_id": memory_id,
+        "deleted": True,
+    }
     assert await service.count(UserKey(app=APP, user_id="alice")) == 0
 
 
@@ -107,7 +122,9 @@ async def test_alice_cannot_reach_bobs_memories_through_any_tool() -> None:
 async def test_bad_arguments_and_a_missing_service_are_reported() -> None:
     service = InMemoryMemoryService()
     with pytest.raises(ValueError, match="2024-13-01"):
-        await tools()["memory_add"].call(context_for("alice", service), {"memory": "x", "kind": "episode", "event_time": "2024-13-01"})
+        await tools()["memory_add"].call(
+            context_for("alice", service), {"memory": "x", "kind": "episode", "event_time": "2024-13-01"}
+        )
     with pytest.raises(MemoryUnavailableError):
         await tools()["memory_search"].call(context_for("alice", None), {"query": "x"})
 
@@ -121,8 +138,10 @@ async def test_an_agent_remembers_and_recalls_through_a_run() -> None:
         "You prefer Portuguese.",
     )
     runner = Runner(
-        app=APP, agents=[LLMAgent(name="a", model=model, tools=memory_function_tools())],
-        session_service=InMemorySessionService(), services={"memory": service},
+        app=APP,
+        agents=[LLMAgent(name="a", model=model, tools=memory_function_tools())],
+        session_service=InMemorySessionService(),
+        services={"memory": service},
     )
     first = await runner.start(user_id="alice", message="Please answer in Portuguese from now on.")
     await first.wait()
@@ -149,7 +168,12 @@ async def test_preload_is_off_by_default_and_minus_one_loads_everything() -> Non
     assert await memory_preload_block(service, app=APP, user_id="alice", preload=0, query="tea") is None
     block = await memory_preload_block(service, app=APP, user_id="alice", preload=-1, query="")
     assert block is not None
-    assert block.index("## Memory") < block.index(PRELOAD_BEGIN) < block.index("## User Memories") < block.index(PRELOAD_END)
+    assert (
+        block.index("## Memory")
+        < block.index(PRELOAD_BEGIN)
+        < block.index("## User Memories")
+        < block.index(PRELOAD_END)
+    )
     assert block.count("\n- [") == 3 and "Prefers tea (kind=fact)" in block
 
 
@@ -167,8 +191,14 @@ async def test_adaptive_preload_picks_matches_for_the_message_else_the_most_rece
 
 async def test_preloaded_episodes_show_their_date() -> None:
     service = InMemoryMemoryService()
-    await service.add(UserKey(app=APP, user_id="alice"), MemoryDraft(
-        text="Moved to Lisbon", kind="episode", event_time=datetime(2024, 3, 1, tzinfo=UTC), location="Lisbon",
-    ))
+    await service.add(
+        UserKey(app=APP, user_id="alice"),
+        MemoryDraft(
+            text="Moved to Lisbon",
+            kind="episode",
+            event_time=datetime(2024, 3, 1, tzinfo=UTC),
+            location="Lisbon",
+        ),
+    )
     block = await memory_preload_block(service, app=APP, user_id="alice", preload=-1, query="")
     assert block is not None and "Moved to Lisbon (kind=episode; event_time=2024-03-01; location=Lisbon)" in block

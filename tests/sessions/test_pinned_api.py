@@ -52,4 +52,8 @@ def test_the_inspector_shows_the_pins_and_a_full_manifest_for_every_call(
     for call in context["calls"]:
         assert call["manifest"]["coverage"] == 1.0
         assert call["pinned"]["shown"] >= 1
-    assert context["calls"][-1]["pinned"] == {"tokens": context["calls"][-1]["pinned"]["tokens"], "shown": 2, "omitted": 0}
+    assert context["calls"][-1]["pinned"] == {
+        "tokens": context["calls"][-1]["pinned"]["tokens"],
+        "shown": 2,
+        "omitted": 0,
+    }

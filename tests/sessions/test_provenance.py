@@ -70,7 +70,10 @@ async def rolling(summarizer: Summarizer, blocks: Sequence[Sequence[str]]) -> li
 
 
 def block(start: int, turns: int = 6) -> list[str]:
-    return [f"Turn {i}: host web-{i} logged {i * 7} errors at 10:{i % 60:02d} in order ORD-{1000 + i}." for i in range(start, start + turns)]
+    return [
+        f"Turn {i}: host web-{i} logged {i * 7} errors at 10:{i % 60:02d} in order ORD-{1000 + i}."
+        for i in range(start, start + turns)
+    ]
 
 
 # -- the format --------------------------------------------------------------------------------
@@ -101,9 +104,14 @@ def test_a_summary_without_headers_is_one_section_up_to_its_boundary() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 60), st.integers(0, 12), st.booleans()), min_size=1, max_size=12), st.integers(1, 90))
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(0, 12), st.booleans()), min_size=1, max_size=12),
+    st.integers(1, 90),
+)
 def test_anchored_sections_partition_every_seq_up_to_the_boundary(raw: list[tuple[int, int, bool]], last: int) -> None:
-    sections = [SummarySection(first_seq=f, last_seq=f + span, text="t" if has_text else "") for f, span, has_text in raw]
+    sections = [
+        SummarySection(first_seq=f, last_seq=f + span, text="t" if has_text else "") for f, span, has_text in raw
+    ]
     anchored = anchor_sections(sections, last_seq=last)
     if not any(has_text for *_, has_text in raw):
         assert anchored == ()
@@ -177,7 +185,9 @@ def ledger() -> list[Event]:
     return [
         Event(author="user", message=Message(role="user", content="read the incident file")),  # 1
         Event(author="agent", message=Message(role="assistant", tool_calls=(call,))),  # 2: a call, never recalled
-        Event(author="agent", message=Message(role="tool", content="INC-7: db down", tool_call_id="c1", tool_name="read")),  # 3
+        Event(
+            author="agent", message=Message(role="tool", content="INC-7: db down", tool_call_id="c1", tool_name="read")
+        ),  # 3
         Event(author="agent", message=Message(role="assistant", content="The database was down.")),  # 4
         Event(author="user", message=Message(role="user", content="and now?")),  # 5
         Event(author="agent", message=Message(role="assistant", content="It is back up.")),  # 6
@@ -228,7 +238,9 @@ async def test_a_range_load_pages_within_its_byte_budget(backend: Backend) -> No
     ],
 )
 async def test_a_bad_range_is_refused_with_a_message_that_names_it(
-    backend: Backend, kwargs: dict[str, Any], message: str  # noqa: F811
+    backend: Backend,  # noqa: F811
+    kwargs: dict[str, Any],
+    message: str,
 ) -> None:
     session = await backend.session("alice", ledger())
     with pytest.raises(RangeError, match=message):
@@ -248,7 +260,11 @@ async def test_a_range_load_cannot_read_another_users_session(backend: Backend) 
 
 def tool_context(session: Session, index: Any) -> ToolContext:
     return ToolContext(
-        session=session, invocation_id="i", tool_call_id="t", agent_name="a", cancel_event=asyncio.Event(),
+        session=session,
+        invocation_id="i",
+        tool_call_id="t",
+        agent_name="a",
+        cancel_event=asyncio.Event(),
         services={"recall": index},
     )
 

@@ -44,10 +44,6 @@ APP = "recall"
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
 
-
-
-
-
 class World:
     """An in-memory service and index, and a way to write sessions into them."""
 

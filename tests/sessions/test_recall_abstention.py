@@ -29,14 +29,18 @@ async def test_a_query_the_history_does_not_hold_answers_no_match_with_the_note(
     )
     # One shared word ("database") used to clear the keyword fallback's floor.
     answer = await session_search(
-        world.index, session=session, query="which password manager and secrets vault does the security team use for the database admins"
+        world.index,
+        session=session,
+        query="which password manager and secrets vault does the security team use for the database admins",
     )
     assert answer["results"] == [] and answer["count"] == 0
     assert answer["no_match"] is True and answer["note"] == NO_MATCH_NOTE
     assert answer["best_confidence"] < NO_MATCH_BELOW
     # Abstention off: the weak hit comes back, with its confidence.
     weak = await session_search(
-        world.index, session=session, query="which password manager and secrets vault does the security team use for the database admins",
+        world.index,
+        session=session,
+        query="which password manager and secrets vault does the security team use for the database admins",
         min_confidence=0,
     )
     assert weak["count"] == 1 and weak["results"][0]["confidence"] < NO_MATCH_BELOW and "no_match" not in weak
@@ -72,7 +76,12 @@ def test_confidence_is_the_share_of_the_query_held_whatever_the_session() -> Non
     assert answer_confidence("invoices billing database", "a database") == pytest.approx(1 / 3)
     assert answer_confidence("invoices billing database", "nothing here") == 0.0
     assert answer_confidence("config", "see the configuration file") == 1.0  # inside a word, as the scan finds it
-    assert answer_confidence("what did ann say about invoices", "invoices are late", author="bob", participants=["ann", "bob"]) == 0.5
+    assert (
+        answer_confidence(
+            "what did ann say about invoices", "invoices are late", author="bob", participants=["ann", "bob"]
+        )
+        == 0.5
+    )
     long_text = "the billing database holds invoices " + "filler words " * 500
     assert answer_confidence("invoices billing database", long_text) == 1.0  # length does not dilute it
 

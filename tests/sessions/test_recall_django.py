@@ -39,10 +39,6 @@ T0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-
-
-
-
 class Backend:
     def __init__(self, name: str, service: SessionService, index: RecallIndex, users: Callable[[str], str]) -> None:
         self.name = name

@@ -34,8 +34,6 @@ def said(author: str, text: str, role: str = "user") -> Event:
     return Event(author=author, message=Message(role=role, content=text))  # type: ignore[arg-type]  # user/assistant
 
 
-
-
 class Backend:
     def __init__(self, service: SessionService, index: RecallIndex, users: Callable[[str], str]) -> None:
         self.service = service
@@ -112,7 +110,9 @@ async def test_search_filters_by_speaker_role_and_tool(backend: Backend) -> None
     )
     by = await session_search(backend.index, session=session, query="adoption agency paperwork", speaker="caroline")
     assert [r["seq"] for r in by["results"]] == [1]
-    tools = await session_search(backend.index, session=session, query="adoption agency paperwork", tool_name="lookup_agency")
+    tools = await session_search(
+        backend.index, session=session, query="adoption agency paperwork", tool_name="lookup_agency"
+    )
     assert [r["seq"] for r in tools["results"]] == [4]
     roles = await session_search(backend.index, session=session, query="adoption agency paperwork", role="assistant")
     assert [r["seq"] for r in roles["results"]] == [2]
@@ -132,11 +132,21 @@ async def test_each_hit_says_why_it_is_hidden(backend: Backend) -> None:
         hide_through=1,
     )
     # The last call's manifest, as the runner stores it on the answer event.
-    manifest = {"ranges": [["summarized", 1, 1], ["verbatim", 2, 2], ["placeholder", 3, 3], ["verbatim", 4, 4],
-                           ["truncated", 5, 5], ["verbatim", 6, 6]]}
+    manifest = {
+        "ranges": [
+            ["summarized", 1, 1],
+            ["verbatim", 2, 2],
+            ["placeholder", 3, 3],
+            ["verbatim", 4, 4],
+            ["truncated", 5, 5],
+            ["verbatim", 6, 6],
+        ]
+    }
     session.events.append(session.events[-1].replace(extensions={"context": {"manifest": manifest}}))
     assert last_manifest_dispositions(session)[3] == "placeholder"
-    answer = await session_search(backend.index, session=session, query="canary deploy", scope="current_session", top_k=10)
+    answer = await session_search(
+        backend.index, session=session, query="canary deploy", scope="current_session", top_k=10
+    )
     reasons = {r["seq"]: r["hidden"] for r in answer["results"]}
     assert reasons == {1: "summarized", 3: "elided", 5: "truncated", 6: "visible"}
 

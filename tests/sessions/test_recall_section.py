@@ -75,7 +75,9 @@ async def test_a_section_without_the_answer_says_no_match(backend: Backend) -> N
     ],
 )
 async def test_a_bad_section_is_refused_with_a_message_that_names_it(
-    backend: Backend, kwargs: dict[str, Any], message: str  # noqa: F811
+    backend: Backend,  # noqa: F811
+    kwargs: dict[str, Any],
+    message: str,
 ) -> None:
     session = await backend.session("alice", ledger())
     with pytest.raises(RangeError, match=message):

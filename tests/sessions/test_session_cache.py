@@ -26,16 +26,22 @@ def _event(kind: str, n: int) -> Event:
         return Event(author="agent", message=Message(role="assistant", tool_calls=(call,)), filter_key=APP)
     if kind == "result":
         return Event(
-            author="agent", message=Message(role="tool", tool_call_id=f"c{n}", tool_name="lookup", content=f"r{n}"),
+            author="agent",
+            message=Message(role="tool", tool_call_id=f"c{n}", tool_name="lookup", content=f"r{n}"),
             filter_key=APP,
         )
-    return Event(author="agent", message=Message(role="assistant", content=f"answer {n}"), filter_key=APP, state_delta={"n": n})
+    return Event(
+        author="agent", message=Message(role="assistant", content=f"answer {n}"), filter_key=APP, state_delta={"n": n}
+    )
 
 
 def _shape(session: Session | None) -> object:
     assert session is not None
     return (
-        session.last_seq, session.state, session.agent, [(e.seq, e.id, e.to_dict()) for e in session.events],
+        session.last_seq,
+        session.state,
+        session.agent,
+        [(e.seq, e.id, e.to_dict()) for e in session.events],
         {k: (s.text, s.last_seq, s.version) for k, s in session.summaries.items()},
     )
 
@@ -56,7 +62,9 @@ _STEP = st.tuples(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(_STEP, min_size=1, max_size=40))
-def test_cached_session_equals_a_fresh_load_after_writes_by_another_writer(steps: list[tuple[str, str, int | None]]) -> None:
+def test_cached_session_equals_a_fresh_load_after_writes_by_another_writer(
+    steps: list[tuple[str, str, int | None]],
+) -> None:
     async def play() -> None:
         ledger = InMemorySessionService()
         cached = CachedSessionService(ledger)
@@ -78,7 +86,9 @@ def test_cached_session_equals_a_fresh_load_after_writes_by_another_writer(steps
                 fresh = await ledger.get_session(key, event_limit=limit, after_summary=after_summary)
                 assert _shape(got) == _shape(fresh)
             after = max(0, n % 5)
-            assert await cached.list_events(key, after_seq=after, limit=7) == await ledger.list_events(key, after_seq=after, limit=7)
+            assert await cached.list_events(key, after_seq=after, limit=7) == await ledger.list_events(
+                key, after_seq=after, limit=7
+            )
             assert await cached.get_summary(key, filter_key=APP) == await ledger.get_summary(key, filter_key=APP)
 
     async_to_sync(play)()

@@ -80,11 +80,18 @@ async def test_appended_events_get_consecutive_seqs_and_round_trip(backend: Back
     originals = [
         user_event("hello"),
         Event(author="agent", message=Message(role="assistant", tool_calls=(call,)), usage=None),
-        Event(author="agent", object="tool.response",
-              message=Message(role="tool", content='{"ok": true}', tool_call_id="c1", tool_name="lookup")),
+        Event(
+            author="agent",
+            object="tool.response",
+            message=Message(role="tool", content='{"ok": true}', tool_call_id="c1", tool_name="lookup"),
+        ),
         assistant_event("done", done=True, finish_reason="stop", extensions={"x": [1, 2]}),
-        Event(author="agent", object="error", error=EventError(type="model_error", message="boom"),
-              message=Message(role="assistant", content="An error occurred")),
+        Event(
+            author="agent",
+            object="error",
+            error=EventError(type="model_error", message="boom"),
+            message=Message(role="assistant", content="An error occurred"),
+        ),
     ]
     saved = [await backend.service.append_event(session, e) for e in originals]
     assert [e.seq for e in saved] == [1, 2, 3, 4, 5]
@@ -110,7 +117,9 @@ async def test_a_batch_appends_in_order_with_consecutive_seqs(backend: Backend) 
     alice = backend.user("alice")
     session = await backend.service.create_session(app=APP, user_id=alice)
     await backend.service.append_event(session, user_event("first"))
-    saved = await backend.service.append_events(session, [assistant_event("a"), assistant_event("b"), assistant_event("c")])
+    saved = await backend.service.append_events(
+        session, [assistant_event("a"), assistant_event("b"), assistant_event("c")]
+    )
     assert [e.seq for e in saved] == [2, 3, 4]
     assert [e.text for e in await backend.service.list_events(session.key)] == ["first", "a", "b", "c"]
     assert [e.seq for e in session.events] == [1, 2, 3, 4] and session.last_seq == 4
@@ -131,9 +140,13 @@ async def test_a_batch_stores_an_id_already_in_the_ledger_or_the_batch_once(back
 async def test_a_batch_merges_state_deltas_in_order(backend: Backend) -> None:
     alice = backend.user("alice")
     session = await backend.service.create_session(app=APP, user_id=alice, state={"a": 1})
-    await backend.service.append_events(session, [
-        assistant_event("x", state_delta={"a": 2, "b": 1}), Event(author="agent", state_delta={"b": 3}),
-    ])
+    await backend.service.append_events(
+        session,
+        [
+            assistant_event("x", state_delta={"a": 2, "b": 1}),
+            Event(author="agent", state_delta={"b": 3}),
+        ],
+    )
     loaded = await backend.service.get_session(session.key)
     assert loaded is not None and loaded.state == {"a": 2, "b": 3} == session.state
 
@@ -251,29 +264,51 @@ async def _turns(backend: Backend, count: int, *, tool_round: bool = False) -> t
     saved = []
     for i in range(count):
         inv = f"inv-{i}"
-        saved.append(await backend.service.append_event(session, user_event(f"q{i}", invocation_id=inv, filter_key=APP)))
+        saved.append(
+            await backend.service.append_event(session, user_event(f"q{i}", invocation_id=inv, filter_key=APP))
+        )
         if tool_round:
             call = ToolCall(id=f"c{i}", name="lookup")
-            saved.append(await backend.service.append_event(session, Event(
-                author="agent", invocation_id=inv, filter_key=APP, message=Message(role="assistant", tool_calls=(call,))
-            )))
-            saved.append(await backend.service.append_event(session, Event(
-                author="agent", invocation_id=inv, filter_key=APP, object="tool.response",
-                message=Message(role="tool", content="r", tool_call_id=f"c{i}", tool_name="lookup"),
-            )))
-        saved.append(await backend.service.append_event(
-            session, assistant_event(f"a{i}", invocation_id=inv, filter_key=APP, done=True)
-        ))
+            saved.append(
+                await backend.service.append_event(
+                    session,
+                    Event(
+                        author="agent",
+                        invocation_id=inv,
+                        filter_key=APP,
+                        message=Message(role="assistant", tool_calls=(call,)),
+                    ),
+                )
+            )
+            saved.append(
+                await backend.service.append_event(
+                    session,
+                    Event(
+                        author="agent",
+                        invocation_id=inv,
+                        filter_key=APP,
+                        object="tool.response",
+                        message=Message(role="tool", content="r", tool_call_id=f"c{i}", tool_name="lookup"),
+                    ),
+                )
+            )
+        saved.append(
+            await backend.service.append_event(
+                session, assistant_event(f"a{i}", invocation_id=inv, filter_key=APP, done=True)
+            )
+        )
     return session, saved
 
 
 async def test_advancing_a_summary_writes_text_and_boundary_together_and_counts_versions(backend: Backend) -> None:
     session, saved = await _turns(backend, 3)
     first = await backend.service.advance_summary(
-        session.key, Summary(filter_key=APP, text="v1", boundary=_boundary_at(saved[1]), covered_events=2, covered_tokens=9)
+        session.key,
+        Summary(filter_key=APP, text="v1", boundary=_boundary_at(saved[1]), covered_events=2, covered_tokens=9),
     )
     second = await backend.service.advance_summary(
-        session.key, Summary(filter_key=APP, text="v2", boundary=_boundary_at(saved[3]), covered_events=4, covered_tokens=20)
+        session.key,
+        Summary(filter_key=APP, text="v2", boundary=_boundary_at(saved[3]), covered_events=4, covered_tokens=20),
     )
     assert first is not None and second is not None
     assert (first.version, second.version) == (1, 2)
@@ -285,9 +320,21 @@ async def test_advancing_a_summary_writes_text_and_boundary_together_and_counts_
 
 async def test_advancing_a_summary_never_moves_its_boundary_backwards(backend: Backend) -> None:
     session, saved = await _turns(backend, 3)
-    assert await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="late", boundary=_boundary_at(saved[5])))
-    assert await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="early", boundary=_boundary_at(saved[2]))) is None
-    assert await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="again", boundary=_boundary_at(saved[5]))) is None
+    assert await backend.service.advance_summary(
+        session.key, Summary(filter_key=APP, text="late", boundary=_boundary_at(saved[5]))
+    )
+    assert (
+        await backend.service.advance_summary(
+            session.key, Summary(filter_key=APP, text="early", boundary=_boundary_at(saved[2]))
+        )
+        is None
+    )
+    assert (
+        await backend.service.advance_summary(
+            session.key, Summary(filter_key=APP, text="again", boundary=_boundary_at(saved[5]))
+        )
+        is None
+    )
     stored = await backend.service.get_summary(session.key, filter_key=APP)
     assert stored is not None and (stored.text, stored.last_seq, stored.version) == ("late", 6, 1)
     with pytest.raises(ValueError, match="boundary"):
@@ -296,10 +343,14 @@ async def test_advancing_a_summary_never_moves_its_boundary_backwards(backend: B
 
 async def test_concurrent_advances_keep_the_furthest_boundary(backend: Backend) -> None:
     session, saved = await _turns(backend, 5)
-    results = await asyncio.gather(*(
-        backend.service.advance_summary(session.key, Summary(filter_key=APP, text=f"to {e.seq}", boundary=_boundary_at(e)))
-        for e in saved
-    ))
+    results = await asyncio.gather(
+        *(
+            backend.service.advance_summary(
+                session.key, Summary(filter_key=APP, text=f"to {e.seq}", boundary=_boundary_at(e))
+            )
+            for e in saved
+        )
+    )
     stored = await backend.service.get_summary(session.key, filter_key=APP)
     assert stored is not None and stored.last_seq == 10 and stored.text == "to 10"
     assert stored.version == sum(1 for r in results if r is not None)
@@ -307,7 +358,9 @@ async def test_concurrent_advances_keep_the_furthest_boundary(backend: Backend) 
 
 async def test_a_turn_loads_only_the_events_after_the_summary_boundary(backend: Backend) -> None:
     session, saved = await _turns(backend, 4)
-    await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="s", boundary=_boundary_at(saved[3])))
+    await backend.service.advance_summary(
+        session.key, Summary(filter_key=APP, text="s", boundary=_boundary_at(saved[3]))
+    )
     loaded = await backend.service.get_session(session.key, event_limit=100, after_summary=APP)
     assert loaded is not None
     assert [e.seq for e in loaded.events] == [5, 6, 7, 8]
@@ -320,7 +373,9 @@ async def test_a_turn_loads_only_the_events_after_the_summary_boundary(backend: 
 async def test_a_turn_cut_by_the_boundary_is_loaded_from_its_user_message(backend: Backend) -> None:
     session, saved = await _turns(backend, 3, tool_round=True)
     # Turn 2 is seqs 5-8 (user, call, result, answer); the summary stops at its tool call.
-    await backend.service.advance_summary(session.key, Summary(filter_key=APP, text="s", boundary=_boundary_at(saved[5])))
+    await backend.service.advance_summary(
+        session.key, Summary(filter_key=APP, text="s", boundary=_boundary_at(saved[5]))
+    )
     loaded = await backend.service.get_session(session.key, after_summary=APP)
     assert loaded is not None and [e.seq for e in loaded.events] == [5, 6, 7, 8, 9, 10, 11, 12]
     capped = await backend.service.get_session(session.key, event_limit=2, after_summary=APP)
@@ -329,7 +384,9 @@ async def test_a_turn_cut_by_the_boundary_is_loaded_from_its_user_message(backen
 
 async def test_a_summary_of_a_parent_key_bounds_the_load_when_the_key_has_none(backend: Backend) -> None:
     session, saved = await _turns(backend, 2)
-    await backend.service.advance_summary(session.key, Summary(filter_key="", text="all", boundary=_boundary_at(saved[1])))
+    await backend.service.advance_summary(
+        session.key, Summary(filter_key="", text="all", boundary=_boundary_at(saved[1]))
+    )
     loaded = await backend.service.get_session(session.key, after_summary=APP)
     assert loaded is not None and [e.seq for e in loaded.events] == [3, 4]
     none = await backend.service.get_session(session.key, after_summary="unrelated")
@@ -361,9 +418,13 @@ async def test_spec_2_1_user_state_is_shared_by_the_users_sessions(backend: Back
 async def test_spec_2_1_app_state_is_shared_by_every_user_of_the_app(backend: Backend) -> None:
     alice, bob = backend.user("alice"), backend.user("bob")
     session = await backend.service.create_session(app=APP, user_id=alice)
-    await backend.service.append_events(session, [
-        assistant_event("a", state_delta={"app:banner": "v1"}), assistant_event("b", state_delta={"app:banner": "v2"}),
-    ])
+    await backend.service.append_events(
+        session,
+        [
+            assistant_event("a", state_delta={"app:banner": "v1"}),
+            assistant_event("b", state_delta={"app:banner": "v2"}),
+        ],
+    )
     bobs = await backend.service.create_session(app=APP, user_id=bob)
     loaded = await backend.service.get_session(bobs.key)
     assert loaded is not None and loaded.state == {"app:banner": "v2"} == bobs.state
@@ -422,9 +483,9 @@ async def test_spec_2_5_state_initialisation_sets_a_key_once(backend: Backend) -
     alice = backend.user("alice")
     service = backend.service
     session = await service.create_session(app=APP, user_id=alice)
-    results = await asyncio.gather(*(
-        service.initialize_session_state(session.key, state_key="plan", value=f"plan {i}") for i in range(5)
-    ))
+    results = await asyncio.gather(
+        *(service.initialize_session_state(session.key, state_key="plan", value=f"plan {i}") for i in range(5))
+    )
     assert sum(created for _, created in results) == 1
     stored = {value for value, _ in results}
     assert len(stored) == 1
@@ -461,11 +522,15 @@ async def test_spec_2_1_concurrent_writers_of_one_users_state_lose_no_key(backen
     alice = backend.user("alice")
     service = backend.service
     sessions = [await service.create_session(app=APP, user_id=alice) for _ in range(4)]
-    await asyncio.gather(*(
-        service.append_event(session, assistant_event(f"{i}", state_delta={f"user:k{i}": i, "app:seen": True}))
-        for i, session in enumerate(sessions)
-    ), *(service.update_user_state(app=APP, user_id=alice, state={f"direct{i}": i}) for i in range(4)))
+    await asyncio.gather(
+        *(
+            service.append_event(session, assistant_event(f"{i}", state_delta={f"user:k{i}": i, "app:seen": True}))
+            for i, session in enumerate(sessions)
+        ),
+        *(service.update_user_state(app=APP, user_id=alice, state={f"direct{i}": i}) for i in range(4)),
+    )
     assert await service.list_user_states(app=APP, user_id=alice) == {
-        **{f"k{i}": i for i in range(4)}, **{f"direct{i}": i for i in range(4)}
+        **{f"k{i}": i for i in range(4)},
+        **{f"direct{i}": i for i in range(4)},
     }
     assert await service.list_app_states(app=APP) == {"seen": True}

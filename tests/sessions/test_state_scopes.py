@@ -39,8 +39,10 @@ def recall_language(context: ToolContext) -> str:
 async def test_spec_2_1_a_tool_in_another_session_sees_the_user_state_a_run_wrote() -> None:
     service = InMemorySessionService()
     model = ScriptedModel.of(
-        ScriptStep.call("remember_language", {"language": "fr"}), "Noted.",
-        ScriptStep.call("recall_language", {}), "You prefer fr.",
+        ScriptStep.call("remember_language", {"language": "fr"}),
+        "Noted.",
+        ScriptStep.call("recall_language", {}),
+        "You prefer fr.",
     )
     agent = LLMAgent(name="helper", model=model, tools=[FunctionTool(remember_language), FunctionTool(recall_language)])
     runner = Runner(app=APP, agents=[agent], session_service=service)
@@ -85,13 +87,20 @@ def test_spec_2_1_update_session_state_over_rest_writes_no_event_and_shows_the_v
 
 
 @pytest.mark.django_db(transaction=True)
-def test_spec_2_1_update_session_state_over_rest_refuses_bad_input_and_other_users(alice_api: Any, bob_api: Any) -> None:
+def test_spec_2_1_update_session_state_over_rest_refuses_bad_input_and_other_users(
+    alice_api: Any, bob_api: Any
+) -> None:
     session = alice_api.post("/api/sessions/", {}, format="json").json()
     url = f"/api/sessions/{session['id']}/state/"
-    _assert_error(alice_api.patch(url, {"state": {"app:banner": "x"}}, format="json"), 400, "invalid_state_key",
-                  "state.app:banner")
-    _assert_error(alice_api.patch(url, {"state": {"user:tz": "x"}}, format="json"), 400, "invalid_state_key",
-                  "state.user:tz")
+    _assert_error(
+        alice_api.patch(url, {"state": {"app:banner": "x"}}, format="json"),
+        400,
+        "invalid_state_key",
+        "state.app:banner",
+    )
+    _assert_error(
+        alice_api.patch(url, {"state": {"user:tz": "x"}}, format="json"), 400, "invalid_state_key", "state.user:tz"
+    )
     _assert_error(alice_api.patch(url, {"state": ["x"]}, format="json"), 400, "invalid", "state")
     _assert_error(alice_api.patch(url, {}, format="json"), 400, "invalid", "state")
     _assert_error(bob_api.patch(url, {"state": {"a": 1}}, format="json"), 404, "not_found")
@@ -130,14 +139,20 @@ def test_spec_2_5_a_new_session_over_rest_starts_with_its_initial_state(alice_ap
     assert created.status_code == 201, created.content
     assert created.json()["state"] == {"plan": "A", "step": 1}
     assert alice_api.get(f"/api/sessions/{created.json()['id']}/state/").json() == {"state": {"plan": "A", "step": 1}}
-    _assert_error(alice_api.post("/api/sessions/", {"state": {"app:banner": "x"}}, format="json"), 400,
-                  "invalid_state_key", "state.app:banner")
+    _assert_error(
+        alice_api.post("/api/sessions/", {"state": {"app:banner": "x"}}, format="json"),
+        400,
+        "invalid_state_key",
+        "state.app:banner",
+    )
     _assert_error(alice_api.post("/api/sessions/", {"state": "plan"}, format="json"), 400, "invalid", "state")
     assert len(alice_api.get("/api/sessions/").json()["results"]) == 1
 
 
 @pytest.mark.django_db(transaction=True)
-def test_spec_2_1_an_operator_sets_app_state_in_the_admin_and_every_user_sees_it(admin_client: Any, alice_api: Any) -> None:
+def test_spec_2_1_an_operator_sets_app_state_in_the_admin_and_every_user_sees_it(
+    admin_client: Any, alice_api: Any
+) -> None:
     from django.conf import settings
 
     session = alice_api.post("/api/sessions/", {}, format="json").json()
@@ -145,5 +160,7 @@ def test_spec_2_1_an_operator_sets_app_state_in_the_admin_and_every_user_sees_it
         "/admin/sessions_app/appstate/add/", {"app": settings.AGENTSITE_APP, "state": '{"notice": "maintenance at 6"}'}
     )
     assert response.status_code == 302, response.content
-    assert alice_api.get(f"/api/sessions/{session['id']}/state/").json() == {"state": {"app:notice": "maintenance at 6"}}
+    assert alice_api.get(f"/api/sessions/{session['id']}/state/").json() == {
+        "state": {"app:notice": "maintenance at 6"}
+    }
     assert admin_client.get("/admin/sessions_app/userstate/").status_code == 200

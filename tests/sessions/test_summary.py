@@ -188,8 +188,13 @@ async def test_no_new_events_means_no_summarizer_call() -> None:
 async def test_force_fires_even_when_the_trigger_does_not() -> None:
     service, session = await stored(two_turns())
     outcome = await summarize_session(
-        service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), checker=EventThreshold(events=1000),
-        force=True, cascade=False,
+        service,
+        session.key,
+        filter_key=APP,
+        summarizer=RecordingSummarizer(),
+        checker=EventThreshold(events=1000),
+        force=True,
+        cascade=False,
     )
     assert outcome.primary.reason == "updated"
 
@@ -240,7 +245,7 @@ async def test_version_and_covered_counts_accumulate_over_rounds() -> None:
     first = await summary(service, session)
     more = Ledger(events=list(ledger.events))
     more.simple_turn("two", "2")
-    for event in more.events[len(ledger.events):]:
+    for event in more.events[len(ledger.events) :]:
         await service.append_event(session, event.replace(seq=None))
     await summarize_session(service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), tokenizer=TIKTOKEN)
     second = await summary(service, session)
@@ -259,7 +264,9 @@ async def test_a_failed_write_still_reports_the_summary_it_made() -> None:
     service = Broken()
     session = await service.create_session(app=APP, user_id="alice", session_id="s-1")
     await two_turns().append_to(service, session)
-    outcome = await summarize_session(service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), cascade=False)
+    outcome = await summarize_session(
+        service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), cascade=False
+    )
     assert outcome.primary.reason == "persist_failed" and outcome.advanced and not outcome.primary.persisted
     assert outcome.primary.summary is not None and outcome.primary.summary.text == "[events 1-8]\nsummary"
     assert await service.get_summary(session.key, filter_key=APP) is None
@@ -397,10 +404,12 @@ async def test_one_summariser_at_a_time_per_session_and_filter_key() -> None:
 
     summarizer = Slow()
     lock = InProcessSummaryLock()
-    outcomes = await asyncio.gather(*(
-        summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, lock=lock, cascade=False)
-        for _ in range(5)
-    ))
+    outcomes = await asyncio.gather(
+        *(
+            summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, lock=lock, cascade=False)
+            for _ in range(5)
+        )
+    )
     assert overlap == 1
     assert len(summarizer.requests) == 1  # the others found nothing new after the boundary
     assert sorted(o.primary.reason for o in outcomes) == ["no_delta"] * 4 + ["updated"]
@@ -450,14 +459,18 @@ def test_prompts_are_validated() -> None:
 
 
 async def test_spec_3_4_max_summary_words_is_named_in_the_prompts() -> None:
-    assert "{max_summary_words}" in default_summary_prompt(50) and "{max_summary_words}" not in default_summary_prompt(0)
+    assert "{max_summary_words}" in default_summary_prompt(50) and "{max_summary_words}" not in default_summary_prompt(
+        0
+    )
     assert "{max_summary_words}" in default_fork_prompt(50)
     # A limit no prompt states is refused; the system prompt may state it instead.
     with pytest.raises(ValueError, match="max_summary_words"):
         LLMSummarizer(FakeSummaryModel(), prompt="Summarize: {conversation_text}", max_summary_words=40)
     model = FakeSummaryModel()
     summarizer = LLMSummarizer(
-        model, prompt="Summarize: {conversation_text}", system_prompt="At most {max_summary_words} words.",
+        model,
+        prompt="Summarize: {conversation_text}",
+        system_prompt="At most {max_summary_words} words.",
         max_summary_words=40,
     )
     await summarizer.summarize(request_for(two_turns()))
@@ -479,7 +492,9 @@ async def test_spec_3_4_tool_call_and_result_formatters_shape_the_transcript() -
     ledger = two_turns()
     lines = [line for e in ledger.events for line in conversation_lines(e, transcript)]
     assert "support: <search_logs>" in lines
-    assert not any("returned" in line or '{"timeouts": 3}' in line for line in lines)  # the result formatter left it out
+    assert not any(
+        "returned" in line or '{"timeouts": 3}' in line for line in lines
+    )  # the result formatter left it out
     model = FakeSummaryModel()
     await LLMSummarizer(model, transcript=transcript).summarize(request_for(ledger))
     [(messages, _)] = model.requests
@@ -518,7 +533,9 @@ async def test_a_long_previous_summary_keeps_its_head_and_tail() -> None:
     assert TIKTOKEN.count_messages(model.requests[0][0]) <= 1400
 
 
-@pytest.mark.parametrize("first", [ContextLengthError("too long"), RuntimeError("This model's maximum context length is 8192"), ""])
+@pytest.mark.parametrize(
+    "first", [ContextLengthError("too long"), RuntimeError("This model's maximum context length is 8192"), ""]
+)
 async def test_a_context_length_error_or_an_empty_answer_is_retried_once_at_half_the_budget(first: Any) -> None:
     ledger = Ledger()
     for i in range(40):
@@ -545,12 +562,17 @@ def test_context_length_errors_are_recognised_by_code_or_message() -> None:
 # -- cache-safe forking (SPEC 3.6) ------------------------------------------------------------
 
 
-def parent_for(ledger: Ledger, *, tools: tuple[Any, ...] = (), tools_tokens: int = 0, summary_last_seq: int = 0) -> ForkParent:
+def parent_for(
+    ledger: Ledger, *, tools: tuple[Any, ...] = (), tools_tokens: int = 0, summary_last_seq: int = 0
+) -> ForkParent:
     messages = [Message(role="system", content="You are support.")]
     messages += [m for e in ledger.events if (m := e.message) is not None and e.seq and e.seq > summary_last_seq]
     return ForkParent(
-        messages=tuple(messages), tools=tools, tools_tokens=tools_tokens,
-        summary_last_seq=summary_last_seq, covered_last_seq=len(ledger.events),
+        messages=tuple(messages),
+        tools=tools,
+        tools_tokens=tools_tokens,
+        summary_last_seq=summary_last_seq,
+        covered_last_seq=len(ledger.events),
     )
 
 
@@ -571,7 +593,9 @@ async def test_a_fork_that_does_not_fit_drops_tools_then_tool_payloads() -> None
     ledger.simple_turn("logs?", "found it", tool=("search_logs", "log line " * 600))
     parent = parent_for(ledger, tools=("spec",), tools_tokens=5000)
     model = FakeSummaryModel(window=1500)
-    await LLMSummarizer(model, cache_safe_forking=True, tokenizer=TIKTOKEN).summarize(request_for(ledger, parent=parent))
+    await LLMSummarizer(model, cache_safe_forking=True, tokenizer=TIKTOKEN).summarize(
+        request_for(ledger, parent=parent)
+    )
     [(messages, tools)] = model.requests
     assert tools == ()
     tool_message = next(m for m in messages if m.role == "tool")
@@ -631,8 +655,15 @@ async def test_the_extractive_summary_does_not_stack_system_prefixes_over_rounds
 # -- trigger checks (SPEC 3.5) --------------------------------------------------------------
 
 
-def trigger(events: int = 3, tokens: int = 100, *, previous: bool = False, request_tokens: int | None = None,
-            window: int | None = None, age_s: float = 0) -> TriggerInput:
+def trigger(
+    events: int = 3,
+    tokens: int = 100,
+    *,
+    previous: bool = False,
+    request_tokens: int | None = None,
+    window: int | None = None,
+    age_s: float = 0,
+) -> TriggerInput:
     ledger = Ledger()
     for i in range(events):
         ledger.add(Event(author="user", message=Message(role="user", content=f"m{i}")))
@@ -717,8 +748,11 @@ def test_spec_3_5_the_time_threshold_measures_the_request_gap() -> None:
     for gap_s, fires in ((7200, True), (60, False)):
         ledger = _two_requests(gap_s)
         observed = TriggerInput(
-            events=tuple(ledger.events), previous=None, conversation_tokens=10,
-            now=ledger.events[-1].created_at, request_gap=observe_request_gap(ledger.events, None),
+            events=tuple(ledger.events),
+            previous=None,
+            conversation_tokens=10,
+            now=ledger.events[-1].created_at,
+            request_gap=observe_request_gap(ledger.events, None),
         )
         assert check(observed) is fires
         # However long ago the last event was, an observed gap decides.
@@ -734,12 +768,22 @@ async def test_spec_3_5_a_gap_reaching_back_to_the_boundary_reads_the_boundary_e
         service, session = await stored(ledger)
         last_of_first = (await service.list_events(session.key))[first_len - 1]
         # The first request is summarized: the second's events are all the check sees.
-        await service.put_summary(session.key, Summary(
-            filter_key=APP, text="first turn",
-            boundary=SummaryBoundary(cutoff_at=last_of_first.created_at, last_event_id=last_of_first.id, last_seq=first_len),
-        ))
+        await service.put_summary(
+            session.key,
+            Summary(
+                filter_key=APP,
+                text="first turn",
+                boundary=SummaryBoundary(
+                    cutoff_at=last_of_first.created_at, last_event_id=last_of_first.id, last_seq=first_len
+                ),
+            ),
+        )
         outcome = await summarize_session(
-            service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), checker=TimeThreshold(seconds=3600),
+            service,
+            session.key,
+            filter_key=APP,
+            summarizer=RecordingSummarizer(),
+            checker=TimeThreshold(seconds=3600),
             cascade=False,
         )
         reasons.append(outcome.primary.reason)
@@ -756,8 +800,13 @@ async def test_the_trigger_sees_the_window_of_the_run_and_the_conversation_token
         return False
 
     await summarize_session(
-        service, session.key, filter_key=APP, summarizer=RecordingSummarizer(), checker=spy,
-        context_window=32_000, tokenizer=TIKTOKEN,
+        service,
+        session.key,
+        filter_key=APP,
+        summarizer=RecordingSummarizer(),
+        checker=spy,
+        context_window=32_000,
+        tokenizer=TIKTOKEN,
     )
     [check] = seen
     assert check.context_window == 32_000 and check.conversation_tokens > 10 and len(check.events) == 8

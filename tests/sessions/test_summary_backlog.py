@@ -34,7 +34,9 @@ from sessions_app.core.summary import (
 )
 
 TIKTOKEN_COUNT = Tokenizer(count_text=count_text)
-WORDS = st.sampled_from(["checkout", "timeout", " ", "\n", "  ", "T-1001", "é", "数据", "!!", "{}", "\"q\"", "web-3", "."])
+WORDS = st.sampled_from(
+    ["checkout", "timeout", " ", "\n", "  ", "T-1001", "é", "数据", "!!", "{}", '"q"', "web-3", "."]
+)
 TEXT = st.lists(WORDS, max_size=12).map("".join)
 
 
@@ -48,7 +50,11 @@ def events(draw: st.DrawFn) -> Event:
         call = ToolCall(id="c", name="lookup", arguments=draw(st.sampled_from(["{}", '{"q": "x"}', text])))
         return Event(author="agent", filter_key="app", message=Message(role="assistant", tool_calls=(call,)))
     if kind == "result":
-        return Event(author="agent", filter_key="app", message=Message(role="tool", content=text, tool_call_id="c", tool_name="lookup"))
+        return Event(
+            author="agent",
+            filter_key="app",
+            message=Message(role="tool", content=text, tool_call_id="c", tool_name="lookup"),
+        )
     if kind == "empty":
         return Event(author="app", filter_key="app", object="runner.completion", done=True)
     if kind == "partial":
@@ -66,7 +72,8 @@ def _previous(text: str, last_seq: int) -> Summary | None:
     if last_seq == 0:
         return None
     return Summary(
-        filter_key="app", text=text or "earlier",
+        filter_key="app",
+        text=text or "earlier",
         boundary=SummaryBoundary(cutoff_at=utcnow(), last_event_id=f"e{last_seq}", last_seq=last_seq),
     )
 
@@ -80,10 +87,13 @@ def test_a_backlog_advanced_event_by_event_equals_one_rebuilt_from_the_ledger(
     boundary = min(boundary, len(ledger))
     previous = _previous(text, boundary)
     # The loaded window starts anywhere at or before the boundary (a turn anchor).
-    loaded = ledger[max(0, boundary - 2):]
+    loaded = ledger[max(0, boundary - 2) :]
     incremental = SummaryBacklog.rebuild(
-        filter_key=filter_key, previous=previous, events=[e for e in loaded if (e.seq or 0) <= boundary],
-        last_seq=boundary, tokenizer=TIKTOKEN_COUNT,
+        filter_key=filter_key,
+        previous=previous,
+        events=[e for e in loaded if (e.seq or 0) <= boundary],
+        last_seq=boundary,
+        tokenizer=TIKTOKEN_COUNT,
     )
     for end in range(boundary + 1, len(ledger) + 1):
         incremental.advance(ledger[:end], TIKTOKEN_COUNT)
@@ -111,9 +121,13 @@ def test_the_token_bound_is_never_below_what_a_job_measures(raw: list[Event], pr
 
 def test_a_missing_event_after_the_boundary_makes_the_backlog_prove_nothing() -> None:
     ledger = _numbered([Event(author="user", filter_key="app", message=Message(role="user", content="hi"))] * 4)
-    gapped = SummaryBacklog.rebuild(filter_key="app", previous=None, events=ledger[2:], last_seq=4, tokenizer=TIKTOKEN_COUNT)
+    gapped = SummaryBacklog.rebuild(
+        filter_key="app", previous=None, events=ledger[2:], last_seq=4, tokenizer=TIKTOKEN_COUNT
+    )
     assert not gapped.complete and gapped.may_fire(EventThreshold(events=100), None)
-    backlog = SummaryBacklog.rebuild(filter_key="app", previous=None, events=ledger[:2], last_seq=2, tokenizer=TIKTOKEN_COUNT)
+    backlog = SummaryBacklog.rebuild(
+        filter_key="app", previous=None, events=ledger[:2], last_seq=2, tokenizer=TIKTOKEN_COUNT
+    )
     backlog.advance([*ledger[:2], ledger[3]], TIKTOKEN_COUNT)  # seq 3 came from another writer
     assert not backlog.complete
 
@@ -165,7 +179,9 @@ def test_the_gate_asks_no_job_for_events_a_job_of_the_run_already_summarized() -
         scheduler = InProcessSummaryScheduler(engine, service)
         gate = SummaryGate(checker=checker, tokenizer=TIKTOKEN_COUNT, cascade=False)
         for n in range(5):
-            await service.append_event(session, Event(author="agent", filter_key="app", message=Message(role="assistant", content=f"fact {n}")))
+            await service.append_event(
+                session, Event(author="agent", filter_key="app", message=Message(role="assistant", content=f"fact {n}"))
+            )
         assert gate.due(session, "app")
         await scheduler.enqueue(SummaryJob(key=session.key, filter_key="app", last_seq=session.last_seq))
         await scheduler.join()
@@ -182,7 +198,10 @@ def test_spec_2_6_the_gate_asks_no_job_for_a_key_outside_the_allowlist_without_t
         service = InMemorySessionService()
         session = await service.create_session(app="app", user_id="alice")
         for n in range(5):
-            await service.append_event(session, Event(author="agent", filter_key="app/a", message=Message(role="assistant", content=f"fact {n}")))
+            await service.append_event(
+                session,
+                Event(author="agent", filter_key="app/a", message=Message(role="assistant", content=f"fact {n}")),
+            )
         checker = EventThreshold(events=3)
         assert SummaryGate(checker=checker, cascade=False).due(session, "app/a")
         assert not SummaryGate(checker=checker, cascade=False, allowlist=("app/b",)).due(session, "app/a")

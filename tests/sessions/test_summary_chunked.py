@@ -49,7 +49,11 @@ class FakeModel:
 
 def turns(sizes: Sequence[int]) -> tuple[Event, ...]:
     return tuple(
-        Event(author="user", message=Message(role="user", content=f"turn{i} " + " ".join(f"w{i}x{k}" for k in range(n))), seq=i + 1)
+        Event(
+            author="user",
+            message=Message(role="user", content=f"turn{i} " + " ".join(f"w{i}x{k}" for k in range(n))),
+            seq=i + 1,
+        )
         for i, n in enumerate(sizes)
     )
 

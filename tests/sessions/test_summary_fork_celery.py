@@ -23,9 +23,12 @@ from tests.sessions.ledger_builders import APP, Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LOOKUP = ToolSpec(name="search_logs", description="Search the service logs.",
-                  parameters={"type": "object", "properties": {"query": {"type": "string"}}},
-                  requires_one_of=(("query",),))
+LOOKUP = ToolSpec(
+    name="search_logs",
+    description="Search the service logs.",
+    parameters={"type": "object", "properties": {"query": {"type": "string"}}},
+    requires_one_of=(("query",),),
+)
 PARENT = ForkParent(
     messages=(
         Message(role="system", content="You are the support agent."),
@@ -85,7 +88,8 @@ def test_spec_3_6_the_celery_job_carries_the_fork_parent_and_the_worker_forks_fr
     session = _stored_session(django_user_model.objects.create_user(username="alice"))
     sent = _sent_jobs(monkeypatch)
     async_to_sync(CelerySummaryScheduler().enqueue)(
-        SummaryJob(key=session.key, filter_key=APP, last_seq=5, parent=PARENT))
+        SummaryJob(key=session.key, filter_key=APP, last_seq=5, parent=PARENT)
+    )
     [args] = sent
     carried = json.loads(json.dumps(args))  # what a JSON broker delivers
     assert carried[:3] == [session.id, APP, 5]
@@ -94,7 +98,10 @@ def test_spec_3_6_the_celery_job_carries_the_fork_parent_and_the_worker_forks_fr
     # One model call: the parent's messages as sent, then the fork prompt; the parent's tools.
     [request] = summary_model.requests
     assert [(m.role, m.content) for m in request.messages] == [
-        ("system", "You are the support agent."), ("user", "Is checkout slow?"), ("user", "Summarize the above.")]
+        ("system", "You are the support agent."),
+        ("user", "Is checkout slow?"),
+        ("user", "Summarize the above."),
+    ]
     assert request.tools == (LOOKUP,)
     # The boundary stops at the newest event the parent request held (SPEC 3.6).
     row = orm.Summary.objects.get(session_id=session.id, filter_key=APP)

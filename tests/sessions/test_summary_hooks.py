@@ -92,7 +92,10 @@ async def test_spec_3_4_the_pre_hook_rewrites_the_input_and_the_post_hook_the_te
 
     inner = Recording()
     outcome = await summarize_session(
-        service, session.key, filter_key=APP, summarizer=HookedSummarizer(inner, pre_hook=pre, post_hook=post),
+        service,
+        session.key,
+        filter_key=APP,
+        summarizer=HookedSummarizer(inner, pre_hook=pre, post_hook=post),
         cascade=False,
     )
     assert outcome.primary.reason == "updated"
@@ -129,12 +132,21 @@ async def test_spec_3_4_the_report_hook_hears_what_each_summary_did() -> None:
         return None
 
     summarizer = HookedSummarizer(
-        Recording(), name="audited", skip_recent=skip_last(1), post_hook=post, report_hook=reports.append,
+        Recording(),
+        name="audited",
+        skip_recent=skip_last(1),
+        post_hook=post,
+        report_hook=reports.append,
     )
     await summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, cascade=False)
     [report] = reports
     total = len(ledger.events)
-    assert (report.summarizer, report.filter_key, report.events_given, report.events_skipped) == ("audited", APP, total, 1)
+    assert (report.summarizer, report.filter_key, report.events_given, report.events_skipped) == (
+        "audited",
+        APP,
+        total,
+        1,
+    )
     assert report.events_summarized == total - 1 and report.last_included_seq == total - 1
     assert (report.pre_hook, report.post_hook, report.error) == ("none", "none", None) and report.text_chars > 0
 
@@ -164,7 +176,6 @@ async def test_spec_3_4_a_dynamic_summarizer_is_chosen_at_summary_time() -> None
 def test_skip_last_refuses_a_negative_count() -> None:
     with pytest.raises(ValueError, match="-1"):
         skip_last(-1)
-
 
 
 async def test_spec_3_4_the_trigger_looks_at_the_events_skip_recent_leaves_in() -> None:

@@ -74,13 +74,17 @@ def test_final_answers_and_tool_results_enqueue_other_events_do_not() -> None:
     result = Event(author="a", message=Message(role="tool", content="r", tool_call_id="c1", tool_name="t"))
     assert should_enqueue_summary(answer) and should_enqueue_summary(result)
     assert not should_enqueue_summary(Event(author="user", message=Message(role="user", content="hi")))
-    assert not should_enqueue_summary(Event(
-        author="a", message=Message(role="assistant", tool_calls=(ToolCall(id="c1", name="t"),))
-    ))
-    assert not should_enqueue_summary(Event(
-        author="a", object="error", error=EventError(type="model_error", message="x"),
-        message=Message(role="assistant", content="An error occurred"),
-    ))
+    assert not should_enqueue_summary(
+        Event(author="a", message=Message(role="assistant", tool_calls=(ToolCall(id="c1", name="t"),)))
+    )
+    assert not should_enqueue_summary(
+        Event(
+            author="a",
+            object="error",
+            error=EventError(type="model_error", message="x"),
+            message=Message(role="assistant", content="An error occurred"),
+        )
+    )
     assert not should_enqueue_summary(Event(author="a", state_delta={"k": 1}))  # no content
     assert not should_enqueue_summary(answer.replace(extensions={"skip_summarization": True}))
     # With a synchronous summary in the run, tool results leave it to the flow; answers still go.
@@ -125,7 +129,9 @@ async def test_an_agent_that_summarizes_within_the_run_leaves_tool_results_to_it
     # No summarizer: the agent does not summarize, so tool results still enqueue.
     agent = LLMAgent(name="support", model=model, tools=[FunctionTool(lookup)], governance=governance)
     assert agent.sync_summary_intra_run is False
-    governance = ContextGovernance(summaries=SummaryEngine(summarizer=CountingSummarizer()), sync_summary_intra_run=True)
+    governance = ContextGovernance(
+        summaries=SummaryEngine(summarizer=CountingSummarizer()), sync_summary_intra_run=True
+    )
     agent = LLMAgent(name="support", model=model, tools=[FunctionTool(lookup)], governance=governance)
     scheduler = RecordingScheduler()
     runner = Runner(app=APP, agents=[agent], session_service=InMemorySessionService(), summary_scheduler=scheduler)
@@ -140,8 +146,10 @@ async def test_a_failing_scheduler_never_fails_the_run() -> None:
             raise ConnectionError("broker down")
 
     runner = Runner(
-        app=APP, agents=[LLMAgent(name="support", model=ScriptedModel.of("hi"))],
-        session_service=InMemorySessionService(), summary_scheduler=Broken(),
+        app=APP,
+        agents=[LLMAgent(name="support", model=ScriptedModel.of("hi"))],
+        session_service=InMemorySessionService(),
+        summary_scheduler=Broken(),
     )
     handle = await runner.start(user_id="alice", message="hello")
     assert (await handle.wait()).status == "completed"
@@ -297,7 +305,9 @@ async def test_the_database_lock_admits_one_holder_and_its_lease_expires(django_
     assert await lock.acquire(session.key, APP, wait_s=0.1) is None
     assert await lock.acquire(session.key, "other", wait_s=0) is not None  # per filter key
     # The row that carries the lease is not a summary.
-    service_summary = await sync_to_async(lambda: orm.Summary.objects.filter(session_id=session.id, filter_key=APP).count())()
+    service_summary = await sync_to_async(
+        lambda: orm.Summary.objects.filter(session_id=session.id, filter_key=APP).count()
+    )()
     assert service_summary == 1
     from sessions_app.backends import DjangoSessionService
 
@@ -324,10 +334,12 @@ async def test_concurrent_summaries_through_the_database_lock_compute_once(djang
     service, session = await sync_to_async(django_session)()
     summarizer = CountingSummarizer(delay_s=0.05)
     lock = DatabaseSummaryLock()
-    outcomes = await asyncio.gather(*(
-        summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, lock=lock, covers_seq=5)
-        for _ in range(4)
-    ))
+    outcomes = await asyncio.gather(
+        *(
+            summarize_session(service, session.key, filter_key=APP, summarizer=summarizer, lock=lock, covers_seq=5)
+            for _ in range(4)
+        )
+    )
     assert summarizer.calls == [(1, 5)]
     assert sorted(o.primary.reason for o in outcomes) == ["covered"] * 3 + ["updated"]
 
@@ -367,17 +379,32 @@ async def test_spec_3_5_the_time_trigger_fires_on_the_job_path_after_an_idle_gap
         service = InMemorySessionService()
         session = await service.create_session(app=APP, user_id="alice")
         then = utcnow() - idle
-        await service.append_events(session, [
-            Event(author="user", message=Message(role="user", content="earlier question"), request_id="earlier",
-                  filter_key=APP, created_at=then - timedelta(seconds=1)),
-            Event(author="support", message=Message(role="assistant", content="earlier answer"), request_id="earlier",
-                  filter_key=APP, created_at=then),
-        ])
+        await service.append_events(
+            session,
+            [
+                Event(
+                    author="user",
+                    message=Message(role="user", content="earlier question"),
+                    request_id="earlier",
+                    filter_key=APP,
+                    created_at=then - timedelta(seconds=1),
+                ),
+                Event(
+                    author="support",
+                    message=Message(role="assistant", content="earlier answer"),
+                    request_id="earlier",
+                    filter_key=APP,
+                    created_at=then,
+                ),
+            ],
+        )
         engine = SummaryEngine(summarizer=CountingSummarizer(), checker=TimeThreshold(seconds=3600))
         scheduler = InProcessSummaryScheduler(engine, service)
         runner = Runner(
-            app=APP, agents=[LLMAgent(name="support", model=ScriptedModel.of("welcome back"))],
-            session_service=service, summary_scheduler=scheduler,
+            app=APP,
+            agents=[LLMAgent(name="support", model=ScriptedModel.of("welcome back"))],
+            session_service=service,
+            summary_scheduler=scheduler,
         )
         handle = await runner.start(user_id="alice", message="I'm back", session_id=session.id)
         await handle.wait()

@@ -74,7 +74,13 @@ async def regenerated_chat(backend: Backend) -> tuple[Session, dict[str, Event]]
     again = await backend.add(session, user("Which port does the gizmo relay listen on?", regenerates=asked.id))
     right = await backend.add(session, assistant("The gizmo relay listens on port 9090."))
     later = await backend.add(session, user("And the gizmo relay's owner is the platform team."))
-    return await backend.reload(session), {"asked": asked, "wrong": wrong, "again": again, "right": right, "later": later}
+    return await backend.reload(session), {
+        "asked": asked,
+        "wrong": wrong,
+        "again": again,
+        "right": right,
+        "later": later,
+    }
 
 
 def found(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -95,8 +101,12 @@ async def test_session_search_leaves_out_a_regenerated_turn(backend: Backend) ->
 async def test_include_superseded_returns_the_replaced_turn_marked(backend: Backend) -> None:
     session, events = await regenerated_chat(backend)
     answer = await session_search(
-        backend.index, session=session, query="gizmo relay port", scope="current_session",
-        min_confidence=0, include_superseded=True,
+        backend.index,
+        session=session,
+        query="gizmo relay port",
+        scope="current_session",
+        min_confidence=0,
+        include_superseded=True,
     )
     hits = found(answer)
     for name in ("asked", "wrong"):

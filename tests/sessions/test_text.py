@@ -50,12 +50,17 @@ def test_bm25_saturates_with_repeats_and_falls_with_length() -> None:
 
 def test_memory_and_recall_rank_with_the_same_bm25() -> None:
     term = text.stem("tennis")
-    entries = [memory.MemoryEntry(id=f"m{i}", app="demo", user_id="1", text=t) for i, t in enumerate(["tennis on weekends", "tennis"])]
+    entries = [
+        memory.MemoryEntry(id=f"m{i}", app="demo", user_id="1", text=t)
+        for i, t in enumerate(["tennis on weekends", "tennis"])
+    ]
     candidates = [memory.Candidate(entry=e, tokens=tuple(memory.analyze(e.text))) for e in entries]
     stats = memory.CorpusStats(documents=10, average_length=2.0, document_frequency={term: 2})
     ranked = {entry.id: raw for entry, raw, _score in memory.bm25_rank([term], "", candidates, stats)}
     weight = text.idf(10, 2)
     assert ranked == {"m0": text.bm25_term(weight, 1, 2, 2.0), "m1": text.bm25_term(weight, 1, 1, 2.0)}
     document = recall.make_document("e1", "tennis")
-    scored = recall.score_document([term], "", document, recall.CorpusStats(doc_count=10, avg_length=12.0, doc_freq={term: 2}))
+    scored = recall.score_document(
+        [term], "", document, recall.CorpusStats(doc_count=10, avg_length=12.0, doc_freq={term: 2})
+    )
     assert scored is not None and scored.relevance == text.bm25_term(weight, 1, 6, 12.0)

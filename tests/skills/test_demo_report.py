@@ -36,7 +36,9 @@ def demo_workspaces(settings: Any, tmp_path: Path, executor: WorkspaceExecutor) 
 def test_generate_the_report_loads_the_skill_runs_its_script_and_saves_the_report(
     alice_api: Any, eager_celery: None, demo_workspaces: Path
 ) -> None:
-    diagnosis = run(alice_api, "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com")
+    diagnosis = run(
+        alice_api, "The payments service fails TLS handshakes, check the certificate of payments.internal.example.com"
+    )
     report = run(alice_api, "generate the report", session_id=diagnosis["session_id"])
 
     ledger = events(alice_api, report["session_id"])
@@ -60,7 +62,9 @@ def test_generate_the_report_loads_the_skill_runs_its_script_and_saves_the_repor
     assert "incident-report" in report["answer"]
 
 
-def test_a_diagnostic_question_does_not_run_the_skill(alice_api: Any, eager_celery: None, demo_workspaces: Path) -> None:
+def test_a_diagnostic_question_does_not_run_the_skill(
+    alice_api: Any, eager_celery: None, demo_workspaces: Path
+) -> None:
     asked = run(alice_api, "Why does auth.example.com fail TLS? Inspect its certificate")
 
     calls = [c["name"] for e in events(alice_api, asked["session_id"]) for c in e.get("tool_calls") or []]
@@ -98,7 +102,10 @@ def test_a_report_saved_twice_has_versions_0_and_1_and_the_chat_links_and_downlo
     client.force_login(alice)
     announced = async_to_sync(_artifact_frames)(client.cookies["sessionid"].value, session_id)
     assert {(a["filename"], a["version"]) for a in announced} == {
-        ("incident-report.md", 0), ("incident-report.html", 0), ("incident-report.md", 1), ("incident-report.html", 1),
+        ("incident-report.md", 0),
+        ("incident-report.html", 0),
+        ("incident-report.md", 1),
+        ("incident-report.html", 1),
     }
     bodies = {}
     for item in announced:
@@ -116,7 +123,11 @@ async def _artifact_frames(browser_session: str, session_id: str) -> list[dict[s
 
     from agentsite.asgi import application
 
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver"), (b"cookie", f"sessionid={browser_session}".encode())]
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", f"sessionid={browser_session}".encode()),
+    ]
     socket = WebsocketCommunicator(application, f"/ws/sessions/{session_id}/", headers=headers)
     connected, _ = await socket.connect(timeout=5)
     assert connected

@@ -14,14 +14,18 @@ from tests.skills.conftest import skill_md
 
 
 def test_front_matter_keys_and_body_are_read() -> None:
-    parsed = parse_skill_file(skill_md("pdf-tools", "Work with PDF files.", body="# Use\nRun it.\n", command="python3 x.py"))
+    parsed = parse_skill_file(
+        skill_md("pdf-tools", "Work with PDF files.", body="# Use\nRun it.\n", command="python3 x.py")
+    )
 
     assert (parsed.name, parsed.description, parsed.command) == ("pdf-tools", "Work with PDF files.", "python3 x.py")
     assert parsed.body == "# Use\nRun it.\n"
 
 
 def test_block_scalars_keep_or_fold_lines_and_quotes_are_dropped() -> None:
-    text = "---\nname: 'quoted'\ndescription: >\n  folded over\n  two lines\nnotes: |\n  line one\n  line two\n---\nbody"
+    text = (
+        "---\nname: 'quoted'\ndescription: >\n  folded over\n  two lines\nnotes: |\n  line one\n  line two\n---\nbody"
+    )
 
     keys, body = parse_front_matter(text)
 
@@ -66,7 +70,9 @@ def test_folder_repository_lists_sorted_skills_first_name_wins_and_broken_ones_a
     summaries = repository.summaries_sync()
 
     assert [(s.name, s.description) for s in summaries] == [
-        ("dup", "first occurrence"), ("unnamed", "named by its folder"), ("zeta", "Z skill")
+        ("dup", "first occurrence"),
+        ("unnamed", "named by its folder"),
+        ("zeta", "Z skill"),
     ]
     assert repository.path("dup") == tmp_path / "a" / "one"
     assert any("missing front matter" in e for e in repository.errors.values())
@@ -77,9 +83,15 @@ def test_get_reads_body_docs_and_files_and_leaves_out_escaping_symlinks(
 ) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("outside")
-    folder = make_skill("root/s", skill_md("s", "d", body="Do this.\n"), {
-        "docs/guide.md": "guide", "notes.txt": "notes", "scripts/run.py": "print(1)",
-    })
+    folder = make_skill(
+        "root/s",
+        skill_md("s", "d", body="Do this.\n"),
+        {
+            "docs/guide.md": "guide",
+            "notes.txt": "notes",
+            "scripts/run.py": "print(1)",
+        },
+    )
     os.symlink(secret, folder / "leak.txt")
 
     skill = FolderSkillRepository([tmp_path / "root"]).get_sync("s")

@@ -19,8 +19,11 @@ from skills_app.core.skill import SkillNotFoundError
 from tests.skills.conftest import skill_md
 
 SKILLS = {
-    "alpha": {"SKILL.md": skill_md("alpha", "First skill.", body="Alpha body.\n"), "docs/guide.md": "Guide.",
-              "scripts/go.py": "print('go')"},
+    "alpha": {
+        "SKILL.md": skill_md("alpha", "First skill.", body="Alpha body.\n"),
+        "docs/guide.md": "Guide.",
+        "scripts/go.py": "print('go')",
+    },
     "beta": {"SKILL.md": skill_md("beta", "Second skill.", body="Beta body.\n", command="python3 run.py")},
 }
 
@@ -81,7 +84,10 @@ async def test_a_chained_repository_serves_a_name_from_the_first_that_has_it(tmp
     override = InMemorySkillRepository([skill_from_files({"SKILL.md": skill_md("beta", "Override.")})])
     chained = ChainedSkillRepository([override, _folder(tmp_path)])
 
-    assert [(s.name, s.description) for s in await chained.summaries()] == [("alpha", "First skill."), ("beta", "Override.")]
+    assert [(s.name, s.description) for s in await chained.summaries()] == [
+        ("alpha", "First skill."),
+        ("beta", "Override."),
+    ]
     assert (await chained.get("beta")).description == "Override."
     assert (await chained.get("alpha")).body == "Alpha body.\n"
 
@@ -93,8 +99,9 @@ def test_agents_load_the_published_revision_and_rollback_publishes_the_previous_
 
     repository = DjangoSkillRepository(app="test")
     first = skill_revision_create(app="test", files={"SKILL.md": skill_md("s", "v1", body="one")}, status="published")
-    second = skill_revision_create(app="test", files={"SKILL.md": skill_md("s", "v2", body="two")}, source="evolution",
-                                   status="pending_review")
+    second = skill_revision_create(
+        app="test", files={"SKILL.md": skill_md("s", "v2", body="two")}, source="evolution", status="pending_review"
+    )
     assert repository.get_sync("s").body == "one"  # pending review: not live
 
     skill_revision_publish(revision=second, user=alice)
@@ -127,5 +134,6 @@ def test_importing_folders_twice_adds_one_revision_until_the_folder_changes(
 
     revisions = orm.SkillRevision.objects.filter(skill__name="s").order_by("revision")
     assert [(r.revision, r.status, r.source, r.description) for r in revisions] == [
-        (1, "retired", "fs", "v1"), (2, "published", "fs", "version 2")
+        (1, "retired", "fs", "v1"),
+        (2, "published", "fs", "version 2"),
     ]

@@ -61,11 +61,14 @@ async def test_writing_outside_the_workspace_fails_and_changes_nothing_on_the_ho
     workspace = executor.workspace("inv-write")
     target = tmp_path / "escaped.txt"
 
-    result = await executor.run(workspace, _py(
-        f"for p in ['/usr/escaped.txt', '/escaped.txt', '{target}', '../escaped.txt']:\n"
-        "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n"
-        "    except OSError as e:\n        print('refused', p, type(e).__name__)"
-    ))
+    result = await executor.run(
+        workspace,
+        _py(
+            f"for p in ['/usr/escaped.txt', '/escaped.txt', '{target}', '../escaped.txt']:\n"
+            "    try:\n        open(p, 'w').write('x'); print('WROTE', p)\n"
+            "    except OSError as e:\n        print('refused', p, type(e).__name__)"
+        ),
+    )
 
     assert "WROTE" not in result.stdout
     assert result.stdout.count("refused") == 4, result.stdout + result.stderr
@@ -83,11 +86,15 @@ async def test_reading_files_outside_the_workspace_is_refused(executor: Workspac
     inside.write_text("top secret")
     inside.chmod(0o600)
 
-    result = await executor.run(workspace, _py(
-        f"for p in ['{secret}', '/etc/shadow', '/root/.bashrc', 'work/root-only.txt', '/proc/1/environ']:\n"
-        "    try:\n        print('READ', p, open(p).read()[:20])\n"
-        "    except OSError as e:\n        print('refused', p, type(e).__name__)"
-    ), cwd="")
+    result = await executor.run(
+        workspace,
+        _py(
+            f"for p in ['{secret}', '/etc/shadow', '/root/.bashrc', 'work/root-only.txt', '/proc/1/environ']:\n"
+            "    try:\n        print('READ', p, open(p).read()[:20])\n"
+            "    except OSError as e:\n        print('refused', p, type(e).__name__)"
+        ),
+        cwd="",
+    )
 
     assert "top secret" not in result.stdout
     assert "READ" not in result.stdout.replace("READ /proc/1/environ", ""), result.stdout
@@ -99,14 +106,17 @@ async def test_reading_files_outside_the_workspace_is_refused(executor: Workspac
 async def test_sockets_cannot_reach_the_database_redis_or_anything(executor: WorkspaceExecutor, port: int) -> None:
     workspace = executor.workspace(f"inv-net-{port}")
 
-    result = await executor.run(workspace, _py(
-        "import socket\n"
-        f"for host in ['127.0.0.1', '10.0.0.1', '1.1.1.1']:\n"
-        "    s = socket.socket(); s.settimeout(1)\n"
-        "    try:\n"
-        f"        s.connect((host, {port})); print('CONNECTED', host)\n"
-        "    except OSError as e:\n        print('blocked', host, e.errno)"
-    ))
+    result = await executor.run(
+        workspace,
+        _py(
+            "import socket\n"
+            f"for host in ['127.0.0.1', '10.0.0.1', '1.1.1.1']:\n"
+            "    s = socket.socket(); s.settimeout(1)\n"
+            "    try:\n"
+            f"        s.connect((host, {port})); print('CONNECTED', host)\n"
+            "    except OSError as e:\n        print('blocked', host, e.errno)"
+        ),
+    )
 
     assert "CONNECTED" not in result.stdout
     # "connection refused" (the sandbox's own loopback) and "network unreachable" both mean blocked.
@@ -117,11 +127,14 @@ async def test_a_fork_bomb_is_bounded_by_the_process_limit_and_ends(executor: Wo
     workspace = executor.workspace("inv-fork")
     started = time.monotonic()
 
-    counted = await executor.run(workspace, _py(
-        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
-        "            time.sleep(30)\n            os._exit(0)\n        n += 1\n"
-        "except OSError as e:\n    print('stopped after', n, e.errno)"
-    ))
+    counted = await executor.run(
+        workspace,
+        _py(
+            "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+            "            time.sleep(30)\n            os._exit(0)\n        n += 1\n"
+            "except OSError as e:\n    print('stopped after', n, e.errno)"
+        ),
+    )
     bomb = await executor.run(workspace, "bomb() { bomb | bomb & }; bomb; echo started")
 
     assert time.monotonic() - started < 5
@@ -170,9 +183,10 @@ async def test_a_hundred_megabytes_of_stdout_is_capped_inline_quickly(executor: 
     workspace = executor.workspace("inv-out")
     started = time.monotonic()
 
-    result = await executor.run(workspace, _py(
-        "import sys\nchunk = b'x' * (1024 * 1024)\nfor _ in range(100):\n    sys.stdout.buffer.write(chunk)"
-    ))
+    result = await executor.run(
+        workspace,
+        _py("import sys\nchunk = b'x' * (1024 * 1024)\nfor _ in range(100):\n    sys.stdout.buffer.write(chunk)"),
+    )
 
     assert time.monotonic() - started < 3
     assert result.exit_code == 0
@@ -195,7 +209,9 @@ async def test_the_environment_is_scrubbed(executor: WorkspaceExecutor, monkeypa
         await executor.run(workspace, "true", env={"LD_PRELOAD": "/tmp/x.so"})
 
 
-async def test_paths_outside_the_workspace_and_symlink_escapes_are_refused(executor: WorkspaceExecutor, tmp_path: Path) -> None:
+async def test_paths_outside_the_workspace_and_symlink_escapes_are_refused(
+    executor: WorkspaceExecutor, tmp_path: Path
+) -> None:
     workspace = executor.workspace("inv-paths")
     os.symlink(tmp_path, workspace.files / "work" / "escape")
 
@@ -211,8 +227,9 @@ async def test_symlinks_in_out_are_never_collected(executor: WorkspaceExecutor, 
     workspace = executor.workspace("inv-links")
 
     result = await executor.run(
-        workspace, f"echo report > out/report.md && ln -s {secret} out/leak.txt && ln -s /etc out/etc && mkdir -p out/sub "
-        "&& echo nested > out/sub/n.txt"
+        workspace,
+        f"echo report > out/report.md && ln -s {secret} out/leak.txt && ln -s /etc out/etc && mkdir -p out/sub "
+        "&& echo nested > out/sub/n.txt",
     )
     outputs, warnings = workspace.collect_outputs()
 
@@ -247,6 +264,10 @@ async def test_a_machine_without_the_sandbox_refuses_to_execute(tmp_path: Path) 
 
     isolation = executor.isolation()
 
-    assert not isolation.available and "no-bwrap not found" in isolation.reason and "apt install bubblewrap" in isolation.reason
+    assert (
+        not isolation.available
+        and "no-bwrap not found" in isolation.reason
+        and "apt install bubblewrap" in isolation.reason
+    )
     with pytest.raises(IsolationUnavailableError, match="code execution is disabled"):
         await executor.run(executor.workspace("inv-none"), "echo hi")

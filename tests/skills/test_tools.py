@@ -20,27 +20,33 @@ from skills_app.core.workspace import WorkspaceExecutor
 from tests.skills.conftest import skill_md
 
 ALPHA_BODY = "ALPHA-INSTRUCTIONS: follow these steps.\n"
-SKILLS = InMemorySkillRepository([
-    skill_from_files({
-        "SKILL.md": skill_md("alpha", "Alpha does things.", body=ALPHA_BODY, command="python3 scripts/make.py"),
-        "docs/extra.md": "EXTRA-DOC-CONTENT",
-        "scripts/make.py": (
-            "import os, pathlib\n"
-            "out = pathlib.Path(os.environ['OUTPUT_DIR'])\n"
-            "(out / 'result.md').write_text('# made by ' + os.environ['SKILL_NAME'])\n"
-            "(out / 'data').mkdir(exist_ok=True)\n"
-            "(out / 'data' / 'n.csv').write_text('a,b')\n"
-            "print('made')\n"
+SKILLS = InMemorySkillRepository(
+    [
+        skill_from_files(
+            {
+                "SKILL.md": skill_md("alpha", "Alpha does things.", body=ALPHA_BODY, command="python3 scripts/make.py"),
+                "docs/extra.md": "EXTRA-DOC-CONTENT",
+                "scripts/make.py": (
+                    "import os, pathlib\n"
+                    "out = pathlib.Path(os.environ['OUTPUT_DIR'])\n"
+                    "(out / 'result.md').write_text('# made by ' + os.environ['SKILL_NAME'])\n"
+                    "(out / 'data').mkdir(exist_ok=True)\n"
+                    "(out / 'data' / 'n.csv').write_text('a,b')\n"
+                    "print('made')\n"
+                ),
+            }
         ),
-    }),
-    skill_from_files({"SKILL.md": skill_md("beta", "Beta knows things.", body="BETA-BODY")}),
-])
+        skill_from_files({"SKILL.md": skill_md("beta", "Beta knows things.", body="BETA-BODY")}),
+    ]
+)
 
 
 def _runner(model: ScriptedModel, toolset: SkillToolset, artifacts: InMemoryArtifactService | None = None) -> Runner:
     agent = SkillsLLMAgent(skills=toolset, name="helper", model=model, instruction="You help.")
     return Runner(
-        app="test", agents=[agent], session_service=InMemorySessionService(),
+        app="test",
+        agents=[agent],
+        session_service=InMemorySessionService(),
         services={"artifacts": artifacts} if artifacts is not None else {},
     )
 
@@ -154,7 +160,9 @@ async def test_select_docs_and_list_docs_and_unknown_names() -> None:
     assert "EXTRA-DOC-CONTENT" in _system(model.requests[2])
 
 
-async def test_skill_run_runs_the_default_command_and_exports_out_files_as_artifacts_once(executor: WorkspaceExecutor) -> None:
+async def test_skill_run_runs_the_default_command_and_exports_out_files_as_artifacts_once(
+    executor: WorkspaceExecutor,
+) -> None:
     artifacts = InMemoryArtifactService()
     model = ScriptedModel.of(
         ScriptStep.call("skill_run", {"skill": "alpha"}),
@@ -183,11 +191,17 @@ async def test_skill_run_runs_the_default_command_and_exports_out_files_as_artif
     assert (await artifacts.load(scope, "result.md", version=0)).data == b"# made by alpha"
 
 
-async def test_at_most_the_configured_number_of_outputs_become_artifacts(tmp_path: Path, executor: WorkspaceExecutor) -> None:
+async def test_at_most_the_configured_number_of_outputs_become_artifacts(
+    tmp_path: Path, executor: WorkspaceExecutor
+) -> None:
     artifacts = InMemoryArtifactService()
-    model = ScriptedModel.of(ScriptStep.call("workspace_exec", {"command": "for i in $(seq 1 25); do echo $i > out/f$i.txt; done"}), "ok")
+    model = ScriptedModel.of(
+        ScriptStep.call("workspace_exec", {"command": "for i in $(seq 1 25); do echo $i > out/f$i.txt; done"}), "ok"
+    )
 
-    events = await _run(_runner(model, SkillToolset(SKILLS, config=SkillsConfig(profile="full"), executor=executor), artifacts), "many")
+    events = await _run(
+        _runner(model, SkillToolset(SKILLS, config=SkillsConfig(profile="full"), executor=executor), artifacts), "many"
+    )
 
     result = json.loads(_result(events, "workspace_exec").text)
     assert len(result["artifact_files"]) == 20
@@ -215,8 +229,6 @@ async def test_execution_tools_refuse_to_run_where_the_sandbox_is_unavailable(tm
     assert refused.extensions.get("tool_error")
     assert "code execution is disabled: the sandbox is unavailable" in refused.text
     assert "missing-setpriv is not installed" in refused.text
-
-
 
 
 async def test_the_offline_planner_says_plainly_that_a_refused_skill_run_did_not_happen(tmp_path: Path) -> None:

@@ -80,9 +80,20 @@ def live_daphne(
         process = subprocess.Popen(
             # A loaded CI machine can take longer than Daphne's 5 s to accept a handshake
             # (a cold process authenticating its first socket); the tests are not about that.
-            [*([sys.executable, "-m", module] if module else [str(DAPHNE)]), "-b", "127.0.0.1", "-p", str(port),
-             "--websocket_connect_timeout", "30", "agentsite.asgi:application"],
-            cwd=ROOT, env=child_env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                *([sys.executable, "-m", module] if module else [str(DAPHNE)]),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "--websocket_connect_timeout",
+                "30",
+                "agentsite.asgi:application",
+            ],
+            cwd=ROOT,
+            env=child_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     server = LiveServer(host="127.0.0.1", port=port, process=process, log=log)
     try:

@@ -47,5 +47,9 @@ def gated_graph_double(context: AgentContext) -> GraphAgent:
     graph.add_edge("prepare", "wait_for_gate")
     graph.add_conditional_edges("wait_for_gate", lambda s: "on", {"on": "finish", "off": "skipped"})
     graph.add_edge("finish", END).add_edge("skipped", END)
-    return GraphAgent(name=NAME, graph=graph, description="a test double: a graph that waits for a gate file",
-                      checkpoints=context.checkpoints)
+    return GraphAgent(
+        name=NAME,
+        graph=graph,
+        description="a test double: a graph that waits for a gate file",
+        checkpoints=context.checkpoints,
+    )

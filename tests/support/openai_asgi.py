@@ -30,15 +30,25 @@ async def client_for(user: Any, *, max_retries: int = 0, **headers: str) -> open
     """`AsyncOpenAI` as an integrator builds it, its HTTP going to the ASGI app in-process."""
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=application), timeout=30)
     return openai.AsyncOpenAI(
-        base_url="http://localhost/v1", api_key=await token_of(user), max_retries=max_retries,
-        http_client=http, default_headers=headers or None,
+        base_url="http://localhost/v1",
+        api_key=await token_of(user),
+        max_retries=max_retries,
+        http_client=http,
+        default_headers=headers or None,
     )
 
 
 def agents_on(server: ScriptedOpenAIServer, use_model: Callable[[Model], None], **options: Any) -> None:
     """The demo agents, their model the scripted upstream (no retries of its own unless asked)."""
-    use_model(OpenAIModel(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test", backoff_base_s=0.01,
-                          **{"max_retries": 0, **options}))
+    use_model(
+        OpenAIModel(
+            model="gpt-4o-mini",
+            base_url=server.base_url,
+            api_key="sk-test",
+            backoff_base_s=0.01,
+            **{"max_retries": 0, **options},
+        )
+    )
 
 
 @sync_to_async

@@ -21,7 +21,12 @@ APPS = ("runs", "sessions_app", "skills_app", "evolution_app")
 def test_the_admin_index_names_the_models_in_chinese(admin_client: Any) -> None:
     chinese = admin_client.get("/admin/", **ZH).content.decode()
     english = admin_client.get("/admin/", **EN).content.decode()
-    for zh, en in [("远程智能体", "Remote agents"), ("技能候选", "Skill candidates"), ("记忆", "Memories"), ("会话", "Sessions")]:
+    for zh, en in [
+        ("远程智能体", "Remote agents"),
+        ("技能候选", "Skill candidates"),
+        ("记忆", "Memories"),
+        ("会话", "Sessions"),
+    ]:
         assert zh in chinese and en not in chinese
         assert en in english
 
@@ -41,7 +46,11 @@ def test_every_model_and_field_of_the_apps_has_a_translated_name() -> None:
             for model in apps.get_app_config(label).get_models():
                 names = [("model", str(model._meta.verbose_name)), ("plural", str(model._meta.verbose_name_plural))]
                 names += [(f.name, str(f.verbose_name)) for f in model._meta.fields]
-                untranslated += [f"{model.__name__}.{what}: {text}" for what, text in names if text.isascii() and text not in ("ID", "URL", "SHA-256")]
+                untranslated += [
+                    f"{model.__name__}.{what}: {text}"
+                    for what, text in names
+                    if text.isascii() and text not in ("ID", "URL", "SHA-256")
+                ]
     assert untranslated == []
 
 

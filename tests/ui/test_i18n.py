@@ -93,8 +93,11 @@ def test_the_trace_page_is_chinese(client: Any, alice: Any, alice_api: Any) -> N
         assert text in html, text
     assert "Run trace" not in html
     # The machine words of the timeline read in Chinese; their data attributes stay as they are.
-    assert re.search(r'<tr class="trace-row trace-model" data-kind="model" data-status="ok"[^>]*>\s*<th[^>]*>[^<]*</th>\s*'
-                     r"<td>模型\s*</td>\s*<td>成功\s*</td>", html), html
+    assert re.search(
+        r'<tr class="trace-row trace-model" data-kind="model" data-status="ok"[^>]*>\s*<th[^>]*>[^<]*</th>\s*'
+        r"<td>模型\s*</td>\s*<td>成功\s*</td>",
+        html,
+    ), html
 
 
 def test_the_admin_is_chinese(admin_client: Any) -> None:

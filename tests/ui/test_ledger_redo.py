@@ -45,12 +45,18 @@ def test_regenerated_and_edited_messages_link_to_what_they_redo_and_back(
     regenerated = alice_api.post(f"/api/sessions/{session_id}/regenerate/").json()
     finished(alice_api, regenerated["id"])
     edited = alice_api.post(
-        f"/api/sessions/{session_id}/events/{regenerated['turn_event_id']}/edit/", {"message": "Is T-200 open?"}, format="json",
+        f"/api/sessions/{session_id}/events/{regenerated['turn_event_id']}/edit/",
+        {"message": "Is T-200 open?"},
+        format="json",
     ).json()
     finished(alice_api, edited["id"])
     events = alice_api.get(f"/api/sessions/{session_id}/events/", {"limit": 500}).json()["results"]
     seq = {e["id"]: e["seq"] for e in events}
-    first, second, third = (seq[regenerated["regenerates"]], seq[regenerated["turn_event_id"]], seq[edited["turn_event_id"]])
+    first, second, third = (
+        seq[regenerated["regenerates"]],
+        seq[regenerated["turn_event_id"]],
+        seq[edited["turn_event_id"]],
+    )
 
     client.force_login(alice)
     html = client.get(f"/sessions/{session_id}/").content.decode()
@@ -63,5 +69,6 @@ def test_regenerated_and_edited_messages_link_to_what_they_redo_and_back(
 
     # A page that starts after the message redone links to the page that holds it.
     later = client.get(f"/sessions/{session_id}/", {"after_seq": second}).content.decode()
-    assert f'<a href="?after_seq={second - 1}#event-{second}">Edited resend of message #{second}</a>' in row_of(later, third)
-
+    assert f'<a href="?after_seq={second - 1}#event-{second}">Edited resend of message #{second}</a>' in row_of(
+        later, third
+    )

@@ -184,10 +184,12 @@ def test_chat_script_and_styles_are_found_by_staticfiles() -> None:
 def test_ledger_page_shows_every_event_with_its_tool_calls_and_results(
     client: Any, alice: Any, alice_api: Any, use_model: Callable[[Model], None]
 ) -> None:
-    use_model(ScriptedModel.of(
-        ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_ledger_1"),
-        "INC-1042 was an expired certificate.",
-    ))
+    use_model(
+        ScriptedModel.of(
+            ScriptStep.call("lookup_ticket", {"ticket_id": "INC-1042"}, id="call_ledger_1"),
+            "INC-1042 was an expired certificate.",
+        )
+    )
     session_id = run(alice_api, "What happened in INC-1042?")["session_id"]
     client.force_login(alice)
     response = client.get(f"/sessions/{session_id}/")

@@ -193,12 +193,20 @@ class ParallelAgent:
         results: dict[str, dict[str, Any]] = {}
         routed = routed_child(invocation, self.agents)
         running = self.agents if routed is None else [self.agents[routed]]
-        children = {a.name: child_invocation(invocation, a, filter_key=f"{invocation.filter_key or self.name}/{a.name}") for a in running}
+        children = {
+            a.name: child_invocation(invocation, a, filter_key=f"{invocation.filter_key or self.name}/{a.name}")
+            for a in running
+        }
 
         def branch(agent: Agent) -> Callable[[], Any]:
             async def work() -> dict[str, Any]:
                 child = children[agent.name]
-                outcome: dict[str, Any] = {"agent": agent.name, "branch": child.branch, "filter_key": child.filter_key, "text": ""}
+                outcome: dict[str, Any] = {
+                    "agent": agent.name,
+                    "branch": child.branch,
+                    "filter_key": child.filter_key,
+                    "text": "",
+                }
                 async for event in agent.run(child):
                     await mux.emit(event)  # resumes once the runner has persisted it
                     if event.is_error and event.error is not None:
@@ -219,10 +227,14 @@ class ParallelAgent:
                     results[item.key] = item.value
                     continue
                 yield item
-        yield invocation.stamp(Event(
-            author=self.name, object=OBJECT_PARALLEL_RESULTS, done=True,
-            extensions={"results": [results[a.name] for a in running]},
-        ))
+        yield invocation.stamp(
+            Event(
+                author=self.name,
+                object=OBJECT_PARALLEL_RESULTS,
+                done=True,
+                extensions={"results": [results[a.name] for a in running]},
+            )
+        )
 
 
 # -- cycle ----------------------------------------------------------------------------------
@@ -275,7 +287,7 @@ class CycleAgent:
     async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
         start = routed_child(invocation, self.agents) or 0
         for iteration in range(self.max_iterations):
-            for agent in self.agents[start if iteration == 0 else 0:]:
+            for agent in self.agents[start if iteration == 0 else 0 :]:
                 if invocation.cancel_event.is_set():
                     return
                 asked = False

@@ -129,7 +129,11 @@ class LLMAgent:
         # (runs.core.routing: the reply comes back to this agent).
         self.sub_agents = list(sub_agents)
         self.await_user_reply = await_user_reply
-        tools = [*tools, *([TransferTool(self.sub_agents)] if self.sub_agents else []), *([AskUserTool()] if await_user_reply else [])]
+        tools = [
+            *tools,
+            *([TransferTool(self.sub_agents)] if self.sub_agents else []),
+            *([AskUserTool()] if await_user_reply else []),
+        ]
         names = [t.name for t in tools]
         if len(names) != len(set(names)):
             raise ValueError(f"duplicate tool names in {names!r}")
@@ -167,8 +171,10 @@ class LLMAgent:
         """SPEC 4.7: read by the runner, which then skips async jobs for tool results."""
         governance = self.governance
         return bool(
-            governance is not None and governance.sync_summary_intra_run
-            and governance.summaries is not None and governance.summaries.summarizer is not None
+            governance is not None
+            and governance.sync_summary_intra_run
+            and governance.summaries is not None
+            and governance.summaries.summarizer is not None
         )
 
     def context_preview(self, session: Session, *, filter_key: str, instruction: str | None = None) -> BuiltRequest:
@@ -194,8 +200,10 @@ class LLMAgent:
             return None
         parent = built.fork_parent()
         tail = [
-            m for e in invocation.session.events
-            if e.invocation_id == invocation.invocation_id and parent.covered_last_seq < (e.seq or 0) <= event.seq
+            m
+            for e in invocation.session.events
+            if e.invocation_id == invocation.invocation_id
+            and parent.covered_last_seq < (e.seq or 0) <= event.seq
             and (m := model_message(e)) is not None
         ]
         answered = {m.tool_call_id for m in tail if m.role == "tool"}
@@ -232,7 +240,11 @@ class LLMAgent:
         report = None
         if governance is not None:
             built, report = await compact_before_call(
-                invocation, built, governance=governance, rebuild=build, background=self.background_compactions,
+                invocation,
+                built,
+                governance=governance,
+                rebuild=build,
+                background=self.background_compactions,
                 fit=build,
             )
         state.last_request = built
@@ -250,13 +262,18 @@ class LLMAgent:
         folded = pinned_state(invocation.session)
         if folded.records == stored.records:
             return None
-        return invocation.stamp(Event(
-            author=self.name, object=OBJECT_STATE_UPDATE, state_delta={PINNED_STATE_KEY: folded.to_dict()}
-        ))
+        return invocation.stamp(
+            Event(author=self.name, object=OBJECT_STATE_UPDATE, state_delta={PINNED_STATE_KEY: folded.to_dict()})
+        )
 
     def _error(self, invocation: Invocation, type_: str, message: str, code: str | None = None) -> Event:
         return invocation.stamp(
-            Event(author=self.name, object=OBJECT_ERROR, done=True, error=EventError(type=type_, message=message, code=code))
+            Event(
+                author=self.name,
+                object=OBJECT_ERROR,
+                done=True,
+                error=EventError(type=type_, message=message, code=code),
+            )
         )
 
     async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
@@ -279,15 +296,23 @@ class LLMAgent:
             instruction = f"{instruction}\n\n{added}" if instruction else added
         # Preloaded once per run, so the request prefix stays the same across its steps.
         memories = await memory_preload_block(
-            invocation.services.get(MEMORY_SERVICE), app=invocation.app, user_id=invocation.session.user_id,
-            preload=self.memory_preload, query=invocation.message.content,
+            invocation.services.get(MEMORY_SERVICE),
+            app=invocation.app,
+            user_id=invocation.session.user_id,
+            preload=self.memory_preload,
+            query=invocation.message.content,
         )
         if memories:
             instruction = f"{instruction}\n\n{memories}" if instruction else memories
         recalled = await recall_preload_block(
-            self.session_recall, invocation.services, session=invocation.session, message=invocation.message.content,
+            self.session_recall,
+            invocation.services,
+            session=invocation.session,
+            message=invocation.message.content,
         )
-        recall_in_user = recalled is not None and self.session_recall is not None and self.session_recall.injection == "user"
+        recall_in_user = (
+            recalled is not None and self.session_recall is not None and self.session_recall.injection == "user"
+        )
         if recalled and not recall_in_user:
             instruction = f"{instruction}\n\n{recalled}" if instruction else recalled
         # Issue 20: the caller's own tools go beside the agent's (never in place of one);
@@ -295,10 +320,15 @@ class LLMAgent:
         # by an answer ("none" offers no tools at all, in every step).
         choice = invocation.options.tool_choice
         client_names = {s.name for s in invocation.options.client_tools} - set(self.tools)
-        specs = list(offered(choice, [
-            *(t.spec() for t in self.tools.values()),
-            *(s for s in invocation.options.client_tools if s.name in client_names),
-        ]))
+        specs = list(
+            offered(
+                choice,
+                [
+                    *(t.spec() for t in self.tools.values()),
+                    *(s for s in invocation.options.client_tools if s.name in client_names),
+                ],
+            )
+        )
         pinned = self._pinned_update(invocation)
         if pinned is not None:
             yield pinned
@@ -311,13 +341,17 @@ class LLMAgent:
             built = await self._request(invocation, step, instruction, specs)
             request = built.request if output is None else replace(built.request, output=output)
             if recall_in_user and recalled:
-                request = replace(request, messages=with_user_block(request.messages, recalled, invocation.message.content))
+                request = replace(
+                    request, messages=with_user_block(request.messages, recalled, invocation.message.content)
+                )
             if step == 0 and choice is not None and specs:
                 request = replace(request, tool_choice=choice)
             message_id = new_id()
             final: ModelResponse | None = None
             gate = await run_before_model(
-                callbacks, CallbackContext(invocation=invocation, agent_name=self.name, step=step), request,
+                callbacks,
+                CallbackContext(invocation=invocation, agent_name=self.name, step=step),
+                request,
             )
             request, changes = gate.request, gate.changes
             if gate.response is not None:
@@ -329,13 +363,15 @@ class LLMAgent:
                 async for response in self.model.generate(request) if gate.response is None else _nothing():
                     if response.partial:
                         if response.delta and output is None:
-                            yield invocation.stamp(Event(
-                                author=self.name,
-                                object=OBJECT_CHUNK,
-                                partial=True,
-                                message=Message(role="assistant", content=response.delta),
-                                extensions={"message_id": message_id},
-                            ))
+                            yield invocation.stamp(
+                                Event(
+                                    author=self.name,
+                                    object=OBJECT_CHUNK,
+                                    partial=True,
+                                    message=Message(role="assistant", content=response.delta),
+                                    extensions={"message_id": message_id},
+                                )
+                            )
                     else:
                         final = response
             except TransientModelError as exc:
@@ -350,48 +386,59 @@ class LLMAgent:
             message = final.message
             if callbacks.after_model:
                 message, after = await run_after_model(
-                    callbacks, CallbackContext(invocation=invocation, agent_name=self.name, step=step), message,
+                    callbacks,
+                    CallbackContext(invocation=invocation, agent_name=self.name, step=step),
+                    message,
                 )
                 changes = [*changes, *after]
             context = {**built.stats(), "precall": invocation.state_of(self.name).precall}
             extensions: dict[str, Any] = {"message_id": message_id, "context": context}
             if gate.response is not None:
                 extensions[NO_MODEL_CALL] = True
-            completion = with_changes(invocation.stamp(Event(
-                id=message_id,
-                author=self.name,
-                object=OBJECT_COMPLETION,
-                message=message,
-                done=not message.tool_calls,
-                finish_reason=final.finish_reason or ("tool_calls" if message.tool_calls else "stop"),
-                usage=final.usage,
-                model=final.model,
-                extensions=extensions,
-            )), changes)
+            completion = with_changes(
+                invocation.stamp(
+                    Event(
+                        id=message_id,
+                        author=self.name,
+                        object=OBJECT_COMPLETION,
+                        message=message,
+                        done=not message.tool_calls,
+                        finish_reason=final.finish_reason or ("tool_calls" if message.tool_calls else "stop"),
+                        usage=final.usage,
+                        model=final.model,
+                        extensions=extensions,
+                    )
+                ),
+                changes,
+            )
             if not message.tool_calls and output is not None:
                 try:
                     value = output.check(message.content)
                 except OutputMismatch as exc:
                     refused += 1
                     invalid = replace(
-                        completion, done=False,
+                        completion,
+                        done=False,
                         extensions={**completion.extensions, OUTPUT_INVALID_EXTENSION: exc.problems},
                     )
                     yield continued(invalid)
                     if refused > output.max_retries:
                         yield self._error(
-                            invocation, "output_invalid",
+                            invocation,
+                            "output_invalid",
                             f"the answer did not match the output schema after {refused} attempt(s): {exc}",
                             "output_invalid",
                         )
                         return
                     # Written with the refused answer, before the retry's request is built
                     # from the ledger: the model sees its answer and what is wrong with it.
-                    yield invocation.stamp(Event(
-                        author=self.name,
-                        message=feedback_message(output, exc.problems, attempt=refused),
-                        extensions={OUTPUT_FEEDBACK_EXTENSION: {"attempt": refused, "problems": exc.problems}},
-                    ))
+                    yield invocation.stamp(
+                        Event(
+                            author=self.name,
+                            message=feedback_message(output, exc.problems, attempt=refused),
+                            extensions={OUTPUT_FEEDBACK_EXTENSION: {"attempt": refused, "problems": exc.problems}},
+                        )
+                    )
                     continue
                 completion = replace(completion, extensions={**completion.extensions, OUTPUT_EXTENSION: value})
             if not message.tool_calls:
@@ -401,12 +448,24 @@ class LLMAgent:
             if theirs:
                 # Issue 20: the client runs these; ours run now, and the turn ends with the
                 # calls waiting in the ledger for the client's results (runs.core.tools.client).
-                completion = replace(completion, extensions={
-                    **completion.extensions, CLIENT_CALLS_EXTENSION: [call.id for call in theirs],
-                })
-                results, stop = await execute_tool_calls(
-                    invocation, ours, self.tools, parallel=self.parallel_tools, callbacks=callbacks,
-                ) if ours else ([], None)
+                completion = replace(
+                    completion,
+                    extensions={
+                        **completion.extensions,
+                        CLIENT_CALLS_EXTENSION: [call.id for call in theirs],
+                    },
+                )
+                results, stop = (
+                    await execute_tool_calls(
+                        invocation,
+                        ours,
+                        self.tools,
+                        parallel=self.parallel_tools,
+                        callbacks=callbacks,
+                    )
+                    if ours
+                    else ([], None)
+                )
                 paused = [completion, *results]
                 for event in paused[:-1]:
                     yield continued(event)
@@ -419,9 +478,15 @@ class LLMAgent:
             # Issue 18: the step (the call and its results) is one ledger write when the tools
             # finish within STEP_GROUP_WAIT_S; a slower tool's call is recorded and shown first,
             # so that nobody waits for it to see what the model asked for.
-            tools = asyncio.ensure_future(execute_tool_calls(
-                invocation, message.tool_calls, self.tools, parallel=self.parallel_tools, callbacks=callbacks,
-            ))
+            tools = asyncio.ensure_future(
+                execute_tool_calls(
+                    invocation,
+                    message.tool_calls,
+                    self.tools,
+                    parallel=self.parallel_tools,
+                    callbacks=callbacks,
+                )
+            )
             try:
                 await asyncio.wait({tools}, timeout=STEP_GROUP_WAIT_S)
                 grouped = tools.done()

@@ -65,7 +65,12 @@ class CompactionConfig:
     (0: each result as soon as its unit leaves the protected ones, SPEC 4.6)."""
 
     def __post_init__(self) -> None:
-        for name in ("keep_recent_requests", "tool_result_max_tokens", "oversized_tool_result_max_tokens", "clear_at_least"):
+        for name in (
+            "keep_recent_requests",
+            "tool_result_max_tokens",
+            "oversized_tool_result_max_tokens",
+            "clear_at_least",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -89,7 +94,9 @@ class CompactionStats:
         return self.pass0 + self.pass1 + self.pass2 + self.resume_tail + self.fallback
 
     def plus(self, other: CompactionStats) -> CompactionStats:
-        return CompactionStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
+        return CompactionStats(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)}
+        )
 
     def to_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -185,7 +192,7 @@ def _truncate(
     low, high = 0, len(content)
     while low <= high:
         keep = (low + high) // 2
-        head, tail = content[: (keep + 1) // 2], content[len(content) - keep // 2:] if keep // 2 else ""
+        head, tail = content[: (keep + 1) // 2], content[len(content) - keep // 2 :] if keep // 2 else ""
         marker = _truncation_marker(item, len(content) - keep, session_load=session_load)
         candidate = f"{PLACEHOLDER_TAG} {head}\n{marker}\n{tail}"
         if tokenizer.count_text(candidate) <= limit:
@@ -195,14 +202,14 @@ def _truncate(
     return best
 
 
-def _replace(item: ProjectedItem, content: str, which: CompactionPass, tokenizer: Tokenizer) -> tuple[ProjectedItem, int]:
+def _replace(
+    item: ProjectedItem, content: str, which: CompactionPass, tokenizer: Tokenizer
+) -> tuple[ProjectedItem, int]:
     before = tokenizer.count_message(item.message)
     message = dataclasses.replace(item.message, content=content)
     saved = before - tokenizer.count_message(message)
     return (
-        dataclasses.replace(
-            item, message=message, compaction=which, original_tokens=item.original_tokens or before
-        ),
+        dataclasses.replace(item, message=message, compaction=which, original_tokens=item.original_tokens or before),
         saved,
     )
 
@@ -281,6 +288,7 @@ def compact_tool_results(
                 counts["pass0"] += 1
                 saved_total += max(0, saved)
     if config.tool_result_max_tokens > 0 and current_unit:
+
         def over(item: ProjectedItem) -> bool:
             return tokenizer.count_text(item.message.content) > config.tool_result_max_tokens
 
@@ -288,8 +296,12 @@ def compact_tool_results(
         if config.clear_at_least > 0:
             eligible = {id(item) for _, item in results(include_protected=False) if over(item)}
             batch = elision_frontier(
-                out, unit_order=unit_order, protected=protected, eligible=lambda i: id(i) in eligible,
-                clear_at_least=config.clear_at_least, tokenizer=tokenizer,
+                out,
+                unit_order=unit_order,
+                protected=protected,
+                eligible=lambda i: id(i) in eligible,
+                clear_at_least=config.clear_at_least,
+                tokenizer=tokenizer,
             )
         for index, item in list(results(include_protected=False)):
             if not over(item):
@@ -311,22 +323,22 @@ def compact_tool_results(
                 continue
             replaced, saved = _replace(item, cut[0], "pass2", tokenizer)
             if saved > 0:
-                out[index] = dataclasses.replace(
-                    replaced, truncation=(cut[1], cut[2], len(item.message.content))
-                )
+                out[index] = dataclasses.replace(replaced, truncation=(cut[1], cut[2], len(item.message.content)))
                 counts["pass2"] += 1
                 saved_total += saved
     return out, CompactionStats(tokens_saved=saved_total, **counts)
-
 
 
 def shorten_arguments(item: ProjectedItem, limit: int, tokenizer: Tokenizer) -> ProjectedItem | None:
     """SPEC 4.5: the resume tail's call message with every call's arguments over `limit`
     tokens replaced by a note naming the event (None when none is over)."""
     event_id = item.event.id if item.event is not None else ""
-    note = json.dumps({
-        ARGS_NOTE_KEY: "tool arguments omitted; the call completed before the summary", "event_id": event_id,
-    })
+    note = json.dumps(
+        {
+            ARGS_NOTE_KEY: "tool arguments omitted; the call completed before the summary",
+            "event_id": event_id,
+        }
+    )
     calls = tuple(
         dataclasses.replace(call, arguments=note) if tokenizer.count_text(call.arguments) > limit else call
         for call in item.message.tool_calls
@@ -335,7 +347,9 @@ def shorten_arguments(item: ProjectedItem, limit: int, tokenizer: Tokenizer) -> 
         return None
     before = tokenizer.count_message(item.message)
     return dataclasses.replace(
-        item, message=dataclasses.replace(item.message, tool_calls=calls), compaction="args",
+        item,
+        message=dataclasses.replace(item.message, tool_calls=calls),
+        compaction="args",
         original_tokens=item.original_tokens or before,
     )
 
@@ -356,15 +370,15 @@ def compact_resume_tail(
     if not config.enabled or limit <= 0:
         return out, CompactionStats()
     tail = [i for i, item in enumerate(out) if item.resume_tail]
-    unread = bool(tail) and not any(
-        item.active and item.message.role == "assistant" for item in out[tail[-1] + 1:]
-    )
+    unread = bool(tail) and not any(item.active and item.message.role == "assistant" for item in out[tail[-1] + 1 :])
     count = saved_total = 0
     for index in tail:
         item = out[index]
         message = item.message
         if (
-            message.role == "tool" and not unread and not is_compacted(message.content)
+            message.role == "tool"
+            and not unread
+            and not is_compacted(message.content)
             and tokenizer.count_text(message.content) > limit
         ):
             text = placeholder(item, session_load=session_load, reason=CURRENT_INVOCATION_REASON)
@@ -402,8 +416,11 @@ def fit_current_invocation(
     out = list(items)
     count = saved_total = 0
     results = [
-        i for i, item in enumerate(out)
-        if item.active and item.message.role == "tool" and item.message.tool_call_id is not None
+        i
+        for i, item in enumerate(out)
+        if item.active
+        and item.message.role == "tool"
+        and item.message.tool_call_id is not None
         and not is_compacted(item.message.content)
     ]
     latest_call = max((i for i, item in enumerate(out) if item.active and item.message.tool_calls), default=len(out))
@@ -427,7 +444,9 @@ def fit_current_invocation(
             break
         item = out[index]
         size = tokenizer.count_text(item.message.content)
-        cut = _truncate(item, max(min_tokens, size - (hard_over_by - saved_total)), tokenizer, session_load=session_load)
+        cut = _truncate(
+            item, max(min_tokens, size - (hard_over_by - saved_total)), tokenizer, session_load=session_load
+        )
         if cut is None:
             continue
         replaced, saved = _replace(item, cut[0], "pass2", tokenizer)

@@ -51,9 +51,7 @@ def history_fingerprint(agent: str, messages: Sequence[Message]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def conversation_after(
-    history: Sequence[Message], answer: str, calls: Sequence[ToolCall] = ()
-) -> tuple[Message, ...]:
+def conversation_after(history: Sequence[Message], answer: str, calls: Sequence[ToolCall] = ()) -> tuple[Message, ...]:
     """The chat a client holds after a run: what it sent (`history`: the earlier messages
     and the run's input) and the assistant message it was answered with, which its next
     request resends as it was received."""

@@ -179,7 +179,9 @@ class ContextGovernance:
 def tool_json(spec: ToolSpec) -> str:
     return json.dumps(
         {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
-        sort_keys=True, ensure_ascii=False, default=str,
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
     )
 
 
@@ -197,8 +199,14 @@ class ModelSummaryModel:
     Their context has no invocation (`agent_name` is `name`). A summary has no event to
     record a change on, so each change is logged at INFO."""
 
-    def __init__(self, model: Model, *, context_window: int | None = None, callbacks: Callbacks | None = None,
-                 name: str = "summarizer") -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        context_window: int | None = None,
+        callbacks: Callbacks | None = None,
+        name: str = "summarizer",
+    ) -> None:
         self.model = model
         self._window = context_window
         self.callbacks = callbacks
@@ -231,8 +239,14 @@ class ModelSummaryModel:
 
 def _log_changes(name: str, changes: Sequence[Mapping[str, Any]]) -> None:
     for change in changes:
-        logger.info("%s: %s callback %s changed the %s: %s", name, change.get("point"), change.get("callback"),
-                    change.get("change"), change.get("note") or "")
+        logger.info(
+            "%s: %s callback %s changed the %s: %s",
+            name,
+            change.get("point"),
+            change.get("callback"),
+            change.get("change"),
+            change.get("note") or "",
+        )
 
 
 def _tool_spec(tool: Any) -> ToolSpec:
@@ -240,8 +254,12 @@ def _tool_spec(tool: Any) -> ToolSpec:
     Celery worker (`ForkParent.to_dict`, SPEC 3.6)."""
     if isinstance(tool, ToolSpec):
         return tool
-    return ToolSpec(name=tool["name"], description=tool.get("description", ""), parameters=tool.get("parameters", {}),
-                    requires_one_of=tuple(tuple(group) for group in tool.get("requires_one_of", ())))
+    return ToolSpec(
+        name=tool["name"],
+        description=tool.get("description", ""),
+        parameters=tool.get("parameters", {}),
+        requires_one_of=tuple(tuple(group) for group in tool.get("requires_one_of", ())),
+    )
 
 
 def llm_summarizer(

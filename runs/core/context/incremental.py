@@ -336,7 +336,7 @@ def _advance_cut(state: _State) -> None:
             closed_at = index + 1
     if closed_at == state.cut:
         return
-    pending = pair_results(raw[state.cut:closed_at])
+    pending = pair_results(raw[state.cut : closed_at])
     paired = open_with_user(pending, user_seen=state.user_seen)
     state.user_seen = state.user_seen or any(i.message.role == "user" for i in pending)
     frozen = state.frozen
@@ -357,7 +357,9 @@ def _activate(items: Sequence[ProjectedItem], active_invocation_id: str | None) 
     if active_invocation_id is None:
         return list(items)
     return [
-        dataclasses.replace(i, active=True) if i.event is not None and i.event.invocation_id == active_invocation_id else i
+        dataclasses.replace(i, active=True)
+        if i.event is not None and i.event.invocation_id == active_invocation_id
+        else i
         for i in items
     ]
 
@@ -365,7 +367,9 @@ def _activate(items: Sequence[ProjectedItem], active_invocation_id: str | None) 
 def _projection(state: _State, *, filter_key: str, active_invocation_id: str | None, origin: str) -> Projection:
     frozen = state.frozen
     head = frozen[:-1] if frozen else []
-    tail = merge_context([*frozen[-1:], *open_with_user(pair_results(state.raw[state.cut:]), user_seen=state.user_seen)])
+    tail = merge_context(
+        [*frozen[-1:], *open_with_user(pair_results(state.raw[state.cut :]), user_seen=state.user_seen)]
+    )
     items = [*head, *_activate(tail, active_invocation_id)]
     if active_invocation_id is not None:
         for position in state.by_invocation.get(active_invocation_id, ()):

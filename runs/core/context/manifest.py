@@ -39,15 +39,36 @@ from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.summary import model_message
 
 Disposition = Literal[
-    "verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign", "superseded",
+    "verbatim",
+    "truncated",
+    "placeholder",
+    "withheld",
+    "summarized",
+    "gap",
+    "silent",
+    "foreign",
+    "superseded",
 ]
 DISPOSITIONS: tuple[Disposition, ...] = (
-    "verbatim", "truncated", "placeholder", "withheld", "summarized", "gap", "silent", "foreign", "superseded",
+    "verbatim",
+    "truncated",
+    "placeholder",
+    "withheld",
+    "summarized",
+    "gap",
+    "silent",
+    "foreign",
+    "superseded",
 )
 HIDDEN: frozenset[str] = frozenset({"truncated", "placeholder", "withheld", "summarized", "gap"})
 """Dispositions whose content the request does not carry in full."""
 
-_BY_PASS: dict[str, Disposition] = {"pass0": "withheld", "pass1": "placeholder", "pass2": "truncated", "args": "truncated"}
+_BY_PASS: dict[str, Disposition] = {
+    "pass0": "withheld",
+    "pass1": "placeholder",
+    "pass2": "truncated",
+    "args": "truncated",
+}
 
 
 class ManifestError(AssertionError):
@@ -97,7 +118,8 @@ class Manifest:
     def entries(self) -> tuple[ManifestEntry, ...]:
         """One entry per seq 1..`last_seq`."""
         prefix = tuple(
-            ManifestEntry(seq=seq, event_id="", disposition="summarized") for seq in range(1, self.summarized_through + 1)
+            ManifestEntry(seq=seq, event_id="", disposition="summarized")
+            for seq in range(1, self.summarized_through + 1)
         )
         return prefix + self.loaded
 
@@ -141,8 +163,11 @@ class Manifest:
             "counts": self.counts(),
             "ranges": self.ranges(),
             "truncated": [[e.seq, *e.truncation] for e in self.loaded if e.truncation is not None],
-            "summary": None if self.summary_version is None else {
-                "version": self.summary_version, "last_seq": self.summary_last_seq,
+            "summary": None
+            if self.summary_version is None
+            else {
+                "version": self.summary_version,
+                "last_seq": self.summary_last_seq,
             },
             "gaps": [[g.first_seq, g.last_seq] for g in self.gaps],
         }
@@ -211,7 +236,9 @@ def build_manifest(
             # A call whose arguments were shortened names its event in the arguments.
             texts[event.id] = shortened.message.content + "".join(c.arguments for c in shortened.message.tool_calls)
             entries[seq] = ManifestEntry(
-                seq=seq, event_id=event.id, disposition=_BY_PASS[shortened.compaction or ""],
+                seq=seq,
+                event_id=event.id,
+                disposition=_BY_PASS[shortened.compaction or ""],
                 truncation=shortened.truncation,
             )
             continue
@@ -304,9 +331,13 @@ def check_manifest(manifest: Manifest, *, gap_notice_text: str | None = None) ->
         if entry.disposition in ("placeholder", "truncated"):
             text = manifest.texts.get(entry.event_id, "")
             if entry.event_id not in text:
-                problems.append(f"the {entry.disposition} of event seq {entry.seq} does not name event_id {entry.event_id!r}")
+                problems.append(
+                    f"the {entry.disposition} of event seq {entry.seq} does not name event_id {entry.event_id!r}"
+                )
         elif entry.disposition == "summarized" and entry.seq > manifest.summary_last_seq:
-            problems.append(f"event seq {entry.seq} is marked summarized after the boundary {manifest.summary_last_seq}")
+            problems.append(
+                f"event seq {entry.seq} is marked summarized after the boundary {manifest.summary_last_seq}"
+            )
         elif entry.disposition == "gap" and (gap_notice_text is None or not _announced(entry.seq, manifest.gaps)):
             problems.append(f"event seq {entry.seq} was not loaded and the request does not say so")
     if problems:

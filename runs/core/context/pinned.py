@@ -149,8 +149,12 @@ class PinnedRecord:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "id": self.id, "kind": self.kind, "text": self.text,
-            "source_event_id": self.source_event_id, "source_seq": self.source_seq, "source": self.source,
+            "id": self.id,
+            "kind": self.kind,
+            "text": self.text,
+            "source_event_id": self.source_event_id,
+            "source_seq": self.source_seq,
+            "source": self.source,
         }
         if self.superseded_by is not None:
             data["superseded_by"] = self.superseded_by
@@ -161,9 +165,14 @@ class PinnedRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PinnedRecord:
         return cls(
-            id=str(data["id"]), kind=data["kind"], text=str(data["text"]),
-            source_event_id=str(data.get("source_event_id", "")), source_seq=int(data.get("source_seq", 0)),
-            source=data.get("source", "extractor"), superseded_by=data.get("superseded_by"), supersedes=tuple(data.get("supersedes") or ()),
+            id=str(data["id"]),
+            kind=data["kind"],
+            text=str(data["text"]),
+            source_event_id=str(data.get("source_event_id", "")),
+            source_seq=int(data.get("source_seq", 0)),
+            source=data.get("source", "extractor"),
+            superseded_by=data.get("superseded_by"),
+            supersedes=tuple(data.get("supersedes") or ()),
         )
 
 
@@ -221,7 +230,7 @@ def _strip_leads(words: list[str]) -> tuple[list[str], bool]:
         joined = " ".join(words[:3])
         for lead in _ASKING_LEADS:
             if joined.startswith(lead):
-                words = words[len(lead.split()):]
+                words = words[len(lead.split()) :]
                 asking = changed = True
                 break
         if words and words[0] in _LEADS:
@@ -238,7 +247,7 @@ def _addressed(clause: str, *, scoped: bool = False) -> bool:
     marker = _SCOPE.match(" ".join(words))
     after_marker = bool(marker)
     if marker:
-        words = words[len(_words(marker.group(0))):]
+        words = words[len(_words(marker.group(0))) :]
         words, more = _strip_leads(words)
         asking = asking or more
     if len(words) < 2:
@@ -255,8 +264,11 @@ def _addressed(clause: str, *, scoped: bool = False) -> bool:
         return False
     if first in _SUBJECTS or second in _MODAL_SECOND:
         return False
-    if after_marker and (first in _NOT_A_VERB or (len(first) > 4 and first.endswith("ing"))
-                         or (len(first) > 4 and first.endswith("ed") and not first.endswith("eed"))):
+    if after_marker and (
+        first in _NOT_A_VERB
+        or (len(first) > 4 and first.endswith("ing"))
+        or (len(first) > 4 and first.endswith("ed") and not first.endswith("eed"))
+    ):
         return False
     return True
 
@@ -352,7 +364,7 @@ def _restates(new: str, old: str) -> bool:
     while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
     changed = max(len(a), len(b)) - head - tail
-    shared = a[:head] + (a[len(a) - tail:] if tail else [])
+    shared = a[:head] + (a[len(a) - tail :] if tail else [])
     return 0 < changed <= 2 and head >= 1 and bool(content_words(" ".join(shared)))
 
 
@@ -360,7 +372,9 @@ def fold_pins(state: PinnedState, events: Iterable[Event]) -> PinnedState:
     """`state` with the user messages of `events` after `state.through_seq` folded in."""
     records = list(state.records)
     through = state.through_seq
-    for event in sorted((e for e in events if e.seq is not None and e.seq > state.through_seq), key=lambda e: e.seq or 0):
+    for event in sorted(
+        (e for e in events if e.seq is not None and e.seq > state.through_seq), key=lambda e: e.seq or 0
+    ):
         through = max(through, event.seq or 0)
         if event.partial or not event.is_user_message:
             continue
@@ -377,10 +391,16 @@ def fold_pins(state: PinnedState, events: Iterable[Event]) -> PinnedState:
             number += 1
             retired = {r.id for r in _supersedes(candidate, active)}
             records = [replace(r, superseded_by=pin_id) if r.id in retired else r for r in records]
-            records.append(PinnedRecord(
-                id=pin_id, kind=candidate.kind, text=candidate.text, source_event_id=event.id,
-                source_seq=event.seq or 0, supersedes=tuple(sorted(retired)),
-            ))
+            records.append(
+                PinnedRecord(
+                    id=pin_id,
+                    kind=candidate.kind,
+                    text=candidate.text,
+                    source_event_id=event.id,
+                    source_seq=event.seq or 0,
+                    supersedes=tuple(sorted(retired)),
+                )
+            )
     return PinnedState(records=tuple(records), through_seq=through)
 
 
@@ -437,10 +457,17 @@ def pin_quote(
         return state  # already pinned: pinning twice is one pin
     pin_id = f"{message.id}:{source}:{sum(1 for r in records if r.source_event_id == message.id)}"
     records, retired = _retire(records, supersedes, pin_id)
-    records.append(PinnedRecord(
-        id=pin_id, kind=kind, text=text, source_event_id=message.id, source_seq=message.seq or 0,
-        source=source, supersedes=retired,
-    ))
+    records.append(
+        PinnedRecord(
+            id=pin_id,
+            kind=kind,
+            text=text,
+            source_event_id=message.id,
+            source_seq=message.seq or 0,
+            source=source,
+            supersedes=retired,
+        )
+    )
     return replace(state, records=tuple(records))
 
 
@@ -481,9 +508,7 @@ def _render(shown: Sequence[PinnedRecord], omitted: Sequence[PinnedRecord]) -> s
     return "\n".join(lines)
 
 
-def pinned_block(
-    state: PinnedState, *, budget_tokens: int, count_text: Callable[[str], int]
-) -> PinnedBlock | None:
+def pinned_block(state: PinnedState, *, budget_tokens: int, count_text: Callable[[str], int]) -> PinnedBlock | None:
     """The active records as a block within `budget_tokens`, or None when there are none.
 
     Over budget, corrections and constraints go first, then directives and decisions,

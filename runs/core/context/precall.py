@@ -88,11 +88,17 @@ def advanced(before: Summary | None, after: Summary | None) -> bool:
         return True
     return (
         after.last_seq > before.last_seq
-        or (after.boundary is not None and before.boundary is not None and (
-            after.boundary.cutoff_at > before.boundary.cutoff_at
-            or (after.boundary.cutoff_at == before.boundary.cutoff_at
-                and after.boundary.last_event_id != before.boundary.last_event_id)
-        ))
+        or (
+            after.boundary is not None
+            and before.boundary is not None
+            and (
+                after.boundary.cutoff_at > before.boundary.cutoff_at
+                or (
+                    after.boundary.cutoff_at == before.boundary.cutoff_at
+                    and after.boundary.last_event_id != before.boundary.last_event_id
+                )
+            )
+        )
         or after.updated_at > before.updated_at
         or after.text != before.text
     )
@@ -137,8 +143,11 @@ def _kept_active(built: BuiltRequest, boundary_seq: int) -> list[tuple[str, Any]
     """What of the running invocation a rebuild must keep exactly: its user messages, and
     its events after `boundary_seq` (what the new summary does not stand for)."""
     return [
-        (i.event.id, i.message) for i in built.items
-        if i.active and i.event is not None and (i.message.role == "user" or (i.event.seq or 0) > boundary_seq)
+        (i.event.id, i.message)
+        for i in built.items
+        if i.active
+        and i.event is not None
+        and (i.message.role == "user" or (i.event.seq or 0) > boundary_seq)
         and i.compaction is None
     ]
 
@@ -207,7 +216,9 @@ class BackgroundCompactions:
         # The runner's own task when there is a runner: its shutdown cancels the summary
         # cleanly, on its loop (lock released), instead of leaving it pending on a dead loop.
         spawn = invocation.services.get(SPAWN_SERVICE)
-        task = spawn(summary, name=name) if callable(spawn) else asyncio.get_running_loop().create_task(summary, name=name)
+        task = (
+            spawn(summary, name=name) if callable(spawn) else asyncio.get_running_loop().create_task(summary, name=name)
+        )
         entry = _Background(task=task, invocation_id=invocation.invocation_id, tokens=built.sent_tokens)
         self._entries[key] = entry
         task.add_done_callback(lambda t: self._finished(key, entry, t))
@@ -270,7 +281,8 @@ def _swap_in(
     if not outcome.primary.persisted:
         logger.warning(
             "run %s: the summary advanced in memory but was not stored (%s); using the rebuilt request",
-            invocation.run_id, outcome.primary.error,
+            invocation.run_id,
+            outcome.primary.error,
         )
     try:
         rebuilt = rebuild()
@@ -333,7 +345,10 @@ async def compact_before_call(
             return built, None
         fitted = fit(threshold)
         return fitted, PrecallReport(
-            threshold=threshold, tokens_before=built.sent_tokens, tokens_after=fitted.sent_tokens, status="no_summaries",
+            threshold=threshold,
+            tokens_before=built.sent_tokens,
+            tokens_after=fitted.sent_tokens,
+            status="no_summaries",
             fallback=_fallback(fitted),
         )
     began = time.perf_counter()
@@ -355,7 +370,10 @@ async def compact_before_call(
                 extra = {**extra, "tokens_after": result.sent_tokens, "fallback": _fallback(result)}
         stall = (time.perf_counter() - began) * 1000
         return result, PrecallReport(
-            status=status, background=background_status, stall_ms=round(stall, 3), wait_ms=round(waited_s * 1000, 3),
+            status=status,
+            background=background_status,
+            stall_ms=round(stall, 3),
+            wait_ms=round(waited_s * 1000, 3),
             **{**report, **extra},
         )
 
@@ -384,11 +402,20 @@ async def compact_before_call(
             built, swapped = _swap_in(invocation, built, waited, rebuild)
             background_status = _used("waited", swapped, waited)
             if built.sent_tokens < threshold:
-                return done(built, "advanced", tokens_after=built.sent_tokens, summary_reason=waited.primary.reason,
-                            persisted=waited.primary.persisted)
+                return done(
+                    built,
+                    "advanced",
+                    tokens_after=built.sent_tokens,
+                    summary_reason=waited.primary.reason,
+                    persisted=waited.primary.persisted,
+                )
     wait_began = time.perf_counter()
     outcome = await summarize_now(
-        invocation, governance, parent=built.fork_parent(), window=built.window, request_tokens=built.sent_tokens,
+        invocation,
+        governance,
+        parent=built.fork_parent(),
+        window=built.window,
+        request_tokens=built.sent_tokens,
         refresh=False,
     )
     waited_s += time.perf_counter() - wait_began

@@ -145,7 +145,9 @@ def visible_tokens(events: Iterable[Event], tokenizer: Tokenizer) -> int:
 def _context_text(event: Event, message: Message, *, orphan: bool) -> list[str]:
     author = event.author or "unknown"
     if message.role == "tool":
-        return [f"For context: [{author}] tool `{message.tool_name or 'tool'}` (call {message.tool_call_id}) returned: {message.content}"]
+        return [
+            f"For context: [{author}] tool `{message.tool_name or 'tool'}` (call {message.tool_call_id}) returned: {message.content}"
+        ]
     lines = [f"For context: [{author}] said: {message.content}"] if message.content else []
     note = "; no result of it is recorded." if orphan else "."
     lines.extend(
@@ -195,7 +197,9 @@ def open_with_user(items: Sequence[ProjectedItem], *, user_seen: bool) -> list[P
     """Messages before the first user-role one become context, so that a history opens
     with the user; with `user_seen`, `items` continue a history that already has one
     (the incremental projection pairs its new items on their own)."""
-    first_user = 0 if user_seen else next((i for i, item in enumerate(items) if item.message.role == "user"), len(items))
+    first_user = (
+        0 if user_seen else next((i for i, item in enumerate(items) if item.message.role == "user"), len(items))
+    )
     return [
         as_context(item, orphan=False) if i < first_user and item.kind != "context" else item
         for i, item in enumerate(items)
@@ -224,9 +228,9 @@ def pair_results(items: Sequence[ProjectedItem]) -> list[ProjectedItem]:
         if not kept:
             out.append(as_context(item))
             continue
-        out.append(item if not orphans else dataclasses.replace(
-            item, message=dataclasses.replace(message, tool_calls=kept)
-        ))
+        out.append(
+            item if not orphans else dataclasses.replace(item, message=dataclasses.replace(message, tool_calls=kept))
+        )
         out.extend(items[answered[call.id]] for call in kept)
         if orphans:
             out.append(as_context(item, Message(role="assistant", tool_calls=orphans)))
@@ -366,8 +370,14 @@ def project_parts(
         if not covered[result] and covered[call]:
             needed_calls.setdefault(call, set()).add(eligible[result][1].tool_call_id or "")
     # Turns with shown messages but no shown user message of their own need an anchor.
-    anchored_turns = {e.invocation_id for (e, m), c in zip(eligible, covered, strict=True) if not c and e.invocation_id and m.role != "user"}
-    anchored_turns -= {e.invocation_id for (e, m), c in zip(eligible, covered, strict=True) if not c and m.role == "user"}
+    anchored_turns = {
+        e.invocation_id
+        for (e, m), c in zip(eligible, covered, strict=True)
+        if not c and e.invocation_id and m.role != "user"
+    }
+    anchored_turns -= {
+        e.invocation_id for (e, m), c in zip(eligible, covered, strict=True) if not c and m.role == "user"
+    }
     last_hidden_user = {
         e.invocation_id: e.id
         for (e, m), c in zip(eligible, covered, strict=True)
@@ -388,7 +398,9 @@ def project_parts(
             item = ProjectedItem(message=message, kind="anchor", event=event)
         elif index in needed_calls:
             needed = tuple(c for c in message.tool_calls if c.id in needed_calls[index])
-            item = ProjectedItem(message=Message(role="assistant", tool_calls=needed), kind="restored_call", event=event)
+            item = ProjectedItem(
+                message=Message(role="assistant", tool_calls=needed), kind="restored_call", event=event
+            )
         else:
             hidden += 1
             continue

@@ -56,8 +56,11 @@ async def recall_preload_block(
         return None
     try:
         return await preload_session_recall(
-            index, session=session, message=message,
-            max_results=min(setting.max_results, MAX_TOP_K), min_score=setting.min_score,
+            index,
+            session=session,
+            message=message,
+            max_results=min(setting.max_results, MAX_TOP_K),
+            min_score=setting.min_score,
         )
     except Exception:  # a recall outage must not fail the user's run
         logger.warning("preload session recall failed for session %s", session.id, exc_info=True)

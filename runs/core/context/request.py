@@ -112,8 +112,11 @@ class BuiltRequest:
         """What the messages would weigh without governance: the prefix, the raw ledger a
         summary stands for, and every event after it uncompacted."""
         summary = self.projection.summary
-        if summary is None and self.summary_message is None and self.pinned_message is None and all(
-            i.kind == "event" and i.compaction is None for i in self.items
+        if (
+            summary is None
+            and self.summary_message is None
+            and self.pinned_message is None
+            and all(i.kind == "event" and i.compaction is None for i in self.items)
         ):
             return self.sent_tokens  # nothing governed: the request is the raw ledger
         raw = self.tokenizer.count_messages(self.prefix) + (summary.covered_tokens if summary is not None else 0)
@@ -149,7 +152,9 @@ class BuiltRequest:
             "resume_tail": sum(1 for i in self.items if i.resume_tail),
             "seeded_events": sum(1 for i in self.items for e in i.events if e.extensions.get(SEED_EXTENSION)),
             "projection": self.projection.origin,
-            "summary": None if summary is None else {
+            "summary": None
+            if summary is None
+            else {
                 "version": summary.version,
                 "last_seq": summary.last_seq,
                 "tokens": self.tokenizer.count_text(self.projection.summary_block(self.summary_injection) or ""),
@@ -157,7 +162,9 @@ class BuiltRequest:
             },
             "compaction": self.compaction.to_dict(),
             "manifest": self.manifest.to_dict() if self.manifest is not None else None,
-            "pinned": None if self.pinned is None else {
+            "pinned": None
+            if self.pinned is None
+            else {
                 "tokens": self.pinned.tokens,
                 "shown": len(self.pinned.shown),
                 "omitted": len(self.pinned.omitted),
@@ -172,36 +179,46 @@ class BuiltRequest:
             for m in self.prefix
         ]
         if self.pinned is not None and self.pinned_message is not None:
-            blocks.append({
-                "kind": "pinned",
-                "role": "system",
-                "tokens": count(self.pinned_message),
-                "preview": _preview(self.pinned.text),
-                "pins": [r.to_dict() for r in self.pinned.shown],
-                "omitted": [r.to_dict() for r in self.pinned.omitted],
-            })
+            blocks.append(
+                {
+                    "kind": "pinned",
+                    "role": "system",
+                    "tokens": count(self.pinned_message),
+                    "preview": _preview(self.pinned.text),
+                    "pins": [r.to_dict() for r in self.pinned.shown],
+                    "omitted": [r.to_dict() for r in self.pinned.omitted],
+                }
+            )
         summary = self.projection.summary
         if summary is not None:
             text = self.projection.summary_block(self.summary_injection) or ""
-            blocks.append({
-                "kind": "summary",
-                "role": self.summary_injection,
-                "tokens": self.tokenizer.count_text(text) + (3 if self.summary_message is not None else 0),
-                "version": summary.version,
-                "last_seq": summary.last_seq,
-                "covered_events": summary.covered_events,
-                "covered_tokens": summary.covered_tokens,
-                "intra_run": self.projection.intra_run,
-                "preview": _preview(summary.text),
-            })
+            blocks.append(
+                {
+                    "kind": "summary",
+                    "role": self.summary_injection,
+                    "tokens": self.tokenizer.count_text(text) + (3 if self.summary_message is not None else 0),
+                    "version": summary.version,
+                    "last_seq": summary.last_seq,
+                    "covered_events": summary.covered_events,
+                    "covered_tokens": summary.covered_tokens,
+                    "intra_run": self.projection.intra_run,
+                    "preview": _preview(summary.text),
+                }
+            )
         if self.gap_message is not None:
-            blocks.append({
-                "kind": "gap", "role": "system", "tokens": count(self.gap_message),
-                "preview": _preview(self.gap_message.content),
-            })
+            blocks.append(
+                {
+                    "kind": "gap",
+                    "role": "system",
+                    "tokens": count(self.gap_message),
+                    "preview": _preview(self.gap_message.content),
+                }
+            )
         for item in self.items:
             message, event = item.message, item.event
-            kind = {"pass0": "placeholder", "pass1": "placeholder", "pass2": "truncated"}.get(item.compaction or "", item.kind)
+            kind = {"pass0": "placeholder", "pass1": "placeholder", "pass2": "truncated"}.get(
+                item.compaction or "", item.kind
+            )
             block = {
                 "kind": kind,
                 "role": message.role,
@@ -236,8 +253,13 @@ def _attachment_block(part: ContentPart) -> dict[str, Any]:
     """An image or file as the inspector shows it: name, type, size, the artifact (the
     page links it for download) or the URL, and the fixed token estimate."""
     return {
-        "type": part.type, "name": part.name, "mime": part.mime, "size": part.size, "tokens": part.token_estimate,
-        "artifact": part.artifact.to_dict() if part.artifact is not None else None, "url": part.url,
+        "type": part.type,
+        "name": part.name,
+        "mime": part.mime,
+        "size": part.size,
+        "tokens": part.token_estimate,
+        "artifact": part.artifact.to_dict() if part.artifact is not None else None,
+        "url": part.url,
         "label": describe_part(part),
     }
 
@@ -284,7 +306,9 @@ def build_context(
     stats = CompactionStats()
     if governance is not None:
         items, tail_stats = compact_resume_tail(
-            items, config=governance.compaction, session_load=any(t.name == "session_load" for t in tools),
+            items,
+            config=governance.compaction,
+            session_load=any(t.name == "session_load" for t in tools),
             tokenizer=tokenizer,
         )
         items, stats = compact_tool_results(
@@ -322,8 +346,11 @@ def build_context(
         size = tokenizer.count_messages([*head, *(i.message for i in items)]) + tools_tokens(tools, tokenizer)
         if size > fit_to:
             items, fitted = fit_current_invocation(
-                items, over_by=size - fit_to, hard_over_by=size - hard_limit(window),
-                session_load=any(t.name == "session_load" for t in tools), tokenizer=tokenizer,
+                items,
+                over_by=size - fit_to,
+                hard_over_by=size - hard_limit(window),
+                session_load=any(t.name == "session_load" for t in tools),
+                tokenizer=tokenizer,
             )
             stats = stats.plus(fitted)
     manifest = build_manifest(

@@ -77,14 +77,16 @@ def seeded_events(
             yield from close(turn)
             turn, invocation_id, request_id = [], new_id(), new_id()
         for author, part in authored(message):
-            turn.append(Event(
-                author=author,
-                object=OBJECT_TOOL_RESPONSE if part.role == "tool" else OBJECT_COMPLETION,
-                message=part,
-                invocation_id=invocation_id,
-                request_id=request_id,
-                branch=branch,
-                filter_key=filter_key,
-                extensions={SEED_EXTENSION: True},
-            ))
+            turn.append(
+                Event(
+                    author=author,
+                    object=OBJECT_TOOL_RESPONSE if part.role == "tool" else OBJECT_COMPLETION,
+                    message=part,
+                    invocation_id=invocation_id,
+                    request_id=request_id,
+                    branch=branch,
+                    filter_key=filter_key,
+                    extensions={SEED_EXTENSION: True},
+                )
+            )
     yield from close(turn)

@@ -29,7 +29,10 @@ def _error_payload(message: str) -> str:
 
 
 async def _call_one(
-    invocation: Invocation, call: ToolCall, tools: Mapping[str, Tool], callbacks: Callbacks = NO_CALLBACKS,
+    invocation: Invocation,
+    call: ToolCall,
+    tools: Mapping[str, Tool],
+    callbacks: Callbacks = NO_CALLBACKS,
 ) -> tuple[Event, StopAgent | None]:
     context = ToolContext(
         session=invocation.session,

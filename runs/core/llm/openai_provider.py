@@ -419,5 +419,11 @@ def _retry_after_s(exc: openai.APIError) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-__all__ = ["OpenAIModel", "RequestFilter", "to_openai_message", "to_openai_response_format", "to_openai_tool",
-           "to_openai_tool_choice"]
+__all__ = [
+    "OpenAIModel",
+    "RequestFilter",
+    "to_openai_message",
+    "to_openai_response_format",
+    "to_openai_tool",
+    "to_openai_tool_choice",
+]

@@ -35,7 +35,9 @@ class ScriptStep:
         return cls.calls((name, arguments, id))
 
     @classmethod
-    def calls(cls, *calls: tuple[str, dict[str, Any] | str | None, str | None] | tuple[str, dict[str, Any] | str | None]) -> ScriptStep:
+    def calls(
+        cls, *calls: tuple[str, dict[str, Any] | str | None, str | None] | tuple[str, dict[str, Any] | str | None]
+    ) -> ScriptStep:
         built = []
         for spec in calls:
             name, arguments = spec[0], spec[1]
@@ -91,7 +93,9 @@ class ScriptedModel:
         for start in range(0, len(text), max(1, step.chunk_size)):
             if step.delay_s:
                 await asyncio.sleep(step.delay_s)
-            yield ModelResponse(id=response_id, partial=True, delta=text[start:start + step.chunk_size], model=self.name)
+            yield ModelResponse(
+                id=response_id, partial=True, delta=text[start : start + step.chunk_size], model=self.name
+            )
         prompt = sum(len(m.content) // 4 + 1 for m in request.messages)
         yield ModelResponse(
             id=response_id,

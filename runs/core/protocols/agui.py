@@ -173,10 +173,12 @@ class AguiTranslator:
             terminal = self._completion(run, event)
         elif event.is_error:
             error = event.error
-            terminal = [RunErrorEvent(
-                message=error.message if error is not None else (event.text or "the run failed"),
-                code=error.type if error is not None else "error",
-            )]
+            terminal = [
+                RunErrorEvent(
+                    message=error.message if error is not None else (event.text or "the run failed"),
+                    code=error.type if error is not None else "error",
+                )
+            ]
         elif event.object == OBJECT_TOOL_PROGRESS:
             out.extend(self._progress(event))
         elif message is None:
@@ -188,11 +190,13 @@ class AguiTranslator:
                 out.extend(self._delta(run, event))
         elif message.role == "user":
             if self.include_user_messages and message.content:
-                out.extend([
-                    TextMessageStartEvent(message_id=event.id, role="user"),
-                    TextMessageContentEvent(message_id=event.id, delta=message.content),
-                    TextMessageEndEvent(message_id=event.id),
-                ])
+                out.extend(
+                    [
+                        TextMessageStartEvent(message_id=event.id, role="user"),
+                        TextMessageContentEvent(message_id=event.id, delta=message.content),
+                        TextMessageEndEvent(message_id=event.id),
+                    ]
+                )
         elif message.role == "tool" and message.tool_call_id:
             out.extend(self._tool_result(run, event))
             state_done = True
@@ -200,7 +204,9 @@ class AguiTranslator:
             out.extend(self._assistant(run, event))
         if info is not None and event.object == OBJECT_INTERRUPT:
             out.extend(self._graph_interrupt(run, event, info))
-        if event.object == OBJECT_TRANSFER and isinstance(transfer := event.extensions.get(TRANSFER_EXTENSION), Mapping):
+        if event.object == OBJECT_TRANSFER and isinstance(
+            transfer := event.extensions.get(TRANSFER_EXTENSION), Mapping
+        ):
             out.append(CustomEvent(name=TRANSFER_EVENT, value=dict(transfer)))
         if event.state_delta and not state_done:
             out.extend(self._state_delta(event.state_delta))
@@ -316,13 +322,27 @@ class AguiTranslator:
         payload = pending.get("payload")
         reason = str(payload.get("kind") or "input") if isinstance(payload, Mapping) else "input"
         value = {
-            "runId": run.run_id, "interruptId": interrupt_id, "graph": info.graph, "node": info.node,
-            "payload": payload, "checkpointId": info.checkpoint_id, "message": interrupt_text(payload),
+            "runId": run.run_id,
+            "interruptId": interrupt_id,
+            "graph": info.graph,
+            "node": info.node,
+            "payload": payload,
+            "checkpointId": info.checkpoint_id,
+            "message": interrupt_text(payload),
         }
-        run.interrupts.append(AguiInterrupt(
-            id=interrupt_id, reason=reason, message=interrupt_text(payload),
-            metadata={"graph": info.graph, "node": info.node, "checkpointId": info.checkpoint_id, "payload": payload},
-        ))
+        run.interrupts.append(
+            AguiInterrupt(
+                id=interrupt_id,
+                reason=reason,
+                message=interrupt_text(payload),
+                metadata={
+                    "graph": info.graph,
+                    "node": info.node,
+                    "checkpointId": info.checkpoint_id,
+                    "payload": payload,
+                },
+            )
+        )
         out = self._close_nodes(run, only=info.node, status="paused")
         out.append(CustomEvent(name=GRAPH_INTERRUPT_EVENT, value=value))
         return out
@@ -367,7 +387,7 @@ class AguiTranslator:
                 out.extend(self._open_text(run, message_id))
             streamed = self._streamed[message_id]
             if len(message.content) > len(streamed) and message.content.startswith(streamed):
-                out.append(TextMessageContentEvent(message_id=message_id, delta=message.content[len(streamed):]))
+                out.append(TextMessageContentEvent(message_id=message_id, delta=message.content[len(streamed) :]))
             out.extend(self._end_text(run, message_id))
         calls = [call for call in message.tool_calls if call.id not in self._tool_calls]
         if calls:
@@ -375,7 +395,9 @@ class AguiTranslator:
             out.extend(self._open_step(run, message_id))
             for call in calls:
                 self._tool_calls[call.id] = call.name
-                out.append(ToolCallStartEvent(tool_call_id=call.id, tool_call_name=call.name, parent_message_id=message_id))
+                out.append(
+                    ToolCallStartEvent(tool_call_id=call.id, tool_call_name=call.name, parent_message_id=message_id)
+                )
                 if call.arguments:
                     out.append(ToolCallArgsEvent(tool_call_id=call.id, delta=call.arguments))
                 out.append(ToolCallEndEvent(tool_call_id=call.id))
@@ -408,10 +430,18 @@ class AguiTranslator:
         progress = ToolProgress.from_event(event)
         if progress is None or progress.tool_call_id not in self._tool_calls or progress.tool_call_id in self._results:
             return []
-        return [CustomEvent(name=TOOL_PROGRESS_EVENT, value={
-            "toolCallId": progress.tool_call_id, "toolName": progress.tool_name or self._tool_calls[progress.tool_call_id],
-            "done": progress.done, "total": progress.total, "note": progress.note,
-        })]
+        return [
+            CustomEvent(
+                name=TOOL_PROGRESS_EVENT,
+                value={
+                    "toolCallId": progress.tool_call_id,
+                    "toolName": progress.tool_name or self._tool_calls[progress.tool_call_id],
+                    "done": progress.done,
+                    "total": progress.total,
+                    "note": progress.note,
+                },
+            )
+        ]
 
     def _state_delta(self, delta: Mapping[str, Any]) -> list[BaseEvent]:
         # Plain JSON Patch dicts: the event validates them into ag-ui's operation models,
@@ -431,16 +461,23 @@ class AguiTranslator:
         if status in ("completed", "requires_action"):
             # requires_action: the run paused for the client's frontend tools (issue 20);
             # the client's next input with their results continues it.
-            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id,
-                                     result=event.extensions.get(OUTPUT_EXTENSION))]
+            return [
+                RunFinishedEvent(
+                    thread_id=self.thread_id, run_id=run.run_id, result=event.extensions.get(OUTPUT_EXTENSION)
+                )
+            ]
         if status == "cancelled":
             # SPEC 12.1: an explicit cancel ends the run with RUN_FINISHED, not RUN_ERROR.
-            return [RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id, outcome=RunFinishedCancelledOutcome())]
+            return [
+                RunFinishedEvent(thread_id=self.thread_id, run_id=run.run_id, outcome=RunFinishedCancelledOutcome())
+            ]
         error = event.error
-        return [RunErrorEvent(
-            message=error.message if error is not None else f"the run ended as {status!r}",
-            code=error.type if error is not None else status,
-        )]
+        return [
+            RunErrorEvent(
+                message=error.message if error is not None else f"the run ended as {status!r}",
+                code=error.type if error is not None else status,
+            )
+        ]
 
 
 def messages_snapshot(events: Iterable[Event]) -> MessagesSnapshotEvent:

@@ -69,8 +69,15 @@ def question_event(invocation: Invocation, *, author: str, question: str) -> Eve
     to this agent's lookup path (its branch)."""
     route = Route(path=invocation.branch, kind="ask_user", run_id=invocation.run_id, question=question)
     message_id = new_id()
-    return invocation.stamp(Event(
-        id=message_id, author=author, object=OBJECT_COMPLETION, done=True, finish_reason="stop",
-        message=Message(role="assistant", content=question), state_delta=route_delta(route),
-        extensions={"message_id": message_id, NO_MODEL_CALL: True, ASK_EXTENSION: {"question": question}},
-    ))
+    return invocation.stamp(
+        Event(
+            id=message_id,
+            author=author,
+            object=OBJECT_COMPLETION,
+            done=True,
+            finish_reason="stop",
+            message=Message(role="assistant", content=question),
+            state_delta=route_delta(route),
+            extensions={"message_id": message_id, NO_MODEL_CALL: True, ASK_EXTENSION: {"question": question}},
+        )
+    )

@@ -54,7 +54,10 @@ class ToolContext:
         Raises ValueError unless 0 <= done <= total and total > 0.
         """
         progress = ToolProgress(
-            tool_call_id=self.tool_call_id, tool_name=self.tool_name, done=done, total=total,
+            tool_call_id=self.tool_call_id,
+            tool_name=self.tool_name,
+            done=done,
+            total=total,
             note=note[:MAX_NOTE_CHARS],
         )
         return publish_progress(progress_event(progress, author=self.agent_name, invocation_id=self.invocation_id))

@@ -48,8 +48,9 @@ def client_tool_spec(name: Any, description: Any, parameters: Any, *, at: str, s
     """A client tool as a `ToolSpec`, checked: a valid function name, a string description,
     parameters that are a JSON Schema of an object (absent means no arguments)."""
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ClientToolError(f"{at}{sep}name must be 1 to 64 letters, digits, '_' or '-', got {name!r}",
-                              param=f"{at}{sep}name")
+        raise ClientToolError(
+            f"{at}{sep}name must be 1 to 64 letters, digits, '_' or '-', got {name!r}", param=f"{at}{sep}name"
+        )
     if description is None:
         description = ""
     if not isinstance(description, str):
@@ -61,8 +62,10 @@ def client_tool_spec(name: Any, description: Any, parameters: Any, *, at: str, s
     except SchemaError as exc:
         raise ClientToolError(f"{at}{sep}parameters: {exc}", param=f"{at}{sep}parameters") from None
     if parameters.get("type", "object") != "object":
-        raise ClientToolError(f"{at}{sep}parameters must describe an object (type 'object'), got type "
-                              f"{parameters.get('type')!r}", param=f"{at}{sep}parameters.type")
+        raise ClientToolError(
+            f"{at}{sep}parameters must describe an object (type 'object'), got type {parameters.get('type')!r}",
+            param=f"{at}{sep}parameters.type",
+        )
     return ToolSpec(name=name, description=description, parameters=dict(parameters))
 
 
@@ -82,10 +85,14 @@ def openai_tools(raw: Any, *, param: str = "tools") -> tuple[ToolSpec, ...]:
             raise ClientToolError(f"{at}.type must be 'function', got {item.get('type')!r}", param=f"{at}.type")
         function = item.get("function")
         if not isinstance(function, dict):
-            raise ClientToolError(f"{at}.function must be an object with name, description and parameters",
-                                  param=f"{at}.function")
-        specs.append(client_tool_spec(function.get("name"), function.get("description"), function.get("parameters"),
-                                      at=f"{at}.function"))
+            raise ClientToolError(
+                f"{at}.function must be an object with name, description and parameters", param=f"{at}.function"
+            )
+        specs.append(
+            client_tool_spec(
+                function.get("name"), function.get("description"), function.get("parameters"), at=f"{at}.function"
+            )
+        )
     check_unique(specs, lambda i: f"{param}[{i}].function.name")
     return tuple(specs)
 
@@ -99,15 +106,18 @@ def check_unique(specs: Sequence[ToolSpec], where: Callable[[int], str]) -> None
         seen.add(spec.name)
 
 
-def check_clashes(specs: Sequence[ToolSpec], server_tools: Collection[str], where: Callable[[int], str], *,
-                  agent: str) -> None:
+def check_clashes(
+    specs: Sequence[ToolSpec], server_tools: Collection[str], where: Callable[[int], str], *, agent: str
+) -> None:
     """Refuse a client tool named like one of the agent's own: a call of that name would be
     ambiguous (the server's tool would run, never the client's)."""
     for index, spec in enumerate(specs):
         if spec.name in server_tools:
             raise ClientToolError(
                 f"{where(index)}: the tool name {spec.name!r} clashes with a tool of the agent {agent!r}; "
-                "rename the client tool", param=where(index), code="tool_name_clash",
+                "rename the client tool",
+                param=where(index),
+                code="tool_name_clash",
             )
 
 
@@ -119,12 +129,18 @@ def openai_tool_choice(raw: Any, *, param: str = "tool_choice") -> ToolChoice | 
     if raw in ("auto", "none", "required"):
         return ToolChoice(mode=raw)
     if not isinstance(raw, dict) or raw.get("type") != "function" or not isinstance(raw.get("function"), dict):
-        raise ClientToolError(f"{param} must be 'auto', 'none', 'required' or "
-                              "{'type': 'function', 'function': {'name': ...}}", param=param, code="invalid_tool_choice")
+        raise ClientToolError(
+            f"{param} must be 'auto', 'none', 'required' or {{'type': 'function', 'function': {{'name': ...}}}}",
+            param=param,
+            code="invalid_tool_choice",
+        )
     name = raw["function"].get("name")
     if not isinstance(name, str) or not name:
-        raise ClientToolError(f"{param}.function.name must be a non-empty string", param=f"{param}.function.name",
-                              code="invalid_tool_choice")
+        raise ClientToolError(
+            f"{param}.function.name must be a non-empty string",
+            param=f"{param}.function.name",
+            code="invalid_tool_choice",
+        )
     return ToolChoice(mode="function", name=name)
 
 
@@ -132,12 +148,16 @@ def check_choice(choice: ToolChoice | None, names: Collection[str], *, param: st
     """Refuse a tool choice that names a tool the request does not offer (the client's
     tools and the agent's own are offered)."""
     if choice is not None and choice.mode == "function" and choice.name not in names:
-        raise ClientToolError(f"{param}.function.name {choice.name!r} names no tool offered: {sorted(names)!r}",
-                              param=f"{param}.function.name", code="invalid_tool_choice")
+        raise ClientToolError(
+            f"{param}.function.name {choice.name!r} names no tool offered: {sorted(names)!r}",
+            param=f"{param}.function.name",
+            code="invalid_tool_choice",
+        )
 
 
-def split_calls(calls: Iterable[ToolCall], client: Collection[str], server: Collection[str]) -> tuple[
-        list[ToolCall], list[ToolCall]]:
+def split_calls(
+    calls: Iterable[ToolCall], client: Collection[str], server: Collection[str]
+) -> tuple[list[ToolCall], list[ToolCall]]:
     """A step's calls as (the server's to run, the client's to return). A name both sides
     have is the server's (clashes are refused at the door; this keeps the agent's own)."""
     ours: list[ToolCall] = []

@@ -159,7 +159,9 @@ class FunctionTool:
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
-            name=self.name, description=self.description, parameters=self._parameters,
+            name=self.name,
+            description=self.description,
+            parameters=self._parameters,
             requires_one_of=self._requires_one_of,
         )
 

@@ -58,7 +58,11 @@ async def _pin_instruction(
     current = fold_pins(stored, context.session.events)
     try:
         updated = pin_quote(
-            current, event=await _find(context, event_id), event_id=event_id, quote=quote, source="model",
+            current,
+            event=await _find(context, event_id),
+            event_id=event_id,
+            quote=quote,
+            source="model",
             supersedes=supersedes or (),
         )
     except PinRefused as exc:

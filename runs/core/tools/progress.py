@@ -56,8 +56,11 @@ class ToolProgress:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "tool_call_id": self.tool_call_id, "tool_name": self.tool_name,
-            "done": self.done, "total": self.total, "note": self.note,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
+            "done": self.done,
+            "total": self.total,
+            "note": self.note,
         }
 
     @classmethod
@@ -72,8 +75,11 @@ class ToolProgress:
             return None
         try:
             return cls(
-                tool_call_id=str(data["tool_call_id"]), tool_name=str(data.get("tool_name") or ""),
-                done=done, total=total, note=str(data.get("note") or ""),
+                tool_call_id=str(data["tool_call_id"]),
+                tool_name=str(data.get("tool_name") or ""),
+                done=done,
+                total=total,
+                note=str(data.get("note") or ""),
             )
         except ValueError:
             return None
@@ -86,7 +92,10 @@ def _is_number(value: Any) -> TypeGuard[float]:
 def progress_event(progress: ToolProgress, *, author: str, invocation_id: str) -> Event:
     """The live, never-persisted event of one report."""
     return Event(
-        author=author, invocation_id=invocation_id, object=OBJECT_TOOL_PROGRESS, partial=True,
+        author=author,
+        invocation_id=invocation_id,
+        object=OBJECT_TOOL_PROGRESS,
+        partial=True,
         extensions={PROGRESS_EXTENSION: progress.to_dict()},
     )
 

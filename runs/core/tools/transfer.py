@@ -54,7 +54,11 @@ class TransferTool:
             parameters={
                 "type": "object",
                 "properties": {
-                    "agent_name": {"type": "string", "enum": sorted(self.targets), "description": "the agent to hand over to"},
+                    "agent_name": {
+                        "type": "string",
+                        "enum": sorted(self.targets),
+                        "description": "the agent to hand over to",
+                    },
                     "message": {"type": "string", "description": "optional note for that agent: what you found so far"},
                 },
                 "required": ["agent_name"],
@@ -90,16 +94,22 @@ def transfer_text(target: str, note: str | None) -> str:
     return f"{text}\n{note}" if note else text
 
 
-async def run_transfer(invocation: Invocation, *, author: str, target: Agent, note: str | None = None) -> AsyncGenerator[Event, None]:
+async def run_transfer(
+    invocation: Invocation, *, author: str, target: Agent, note: str | None = None
+) -> AsyncGenerator[Event, None]:
     """The `agent.transfer` event, then the target's events on its own branch."""
     child = child_invocation(invocation, target)
     info: dict[str, Any] = {"from": invocation.branch, "to": target.name, "branch": child.branch}
     if note:
         info["message"] = note
-    yield invocation.stamp(Event(
-        author=author, object=OBJECT_TRANSFER, message=Message(role="assistant", content=transfer_text(target.name, note)),
-        extensions={TRANSFER_EXTENSION: info, NO_MODEL_CALL: True},
-    ))
+    yield invocation.stamp(
+        Event(
+            author=author,
+            object=OBJECT_TRANSFER,
+            message=Message(role="assistant", content=transfer_text(target.name, note)),
+            extensions={TRANSFER_EXTENSION: info, NO_MODEL_CALL: True},
+        )
+    )
     async with contextlib.aclosing(target.run(child)) as events:
         async for event in events:
             yield event

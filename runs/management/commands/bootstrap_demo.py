@@ -30,7 +30,7 @@ def code_execution_line(isolation: Isolation | None) -> str:
     if isolation.available:
         return f"  code execution: on ({isolation.mechanism}, no network)"
     return (
-        f"  code execution: OFF: {isolation.reason}. Skills that run scripts (\"generate the report\") "
+        f'  code execution: OFF: {isolation.reason}. Skills that run scripts ("generate the report") '
         "will answer that they could not run. To turn it on: `apt install bubblewrap` and run as root "
         "(README, Skills)."
     )
@@ -65,18 +65,20 @@ class Command(BaseCommand):
         model = build_model().info()
         isolation = probe_isolation(workspace_config()) if settings.AGENTSITE_SKILLS_PROFILE == "full" else None
         self.stdout.write(
-            "\n".join([
-                "",
-                f"Agentsite is ready on {url}/",
-                f"  admin:  {url}/admin/   user: demo   password: {password}",
-                f"  model:  {model.name} ({model.description or model.provider}), context window {model.context_window}",
-                f"  token:  {token.key}",
-                f"  skills: {len(imported)} imported from {', '.join(settings.AGENTSITE_SKILLS_ROOTS)}",
-                code_execution_line(isolation),
-                "  try:",
-                f"    curl -s -X POST -H 'Authorization: Bearer {token.key}' -H 'Content-Type: application/json' \\",
-                "      -d '{\"message\": \"Why does payments.internal.example.com fail TLS handshakes?\", \"wait\": true}' \\",
-                f"      {url}/api/runs/",
-                "",
-            ])
+            "\n".join(
+                [
+                    "",
+                    f"Agentsite is ready on {url}/",
+                    f"  admin:  {url}/admin/   user: demo   password: {password}",
+                    f"  model:  {model.name} ({model.description or model.provider}), context window {model.context_window}",
+                    f"  token:  {token.key}",
+                    f"  skills: {len(imported)} imported from {', '.join(settings.AGENTSITE_SKILLS_ROOTS)}",
+                    code_execution_line(isolation),
+                    "  try:",
+                    f"    curl -s -X POST -H 'Authorization: Bearer {token.key}' -H 'Content-Type: application/json' \\",
+                    '      -d \'{"message": "Why does payments.internal.example.com fail TLS handshakes?", "wait": true}\' \\',
+                    f"      {url}/api/runs/",
+                    "",
+                ]
+            )
         )

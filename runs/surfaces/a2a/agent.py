@@ -67,7 +67,9 @@ DEFAULT_TIMEOUT_S = 300.0
 _CANCEL_TIMEOUT_S = 5.0
 
 _TERMINAL = {
-    TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED,
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_FAILED,
+    TaskState.TASK_STATE_CANCELED,
     TaskState.TASK_STATE_REJECTED,
 }
 _INTERRUPTED = {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
@@ -84,8 +86,11 @@ def _text(parts: Any) -> str:
 
 def _answer_text(parts: Any) -> str:
     """An artifact's text: its text parts, and its data parts (a structured answer) as JSON."""
-    texts = [part.text if part.HasField("text") else json.dumps(MessageToDict(part)["data"], ensure_ascii=False)
-             for part in parts if part.HasField("text") or part.HasField("data")]
+    texts = [
+        part.text if part.HasField("text") else json.dumps(MessageToDict(part)["data"], ensure_ascii=False)
+        for part in parts
+        if part.HasField("text") or part.HasField("data")
+    ]
     return "".join(texts)
 
 
@@ -218,15 +223,24 @@ class A2AAgent:
     # -- one exchange ---------------------------------------------------------------------
 
     async def exchange(
-        self, text: str, *, context_id: str | None = None, task_id: str | None = None,
+        self,
+        text: str,
+        *,
+        context_id: str | None = None,
+        task_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[RemoteUpdate]:
         """Send `text` and yield what comes back, ending with one `final` update.
 
         Raises `A2ARemoteError` when the remote cannot be reached or answers with an error.
         Closing the iterator early (our run was cancelled) cancels the remote task."""
-        message = Message(role=Role.ROLE_USER, message_id=new_id(), parts=[Part(text=text)],
-                          context_id=context_id or "", task_id=task_id or "")
+        message = Message(
+            role=Role.ROLE_USER,
+            message_id=new_id(),
+            parts=[Part(text=text)],
+            context_id=context_id or "",
+            task_id=task_id or "",
+        )
         if metadata:
             message.metadata.update(dict(metadata))
         seen = _Exchange(task_id=task_id or "", context_id=context_id or "")
@@ -256,8 +270,15 @@ class A2AAgent:
         if response.HasField("message"):
             seen.context_id = response.message.context_id or seen.context_id
             seen.done = True
-            return [RemoteUpdate(kind="final", text=_text(response.message.parts), state=TaskState.TASK_STATE_COMPLETED,
-                                 task_id=seen.task_id, context_id=seen.context_id)]
+            return [
+                RemoteUpdate(
+                    kind="final",
+                    text=_text(response.message.parts),
+                    state=TaskState.TASK_STATE_COMPLETED,
+                    task_id=seen.task_id,
+                    context_id=seen.context_id,
+                )
+            ]
         if response.HasField("task"):
             task = response.task
             seen.task_id, seen.context_id = task.id, task.context_id
@@ -331,7 +352,8 @@ class A2AAgent:
                     continue
                 if update.failed:
                     raise A2ARemoteError(
-                        f"A2A agent {self.name!r} ended {TaskState.Name(update.state)}: {update.text or 'no reason given'}")
+                        f"A2A agent {self.name!r} ended {TaskState.Name(update.state)}: {update.text or 'no reason given'}"
+                    )
                 return update
         raise A2ARemoteError(f"A2A agent {self.name!r} sent no answer")
 
@@ -343,27 +365,48 @@ class A2AAgent:
         pending_task = str(state.get(self.task_key) or "") or None
         final: RemoteUpdate | None = None
         updates = self.exchange(
-            invocation.message.content, context_id=str(state.get(self.context_key) or "") or None, task_id=pending_task,
+            invocation.message.content,
+            context_id=str(state.get(self.context_key) or "") or None,
+            task_id=pending_task,
         )
         try:
             async with aclosing(updates):
                 async for update in updates:
                     a2a = {"task_id": update.task_id, "context_id": update.context_id}
                     if update.kind == "delta":
-                        yield invocation.stamp(Event(
-                            author=self.name, object=OBJECT_CHUNK, partial=True,
-                            message=_assistant(update.text), extensions={"message_id": message_id, "a2a": a2a},
-                        ))
+                        yield invocation.stamp(
+                            Event(
+                                author=self.name,
+                                object=OBJECT_CHUNK,
+                                partial=True,
+                                message=_assistant(update.text),
+                                extensions={"message_id": message_id, "a2a": a2a},
+                            )
+                        )
                     elif update.kind == "status":
-                        yield invocation.stamp(Event(
-                            author=self.name, object=OBJECT_A2A_STATUS, partial=True, message=_assistant(update.text + "\n"),
-                            extensions={"message_id": f"{message_id}:status", "a2a": {**a2a, "state": TaskState.Name(update.state)}},
-                        ))
+                        yield invocation.stamp(
+                            Event(
+                                author=self.name,
+                                object=OBJECT_A2A_STATUS,
+                                partial=True,
+                                message=_assistant(update.text + "\n"),
+                                extensions={
+                                    "message_id": f"{message_id}:status",
+                                    "a2a": {**a2a, "state": TaskState.Name(update.state)},
+                                },
+                            )
+                        )
                     else:
                         final = update
         except A2ARemoteError as exc:
-            yield invocation.stamp(Event(author=self.name, object=OBJECT_ERROR, done=True,
-                                         error=EventError(type="a2a_error", message=str(exc))))
+            yield invocation.stamp(
+                Event(
+                    author=self.name,
+                    object=OBJECT_ERROR,
+                    done=True,
+                    error=EventError(type="a2a_error", message=str(exc)),
+                )
+            )
             return
         assert final is not None  # exchange() ends with a final update or raises
         delta: dict[str, Any] = {}
@@ -373,19 +416,35 @@ class A2AAgent:
             delta[self.task_key] = final.task_id
         elif pending_task:
             delta[self.task_key] = None
-        extensions = {"message_id": message_id, "a2a": {"task_id": final.task_id, "context_id": final.context_id,
-                                                        "state": TaskState.Name(final.state)}}
+        extensions = {
+            "message_id": message_id,
+            "a2a": {"task_id": final.task_id, "context_id": final.context_id, "state": TaskState.Name(final.state)},
+        }
         if final.failed or not final.text:
             reason = final.text or "the remote agent finished without an answer"
-            yield invocation.stamp(Event(
-                author=self.name, object=OBJECT_ERROR, done=True, state_delta=delta, extensions=extensions,
-                error=EventError(type="a2a_task_failed", message=f"{TaskState.Name(final.state)}: {reason}"),
-            ))
+            yield invocation.stamp(
+                Event(
+                    author=self.name,
+                    object=OBJECT_ERROR,
+                    done=True,
+                    state_delta=delta,
+                    extensions=extensions,
+                    error=EventError(type="a2a_task_failed", message=f"{TaskState.Name(final.state)}: {reason}"),
+                )
+            )
             return
-        yield invocation.stamp(Event(
-            id=message_id, author=self.name, object=OBJECT_COMPLETION, message=_assistant(final.text), done=True,
-            finish_reason="stop", state_delta=delta, extensions=extensions,
-        ))
+        yield invocation.stamp(
+            Event(
+                id=message_id,
+                author=self.name,
+                object=OBJECT_COMPLETION,
+                message=_assistant(final.text),
+                done=True,
+                finish_reason="stop",
+                state_delta=delta,
+                extensions=extensions,
+            )
+        )
 
 
 def _assistant(text: str) -> ChatMessage:
@@ -407,22 +466,29 @@ class A2ATool:
         )
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, parameters={
-            "type": "object",
-            "properties": {"question": {"type": "string", "description": "The question or task, self-contained."}},
-            "required": ["question"],
-            "additionalProperties": False,
-        })
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters={
+                "type": "object",
+                "properties": {"question": {"type": "string", "description": "The question or task, self-contained."}},
+                "required": ["question"],
+                "additionalProperties": False,
+            },
+        )
 
     async def call(self, context: ToolContext, args: Mapping[str, Any]) -> Any:
         question = args.get("question")
         if not isinstance(question, str) or not question.strip():
             raise ToolArgumentError("question: expected a non-empty string")
         if set(args) - {"question"}:
-            raise ToolArgumentError(f"unexpected argument(s) {sorted(set(args) - {'question'})!r}; expected ['question']")
+            raise ToolArgumentError(
+                f"unexpected argument(s) {sorted(set(args) - {'question'})!r}; expected ['question']"
+            )
         state = context.state
         answer = await self.agent.ask(
-            question, context_id=str(state.get(self.agent.context_key) or "") or None,
+            question,
+            context_id=str(state.get(self.agent.context_key) or "") or None,
             task_id=str(state.get(self.agent.task_key) or "") or None,
         )
         if answer.context_id and answer.context_id != state.get(self.agent.context_key):

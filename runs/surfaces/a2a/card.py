@@ -52,7 +52,9 @@ def build_agent_card(agent: Agent, *, url: str) -> AgentCard:
     description = agent.description or f"The Agentsite agent {agent.name!r}."
     skills = [AgentSkill(id=agent.name, name=agent.name, description=description, tags=["default"])]
     for tool in _tools_of(agent):
-        skills.append(AgentSkill(id=tool.name, name=tool.name, description=tool.description or tool.name, tags=["tool"]))
+        skills.append(
+            AgentSkill(id=tool.name, name=tool.name, description=tool.description or tool.name, tags=["tool"])
+        )
     return AgentCard(
         name=agent.name,
         description=description,
@@ -63,10 +65,14 @@ def build_agent_card(agent: Agent, *, url: str) -> AgentCard:
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
-        security_schemes={BEARER_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
-            scheme="Bearer",
-            description="An Agentsite API token (`manage.py create_api_token USER`), sent as 'Authorization: Bearer <token>'.",
-        ))},
+        security_schemes={
+            BEARER_SCHEME: SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="Bearer",
+                    description="An Agentsite API token (`manage.py create_api_token USER`), sent as 'Authorization: Bearer <token>'.",
+                )
+            )
+        },
         security_requirements=[SecurityRequirement(schemes={BEARER_SCHEME: StringList()})],
         default_input_modes=TEXT_MODES,
         default_output_modes=TEXT_MODES,
@@ -96,8 +102,8 @@ def _card_response(card: AgentCard, request: Request, *, legacy: bool = False) -
     body = json.dumps(card_json(card, version), sort_keys=True)
     etag = f'W/"{hashlib.sha256(body.encode()).hexdigest()}"'
     headers = {"ETag": etag, "Vary": VERSION_HEADER}
-    if etag.removeprefix("W/") in [tag.strip().removeprefix("W/") for tag in
-                                   request.headers.get("if-none-match", "").split(",")]:
+    if etag.removeprefix("W/") in [
+        tag.strip().removeprefix("W/") for tag in request.headers.get("if-none-match", "").split(",")
+    ]:
         return Response(status_code=304, headers=headers)
     return Response(body, media_type="application/json", headers=headers)
-

@@ -68,8 +68,11 @@ class ConformanceExecutor(AgentExecutor):
                 await asyncio.sleep(settings.AGENTSITE_A2A_CONFORMANCE_HOLD_S)
             await self._answer(updater, f"You said: {text}")
             return
-        await updater.requires_input(message=updater.new_agent_message([Part(
-            text="Waiting for your answer: send a message with this taskId, or cancel the task.")]))
+        await updater.requires_input(
+            message=updater.new_agent_message(
+                [Part(text="Waiting for your answer: send a message with this taskId, or cancel the task.")]
+            )
+        )
 
     @staticmethod
     async def _answer(updater: TaskUpdater, text: str) -> None:

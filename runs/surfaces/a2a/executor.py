@@ -115,14 +115,17 @@ class AgentsiteRequestContextBuilder(RequestContextBuilder):
             output_spec(params.message, MessageToDict(params.metadata) if params.HasField("metadata") else None)
             if len(text) > settings.AGENTSITE_MAX_MESSAGE_CHARS:
                 raise InvalidParamsError(
-                    message=f"the message is longer than {settings.AGENTSITE_MAX_MESSAGE_CHARS} characters")
+                    message=f"the message is longer than {settings.AGENTSITE_MAX_MESSAGE_CHARS} characters"
+                )
             if context_id:
                 if len(context_id) > _MAX_CONTEXT_ID:
                     raise InvalidParamsError(message=f"contextId is longer than {_MAX_CONTEXT_ID} characters")
                 owner = await db_call(_session_owner)(context_id)
                 if owner is not None and owner != user.pk:
                     # Another user's session: indistinguishable from one that does not exist.
-                    raise InvalidParamsError(message=f"context {context_id!r} not found", data={"contextId": context_id})
+                    raise InvalidParamsError(
+                        message=f"context {context_id!r} not found", data={"contextId": context_id}
+                    )
         return await self._inner.build(
             context=context, params=params, task_id=task_id, context_id=context_id, task=task
         )
@@ -200,8 +203,11 @@ class _TaskTranslator:
         if message.role == "assistant" and message.tool_calls:
             calls = [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in message.tool_calls]
             summary = "\n".join(f"Calling {call.name}({call.arguments})" for call in message.tool_calls)
-            await self._working(_progress("tool_calls", messageId=_message_id(event), text=message.content,
-                                          calls=calls, summary=summary))
+            await self._working(
+                _progress(
+                    "tool_calls", messageId=_message_id(event), text=message.content, calls=calls, summary=summary
+                )
+            )
         elif message.role == "assistant" and message.content:
             pause = _pause_of(event)
             if pause is not None:
@@ -210,8 +216,15 @@ class _TaskTranslator:
                 self.pause, self.answer, self.answer_id = None, message.content, _message_id(event)
         elif message.role == "tool":
             name = message.tool_name or "tool"
-            await self._working(_progress("tool_result", id=message.tool_call_id or "", name=name,
-                                          response=_preview(message.content), summary=f"{name} returned."))
+            await self._working(
+                _progress(
+                    "tool_result",
+                    id=message.tool_call_id or "",
+                    name=name,
+                    response=_preview(message.content),
+                    summary=f"{name} returned.",
+                )
+            )
         return None
 
     async def _working(self, metadata: dict[str, Any]) -> None:
@@ -239,19 +252,29 @@ class _TaskTranslator:
         updater, done = self.updater, {META_PROGRESS: None}
         if status == "completed" and self.pause is not None:
             await updater.update_status(
-                TaskState.TASK_STATE_INPUT_REQUIRED, message=_agent_message(updater, self.pause.question),
+                TaskState.TASK_STATE_INPUT_REQUIRED,
+                message=_agent_message(updater, self.pause.question),
                 metadata={**done, META_PAUSE: self.pause.to_dict()},
             )
         elif status == "completed":
-            parts = [_value_part(self.output)] if self.output is not None else (
-                [Part(text=self.answer)] if self.answer else [])
+            parts = (
+                [_value_part(self.output)]
+                if self.output is not None
+                else ([Part(text=self.answer)] if self.answer else [])
+            )
             if parts:
-                await updater.add_artifact(parts, artifact_id=self.answer_id or new_id(), name="answer",
-                                           metadata={"final": True}, last_chunk=True)
+                await updater.add_artifact(
+                    parts,
+                    artifact_id=self.answer_id or new_id(),
+                    name="answer",
+                    metadata={"final": True},
+                    last_chunk=True,
+                )
             await updater.update_status(TaskState.TASK_STATE_COMPLETED, metadata=done)
         elif status == "cancelled":
-            await updater.update_status(TaskState.TASK_STATE_CANCELED,
-                                        message=_agent_message(updater, "The run was cancelled."), metadata=done)
+            await updater.update_status(
+                TaskState.TASK_STATE_CANCELED, message=_agent_message(updater, "The run was cancelled."), metadata=done
+            )
         else:
             error = self.error or EventError(type=status, message=f"the run ended {status}")
             await updater.update_status(
@@ -343,16 +366,28 @@ class AgentsiteAgentExecutor(AgentExecutor):
         async def start(runner: Runner) -> str:
             if paused_run is not None:
                 # A graph that pauses without routing: only resuming its run answers it.
-                handle = await resume_graph_run(runner, user_id=str(user.pk), run_id=paused_run, value=text,
-                                                message=text, listeners=[listener])
+                handle = await resume_graph_run(
+                    runner, user_id=str(user.pk), run_id=paused_run, value=text, message=text, listeners=[listener]
+                )
                 execution.attach(handle.run_id)
                 return handle.run_id
             if state:
-                await _record_state(runner, user_id=str(user.pk), session_id=session_id, agent=self.agent_name,
-                                    delta=state, request_id=request_id, task_id=task_id)
+                await _record_state(
+                    runner,
+                    user_id=str(user.pk),
+                    session_id=session_id,
+                    agent=self.agent_name,
+                    delta=state,
+                    request_id=request_id,
+                    task_id=task_id,
+                )
             handle = await runner.start(
-                user_id=str(user.pk), message=turn, session_id=session_id, agent=self.agent_name,
-                request_id=request_id, listeners=[listener],
+                user_id=str(user.pk),
+                message=turn,
+                session_id=session_id,
+                agent=self.agent_name,
+                request_id=request_id,
+                listeners=[listener],
                 options=RunOptions(metadata={"a2a_task_id": task_id}, output=output),
             )
             execution.attach(handle.run_id)
@@ -372,9 +407,14 @@ class AgentsiteAgentExecutor(AgentExecutor):
             if paused_run is None:
                 # The run took the session's next message: a routed question another task asked is answered.
                 await db_call(close_answered_pauses)(user.pk, session_id, answered_in=task_id)
-            await updater.update_status(TaskState.TASK_STATE_WORKING, metadata={
-                META_RUN_ID: run_id, META_SESSION_ID: session_id, META_AGENT: self.agent_name,
-            })
+            await updater.update_status(
+                TaskState.TASK_STATE_WORKING,
+                metadata={
+                    META_RUN_ID: run_id,
+                    META_SESSION_ID: session_id,
+                    META_AGENT: self.agent_name,
+                },
+            )
             final = "failed"
             async for event in events:
                 outcome = await translator.feed(event)
@@ -396,22 +436,42 @@ class AgentsiteAgentExecutor(AgentExecutor):
             execution.cancelled = True
             execution.stop()
         updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
-        await updater.update_status(TaskState.TASK_STATE_CANCELED, metadata={META_PROGRESS: None},
-                                    message=_agent_message(updater, "Cancelled at the caller's request."))
+        await updater.update_status(
+            TaskState.TASK_STATE_CANCELED,
+            metadata={META_PROGRESS: None},
+            message=_agent_message(updater, "Cancelled at the caller's request."),
+        )
 
 
-async def _record_state(runner: Runner, *, user_id: str, session_id: str, agent: str, delta: Mapping[str, Any],
-                        request_id: str, task_id: str) -> None:
+async def _record_state(
+    runner: Runner,
+    *,
+    user_id: str,
+    session_id: str,
+    agent: str,
+    delta: Mapping[str, Any],
+    request_id: str,
+    task_id: str,
+) -> None:
     """Metadata becomes session state the only way state changes: an event in the ledger."""
     service = runner.session_service
-    session = await service.get_session(SessionKey(app=runner.app, user_id=user_id, session_id=session_id),
-                                        event_limit=0)
+    session = await service.get_session(
+        SessionKey(app=runner.app, user_id=user_id, session_id=session_id), event_limit=0
+    )
     if session is None:
         try:
             session = await service.create_session(app=runner.app, user_id=user_id, session_id=session_id, agent=agent)
         except ValueError:
             raise SessionNotFoundError(f"session {session_id!r} not found") from None
-    await service.append_event(session, Event(
-        author="user", object=OBJECT_STATE_UPDATE, request_id=request_id, branch=agent, filter_key=runner.app,
-        state_delta=dict(delta), extensions={"source": "a2a", "a2a_task_id": task_id},
-    ))
+    await service.append_event(
+        session,
+        Event(
+            author="user",
+            object=OBJECT_STATE_UPDATE,
+            request_id=request_id,
+            branch=agent,
+            filter_key=runner.app,
+            state_delta=dict(delta),
+            extensions={"source": "a2a", "a2a_task_id": task_id},
+        ),
+    )

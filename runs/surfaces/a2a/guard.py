@@ -66,4 +66,3 @@ def _hiding_internals(cls: type[RequestHandler]) -> type[RequestHandler]:
         if name.startswith("on_"):
             setattr(cls, name, _hide_internals(getattr(cls, name)))
     return cls
-

@@ -47,11 +47,16 @@ def message_files(message: Message) -> tuple[ContentPart, ...]:
     try:
         for index, part in enumerate(message.parts):
             if part.HasField("raw") or part.HasField("url"):
-                files.append(a2a_file_part(
-                    raw=part.raw if part.HasField("raw") else None, url=part.url if part.HasField("url") else None,
-                    filename=part.filename, media_type=part.media_type, field=f"params.message.parts[{index}]",
-                    limits=limits,
-                ))
+                files.append(
+                    a2a_file_part(
+                        raw=part.raw if part.HasField("raw") else None,
+                        url=part.url if part.HasField("url") else None,
+                        filename=part.filename,
+                        media_type=part.media_type,
+                        field=f"params.message.parts[{index}]",
+                        limits=limits,
+                    )
+                )
         check_count(files, limits=limits, field="params.message.parts")
     except AttachmentError as exc:
         if exc.status == 415:
@@ -101,4 +106,3 @@ def _agent_message(updater: TaskUpdater, text: str, *extra: Part) -> Message:
 
 def _preview(text: str) -> str:
     return text if len(text) <= _RESULT_PREVIEW_CHARS else text[:_RESULT_PREVIEW_CHARS] + "…"
-

@@ -118,7 +118,9 @@ class AgentsiteRequestHandler(DefaultRequestHandler):
             return steered
         return await super().on_message_send(params, context)
 
-    async def on_message_send_stream(self, params: SendMessageRequest, context: ServerCallContext) -> AsyncIterator[Any]:
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncIterator[Any]:
         steered = await self._steer(params, context)
         if steered is None:
             async for event in super().on_message_send_stream(params, context):
@@ -159,14 +161,18 @@ class AgentsiteRequestHandler(DefaultRequestHandler):
         if message.context_id and message.context_id != task.context_id:
             raise InvalidParamsError(
                 message=f"task {task.id!r} belongs to context {task.context_id!r}, not {message.context_id!r}",
-                data={"taskId": task.id, "contextId": message.context_id})
+                data={"taskId": task.id, "contextId": message.context_id},
+            )
         # The checks every message passes (role, text, length, the caller's context).
         await self._request_context_builder.build(
-            context=context, params=params, task_id=task.id, context_id=task.context_id, task=task)
+            context=context, params=params, task_id=task.id, context_id=task.context_id, task=task
+        )
         if message_files(message):
             raise InvalidParamsError(
                 message=f"task {task.id!r} is working: a message queued into its run carries text only; "
-                        "send files once the task has ended", data={"taskId": task.id})
+                "send files once the task has ended",
+                data={"taskId": task.id},
+            )
         text = message_text(message)
         try:
             await self.executor.manager.acall(lambda runner: request_enqueue(runner, run_id, text))
@@ -175,12 +181,14 @@ class AgentsiteRequestHandler(DefaultRequestHandler):
         except QueueFullError as exc:
             raise InvalidRequestError(
                 message=f"task {task.id!r}: its run already holds {exc.limit} queued messages, the limit; "
-                        "wait for it to take them",
-                data={"code": "queue_full", "taskId": task.id, "limit": exc.limit}) from None
+                "wait for it to take them",
+                data={"code": "queue_full", "taskId": task.id, "limit": exc.limit},
+            ) from None
         except RunUnreachableError:
             raise InternalError(
                 message=f"task {task.id!r}: its run did not answer (its process may be gone); try again",
-                data={"code": "run_unreachable", "taskId": task.id}) from None
+                data={"code": "run_unreachable", "taskId": task.id},
+            ) from None
         except UsageError as exc:
             raise InvalidParamsError(message=f"task {task.id!r}: {exc}", data={"taskId": task.id}) from None
         logger.info("A2A message queued into run %s of working task %s", run_id, task.id)
@@ -192,8 +200,9 @@ class AgentsiteRequestHandler(DefaultRequestHandler):
         run_id = task.metadata.fields.get(META_RUN_ID) if task is not None else None
         if not local and run_id is not None and run_id.string_value:
             # Running elsewhere (or nowhere): the SDK marked the task; the run's owner stops it.
-            logger.info("A2A task %s is not running here: cancelling run %s across processes", params.id,
-                        run_id.string_value)
+            logger.info(
+                "A2A task %s is not running here: cancelling run %s across processes", params.id, run_id.string_value
+            )
             await self.executor.manager.acall(lambda runner: request_cancel(runner, run_id.string_value))
         return task
 
@@ -303,17 +312,23 @@ class A2AApplication:
         handler: RequestHandler
         if isinstance(agent, ConformanceAgent):
             handler = DefaultRequestHandler(
-                agent_executor=ConformanceExecutor(), task_store=DjangoTaskStore(agent=agent.name), agent_card=card,
+                agent_executor=ConformanceExecutor(),
+                task_store=DjangoTaskStore(agent=agent.name),
+                agent_card=card,
                 request_context_builder=AgentsiteRequestContextBuilder(),
             )
         else:
             handler = AgentsiteRequestHandler(
                 executor=AgentsiteAgentExecutor(agent_name=agent.name, manager=self._manager),
-                task_store=DjangoTaskStore(agent=agent.name), agent_card=card,
+                task_store=DjangoTaskStore(agent=agent.name),
+                agent_card=card,
                 request_context_builder=AgentsiteRequestContextBuilder(),
             )
-        return Starlette(routes=create_jsonrpc_routes(
-            handler, rpc_url=path, context_builder=AgentsiteCallContextBuilder(), enable_v0_3_compat=True))
+        return Starlette(
+            routes=create_jsonrpc_routes(
+                handler, rpc_url=path, context_builder=AgentsiteCallContextBuilder(), enable_v0_3_compat=True
+            )
+        )
 
     def agents(self) -> dict[str, Agent]:
         """The agents served: the runner's, and the conformance agent when it is on."""
@@ -327,18 +342,23 @@ class A2AApplication:
         return self.agents().get(name)
 
     def _directory(self) -> JSONResponse:
-        agents = [{
-            "name": agent.name,
-            "description": agent.description or f"The Agentsite agent {agent.name!r}.",
-            "url": _agent_url(agent.name),
-            "agentCard": f"{_agent_url(agent.name)}{AGENT_CARD_WELL_KNOWN_PATH}",
-        } for agent in self.agents().values()]
+        agents = [
+            {
+                "name": agent.name,
+                "description": agent.description or f"The Agentsite agent {agent.name!r}.",
+                "url": _agent_url(agent.name),
+                "agentCard": f"{_agent_url(agent.name)}{AGENT_CARD_WELL_KNOWN_PATH}",
+            }
+            for agent in self.agents().values()
+        ]
         root = self.root_agent()
-        return JSONResponse({
-            "agents": agents,
-            "rootAgent": root.name if root is not None else None,
-            "rootAgentCard": f"{_base_url.get().rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}",
-        })
+        return JSONResponse(
+            {
+                "agents": agents,
+                "rootAgent": root.name if root is not None else None,
+                "rootAgentCard": f"{_base_url.get().rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}",
+            }
+        )
 
     @staticmethod
     def _card(agent: Agent) -> AgentCard:
@@ -357,7 +377,8 @@ class A2AApplication:
         declared = request.headers.get("content-length", "")
         if limit is not None and declared.isdigit() and int(declared) > limit:
             await _error(413, InvalidRequestError(message=f"the body is larger than {limit} bytes"))(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         token = _base_url.set(str(request.base_url))
         try:
@@ -365,8 +386,9 @@ class A2AApplication:
         finally:
             _base_url.reset(token)
 
-    async def _dispatch(self, scope: dict[str, Any], receive: Any, send: Any, request: Request,
-                        limit: int | None) -> None:
+    async def _dispatch(
+        self, scope: dict[str, Any], receive: Any, send: Any, request: Request, limit: int | None
+    ) -> None:
         path = scope["path"]
         if path in (A2A_DIRECTORY, A2A_PREFIX) and scope["method"] in ("GET", "HEAD"):
             await self._directory()(scope, receive, send)
@@ -376,12 +398,13 @@ class A2AApplication:
             root = self.root_agent()
             if root is None:
                 name = settings.AGENTSITE_A2A_ROOT_AGENT
-                await _error(404, InvalidRequestError(message=f"root agent {name!r} not found",
-                                                      data={"agent": name}))(scope, receive, send)
+                await _error(404, InvalidRequestError(message=f"root agent {name!r} not found", data={"agent": name}))(
+                    scope, receive, send
+                )
                 return
             await _card_response(self._card(root), request, legacy=path == LEGACY_CARD_PATH)(scope, receive, send)
             return
-        name, _, rest = path[len(A2A_PREFIX):].partition("/")
+        name, _, rest = path[len(A2A_PREFIX) :].partition("/")
         agent = self.agents().get(name)
         if agent is None:
             message = f"agent {name!r} not found; see {A2A_PREFIX} for the agents served"
@@ -399,14 +422,16 @@ class A2AApplication:
             problem = "authentication required: send 'Authorization: Bearer <token>'"
         if user is None:
             await _error(401, InvalidRequestError(message=problem), {"WWW-Authenticate": "Bearer"})(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         scope = {**scope, SCOPE_USER: user}
         if scope["method"] == "POST":
             body = await _read_body(receive, limit)
             if body is None:
                 await _error(413, InvalidRequestError(message=f"the body is larger than {limit} bytes"))(
-                    scope, receive, send)
+                    scope, receive, send
+                )
                 return
             refused = _body_error(body)
             if refused is not None:

@@ -87,7 +87,9 @@ def _list(user_id: int, agent: str, params: ListTasksRequest) -> ListTasksRespon
     page = list(rows.values_list("payload", "updated_at", "id")[: page_size + 1])
     more = len(page) > page_size
     page = page[:page_size]
-    token = encode_list_tasks_cursor(ListTasksCursor(timestamp_ns=_ns(page[-1][1]), task_id=page[-1][2])) if more else None
+    token = (
+        encode_list_tasks_cursor(ListTasksCursor(timestamp_ns=_ns(page[-1][1]), task_id=page[-1][2])) if more else None
+    )
     return ListTasksResponse(
         tasks=[task_from_payload(payload) for payload, _, _ in page],
         next_page_token=token,
@@ -110,9 +112,15 @@ def close_answered_pauses(user_id: int, context_id: str, *, answered_in: str) ->
     on. A graph paused without routing is left waiting: only a resume of its run answers it."""
     closed: list[str] = []
     with transaction.atomic():
-        rows = orm.A2ATask.objects.select_for_update().filter(
-            user_id=user_id, context_id=context_id, state=TaskState.Name(TaskState.TASK_STATE_INPUT_REQUIRED),
-        ).exclude(pk=answered_in)
+        rows = (
+            orm.A2ATask.objects.select_for_update()
+            .filter(
+                user_id=user_id,
+                context_id=context_id,
+                state=TaskState.Name(TaskState.TASK_STATE_INPUT_REQUIRED),
+            )
+            .exclude(pk=answered_in)
+        )
         for row in rows:
             task = task_from_payload(row.payload)
             pause = MessageToDict(task.metadata).get(PAUSE_KEY)
@@ -125,15 +133,23 @@ def close_answered_pauses(user_id: int, context_id: str, *, answered_in: str) ->
             task.status.timestamp.FromDatetime(timezone.now())
             task.metadata.update({ANSWERED_IN_KEY: answered_in})
             orm.A2ATask.objects.filter(pk=row.pk).update(
-                state=_state_name(task), payload=task_to_payload(task), updated_at=timezone.now())
+                state=_state_name(task), payload=task_to_payload(task), updated_at=timezone.now()
+            )
             closed.append(row.pk)
     return closed
 
 
 def _working_in(user_id: int, agent: str, context_id: str) -> Task | None:
-    payload = _owned(user_id, agent).filter(
-        context_id=context_id, state=TaskState.Name(TaskState.TASK_STATE_WORKING),
-    ).order_by("-updated_at").values_list("payload", flat=True).first()
+    payload = (
+        _owned(user_id, agent)
+        .filter(
+            context_id=context_id,
+            state=TaskState.Name(TaskState.TASK_STATE_WORKING),
+        )
+        .order_by("-updated_at")
+        .values_list("payload", flat=True)
+        .first()
+    )
     return task_from_payload(payload) if payload is not None else None
 
 

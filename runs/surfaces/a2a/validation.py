@@ -67,10 +67,13 @@ def check_request(body: Any, version: str | None) -> A2AError | JSONRPCError | N
         if major != 0:
             renamed = RENAMED.get(method)
             hint = f"; its {PROTOCOL_VERSION_1_0} name is {renamed!r}" if renamed else ""
-            return MethodNotFoundError(message=(
-                f"method {method!r} belongs to A2A {PROTOCOL_VERSION_0_3}, not to the requested version "
-                f"{(version or '').strip()!r}{hint} (0.3 names are served without an A2A-Version header "
-                f"or with 'A2A-Version: {PROTOCOL_VERSION_0_3}')"))
+            return MethodNotFoundError(
+                message=(
+                    f"method {method!r} belongs to A2A {PROTOCOL_VERSION_0_3}, not to the requested version "
+                    f"{(version or '').strip()!r}{hint} (0.3 names are served without an A2A-Version header "
+                    f"or with 'A2A-Version: {PROTOCOL_VERSION_0_3}')"
+                )
+            )
         return _check_0_3(METHODS_0_3[method], params)
     return None
 
@@ -95,7 +98,7 @@ def _describe(text: str) -> tuple[str, str]:
     path: list[str] = []
     while match := _PARSE_PREFIX.match(text):
         path.append(match.group(1))
-        text = text[match.end():]
+        text = text[match.end() :]
     unknown = _UNKNOWN.search(text)
     if unknown:
         # "at" names the message that holds the field: its type, then the path below it.

@@ -121,9 +121,7 @@ class MemoryManager:
 
     def _replace(self, key: UserKey, memory_id: str, draft: MemoryDraft) -> MemoryEntry:
         draft = draft.normalized()
-        entry = self.store.replace(
-            key, memory_id, draft, tokens=analyze(draft.text), embedding=self._embed(draft.text)
-        )
+        entry = self.store.replace(key, memory_id, draft, tokens=analyze(draft.text), embedding=self._embed(draft.text))
         if entry is None:
             raise MemoryNotFoundError(f"memory {memory_id!r} not found")
         return entry
@@ -170,8 +168,9 @@ class MemoryManager:
     def get(self, key: UserKey, memory_id: str) -> MemoryEntry | None:
         return self.store.get(key, memory_id)
 
-    def load(self, key: UserKey, *, limit: int = DEFAULT_MAX_RESULTS, kind: MemoryKind | None = None,
-             offset: int = 0) -> list[MemoryEntry]:
+    def load(
+        self, key: UserKey, *, limit: int = DEFAULT_MAX_RESULTS, kind: MemoryKind | None = None, offset: int = 0
+    ) -> list[MemoryEntry]:
         if limit < 1:
             return []
         return self.store.recent(key, limit=limit, kind=kind, offset=max(0, offset))
@@ -200,12 +199,16 @@ class MemoryManager:
         if not tokens and not phrase:
             return []
         query = CandidateQuery(
-            tokens=tokens, phrase=phrase, kind=kind,
-            time_after=options.time_after, time_before=options.time_before,
+            tokens=tokens,
+            phrase=phrase,
+            kind=kind,
+            time_after=options.time_after,
+            time_before=options.time_before,
         )
         candidates, stats = self.store.candidates(key, query)
         lexical = [
-            (entry, score) for entry, _raw, score in bm25_rank(tokens, phrase, candidates, stats)
+            (entry, score)
+            for entry, _raw, score in bm25_rank(tokens, phrase, candidates, stats)
             if score >= options.min_score
         ]
         pool = max(options.max_results * 3, 20)
@@ -229,8 +232,13 @@ class MemoryManager:
     # -- dedupe tiers
 
     def _reconcile(
-        self, key: UserKey, draft: MemoryDraft, tokens: Sequence[str], embedding: Sequence[float] | None,
-        *, exact_only: bool = False,
+        self,
+        key: UserKey,
+        draft: MemoryDraft,
+        tokens: Sequence[str],
+        embedding: Sequence[float] | None,
+        *,
+        exact_only: bool = False,
     ) -> _Decision:
         distinct = tuple(dict.fromkeys(tokens))[:MAX_QUERY_TOKENS]
         query = CandidateQuery(tokens=distinct, phrase=phrase_of(draft.text), kind=draft.kind, limit=50)
@@ -307,7 +315,11 @@ class MemoryManager:
                     elif operation.op == "update" and operation.draft is not None and operation.memory_id:
                         draft = operation.draft.normalized()
                         entry = self.store.replace(
-                            key, operation.memory_id, draft, tokens=analyze(draft.text), embedding=self._embed(draft.text)
+                            key,
+                            operation.memory_id,
+                            draft,
+                            tokens=analyze(draft.text),
+                            embedding=self._embed(draft.text),
                         )
                         if entry is not None:
                             updated.append(entry.id)

@@ -54,10 +54,11 @@ class MemoryService(Protocol):
         """Remove all the user's memories; how many there were."""
         ...
 
-    async def get(self, key: UserKey, memory_id: str) -> MemoryEntry | None:
-        ...
+    async def get(self, key: UserKey, memory_id: str) -> MemoryEntry | None: ...
 
-    async def load(self, key: UserKey, *, limit: int = DEFAULT_MAX_RESULTS, kind: MemoryKind | None = None) -> list[MemoryEntry]:
+    async def load(
+        self, key: UserKey, *, limit: int = DEFAULT_MAX_RESULTS, kind: MemoryKind | None = None
+    ) -> list[MemoryEntry]:
         """The most recently updated memories."""
         ...
 
@@ -65,15 +66,22 @@ class MemoryService(Protocol):
         """Ranked memories for a query, best first, each with its score."""
         ...
 
-    async def count(self, key: UserKey) -> int:
-        ...
+    async def count(self, key: UserKey) -> int: ...
 
     async def get_cursor(self, session: SessionKey) -> ExtractionCursor:
         """Auto memory's position in a session's ledger."""
         ...
 
-    async def apply(self, key: UserKey, operations: Sequence[MemoryOperation], *, session: SessionKey | None = None,
-                    expected_seq: int = 0, new_seq: int = 0, reconcile: Reconcile = "similar") -> ApplyResult:
+    async def apply(
+        self,
+        key: UserKey,
+        operations: Sequence[MemoryOperation],
+        *,
+        session: SessionKey | None = None,
+        expected_seq: int = 0,
+        new_seq: int = 0,
+        reconcile: Reconcile = "similar",
+    ) -> ApplyResult:
         """See `MemoryManager.apply`."""
         ...
 
@@ -109,7 +117,9 @@ class ManagedMemoryService:
     async def get(self, key: UserKey, memory_id: str) -> MemoryEntry | None:
         return await self._run(lambda: self.manager.get(key, memory_id))
 
-    async def load(self, key: UserKey, *, limit: int = DEFAULT_MAX_RESULTS, kind: MemoryKind | None = None) -> list[MemoryEntry]:
+    async def load(
+        self, key: UserKey, *, limit: int = DEFAULT_MAX_RESULTS, kind: MemoryKind | None = None
+    ) -> list[MemoryEntry]:
         return await self._run(lambda: self.manager.load(key, limit=limit, kind=kind))
 
     async def search(self, key: UserKey, options: SearchOptions) -> list[MemoryEntry]:
@@ -121,11 +131,21 @@ class ManagedMemoryService:
     async def get_cursor(self, session: SessionKey) -> ExtractionCursor:
         return await self._run(lambda: self.manager.get_cursor(session))
 
-    async def apply(self, key: UserKey, operations: Sequence[MemoryOperation], *, session: SessionKey | None = None,
-                    expected_seq: int = 0, new_seq: int = 0, reconcile: Reconcile = "similar") -> ApplyResult:
-        return await self._run(lambda: self.manager.apply(
-            key, operations, session=session, expected_seq=expected_seq, new_seq=new_seq, reconcile=reconcile
-        ))
+    async def apply(
+        self,
+        key: UserKey,
+        operations: Sequence[MemoryOperation],
+        *,
+        session: SessionKey | None = None,
+        expected_seq: int = 0,
+        new_seq: int = 0,
+        reconcile: Reconcile = "similar",
+    ) -> ApplyResult:
+        return await self._run(
+            lambda: self.manager.apply(
+                key, operations, session=session, expected_seq=expected_seq, new_seq=new_seq, reconcile=reconcile
+            )
+        )
 
 
 # -- in memory -----------------------------------------------------------------------------------
@@ -151,7 +171,9 @@ def _in_bounds(entry: MemoryEntry, query: CandidateQuery) -> bool:
     return True
 
 
-def rank_in_python(rows: Iterable[tuple[MemoryEntry, Sequence[str]]], query: CandidateQuery) -> tuple[list[Candidate], CorpusStats]:
+def rank_in_python(
+    rows: Iterable[tuple[MemoryEntry, Sequence[str]]], query: CandidateQuery
+) -> tuple[list[Candidate], CorpusStats]:
     """`MemoryStore.candidates` over rows already in memory (the in-memory and SQLite path)."""
     wanted = set(query.tokens)
     total = 0
@@ -167,7 +189,9 @@ def rank_in_python(rows: Iterable[tuple[MemoryEntry, Sequence[str]]], query: Can
             continue
         if present or (query.phrase and query.phrase in " ".join(normalize_text(entry.text).split())):
             matched.append(Candidate(entry=entry, tokens=tuple(tokens)))
-    stats = CorpusStats(documents=total, average_length=(length / total) if total else 0.0, document_frequency=dict(frequency))
+    stats = CorpusStats(
+        documents=total, average_length=(length / total) if total else 0.0, document_frequency=dict(frequency)
+    )
     return matched[: query.limit] if len(matched) > query.limit else matched, stats
 
 
@@ -205,31 +229,53 @@ class InMemoryMemoryStore:
             finally:
                 self._depth = 0
 
-    def insert(self, key: UserKey, draft: MemoryDraft, *, tokens: Sequence[str],
-               embedding: Sequence[float] | None, limit: int) -> MemoryEntry:
+    def insert(
+        self, key: UserKey, draft: MemoryDraft, *, tokens: Sequence[str], embedding: Sequence[float] | None, limit: int
+    ) -> MemoryEntry:
         with self._lock:
             rows = self._user(key)
             if len(rows) >= limit:
                 raise MemoryLimitError(key.user_id, limit)
             now = utcnow()
             entry = MemoryEntry(
-                id=new_id(), app=key.app, user_id=key.user_id, text=draft.text, kind=draft.kind, topics=draft.topics,
-                event_time=draft.event_time, participants=draft.participants, location=draft.location,
-                created_at=now, updated_at=now,
+                id=new_id(),
+                app=key.app,
+                user_id=key.user_id,
+                text=draft.text,
+                kind=draft.kind,
+                topics=draft.topics,
+                event_time=draft.event_time,
+                participants=draft.participants,
+                location=draft.location,
+                created_at=now,
+                updated_at=now,
             )
             rows[entry.id] = _Row(entry=entry, tokens=tuple(tokens), embedding=list(embedding) if embedding else None)
             return entry
 
-    def replace(self, key: UserKey, memory_id: str, draft: MemoryDraft, *, tokens: Sequence[str],
-                embedding: Sequence[float] | None) -> MemoryEntry | None:
+    def replace(
+        self,
+        key: UserKey,
+        memory_id: str,
+        draft: MemoryDraft,
+        *,
+        tokens: Sequence[str],
+        embedding: Sequence[float] | None,
+    ) -> MemoryEntry | None:
         with self._lock:
             rows = self._user(key)
             row = rows.get(memory_id)
             if row is None:
                 return None
             entry = replace(
-                row.entry, text=draft.text, kind=draft.kind, topics=draft.topics, event_time=draft.event_time,
-                participants=draft.participants, location=draft.location, updated_at=utcnow(),
+                row.entry,
+                text=draft.text,
+                kind=draft.kind,
+                topics=draft.topics,
+                event_time=draft.event_time,
+                participants=draft.participants,
+                location=draft.location,
+                updated_at=utcnow(),
             )
             rows[memory_id] = _Row(entry=entry, tokens=tuple(tokens), embedding=list(embedding) if embedding else None)
             return entry
@@ -254,7 +300,7 @@ class InMemoryMemoryStore:
         with self._lock:
             entries = [r.entry for r in self._user(key).values() if kind is None or r.entry.kind == kind]
         entries.sort(key=lambda e: (e.updated_at, e.id), reverse=True)
-        return entries[offset:offset + limit]
+        return entries[offset : offset + limit]
 
     def count(self, key: UserKey) -> int:
         with self._lock:
@@ -268,7 +314,8 @@ class InMemoryMemoryStore:
     def vectors(self, key: UserKey, query: CandidateQuery) -> list[tuple[MemoryEntry, list[float]]]:
         with self._lock:
             return [
-                (r.entry, list(r.embedding)) for r in self._user(key).values()
+                (r.entry, list(r.embedding))
+                for r in self._user(key).values()
                 if r.embedding is not None and _in_bounds(r.entry, query)
             ]
 

@@ -24,13 +24,21 @@ class MemoryStore(Protocol):
         """A block whose writes happen together or not at all (and see each other)."""
         ...
 
-    def insert(self, key: UserKey, draft: MemoryDraft, *, tokens: Sequence[str],
-               embedding: Sequence[float] | None, limit: int) -> MemoryEntry:
+    def insert(
+        self, key: UserKey, draft: MemoryDraft, *, tokens: Sequence[str], embedding: Sequence[float] | None, limit: int
+    ) -> MemoryEntry:
         """Store a new memory; raises `MemoryLimitError` when the user holds `limit` already."""
         ...
 
-    def replace(self, key: UserKey, memory_id: str, draft: MemoryDraft, *, tokens: Sequence[str],
-                embedding: Sequence[float] | None) -> MemoryEntry | None:
+    def replace(
+        self,
+        key: UserKey,
+        memory_id: str,
+        draft: MemoryDraft,
+        *,
+        tokens: Sequence[str],
+        embedding: Sequence[float] | None,
+    ) -> MemoryEntry | None:
         """Overwrite a memory's content; None when the user has no such memory."""
         ...
 

@@ -104,8 +104,12 @@ class MemoryEntry:
     @property
     def draft(self) -> MemoryDraft:
         return MemoryDraft(
-            text=self.text, kind=self.kind, topics=self.topics, event_time=self.event_time,
-            participants=self.participants, location=self.location,
+            text=self.text,
+            kind=self.kind,
+            topics=self.topics,
+            event_time=self.event_time,
+            participants=self.participants,
+            location=self.location,
         )
 
     def to_dict(self) -> dict[str, Any]:

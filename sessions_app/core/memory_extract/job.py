@@ -88,7 +88,9 @@ class AutoMemory:
             if len(events) < EVENT_PAGE and outcome.last_seq >= max(e.seq or 0 for e in events):
                 return _combined(done)
 
-    async def _extract_page(self, key: SessionKey, cursor: ExtractionCursor, events: Sequence[Event]) -> ExtractionOutcome:
+    async def _extract_page(
+        self, key: SessionKey, cursor: ExtractionCursor, events: Sequence[Event]
+    ) -> ExtractionOutcome:
         user = UserKey(app=key.app, user_id=key.user_id)
         # Issue 21: a turn the user regenerated or edited away is history they replaced,
         # not something to learn from; the cursor still moves past it.
@@ -104,11 +106,18 @@ class AutoMemory:
 
         async def commit(operations: Sequence[MemoryOperation], status: Status) -> ExtractionOutcome:
             result = await self.memory.apply(
-                user, operations, session=key, expected_seq=cursor.last_seq, new_seq=new_seq,
+                user,
+                operations,
+                session=key,
+                expected_seq=cursor.last_seq,
+                new_seq=new_seq,
                 reconcile=RECONCILE[self.policy],
             )
             common: dict[str, Any] = {
-                "last_seq": new_seq, "messages": len(batch), "skipped_messages": len(reasons), "reason": reason,
+                "last_seq": new_seq,
+                "messages": len(batch),
+                "skipped_messages": len(reasons),
+                "reason": reason,
             }
             if result.stale:
                 return ExtractionOutcome(status="stale", **common)
@@ -120,14 +129,20 @@ class AutoMemory:
             return ExtractionOutcome(status="not_due", last_seq=cursor.last_seq, messages=len(batch))
         existing = await self._existing(user, batch)
         request = ExtractionRequest(
-            messages=tuple(batch), existing=tuple(existing), reference_time=batch[-1].at,
-            enabled_tools=self.enabled_tools, policy=self.policy,
+            messages=tuple(batch),
+            existing=tuple(existing),
+            reference_time=batch[-1].at,
+            enabled_tools=self.enabled_tools,
+            policy=self.policy,
         )
         operations = parse_operations(await self.extractor.extract(request), enabled=self.enabled_tools)
         operations += await self._assistant_episodes(batch, operations)
         current = {
-            op.memory_id: entry for op in operations if op.op == "update"
-            for entry in [await self.memory.get(user, op.memory_id)] if entry is not None
+            op.memory_id: entry
+            for op in operations
+            if op.op == "update"
+            for entry in [await self.memory.get(user, op.memory_id)]
+            if entry is not None
         }
         return await commit(apply_update_policy(self.policy, operations, current=current), "extracted")
 
@@ -160,9 +175,9 @@ class AutoMemory:
         text = " ".join(m.text for m in messages if m.role in roles)[:MAX_MESSAGE_CHARS]
         found: list[MemoryEntry] = []
         if text.strip():
-            found = await self.memory.search(user, SearchOptions(
-                query=text, max_results=EXISTING_FOR_PROMPT, min_score=0.0, deduplicate=False
-            ))
+            found = await self.memory.search(
+                user, SearchOptions(query=text, max_results=EXISTING_FOR_PROMPT, min_score=0.0, deduplicate=False)
+            )
         recent = await self.memory.load(user, limit=10)
         seen = {e.id for e in found}
         return [*found, *(e for e in recent if e.id not in seen)][:EXISTING_FOR_PROMPT]
@@ -177,12 +192,18 @@ def _combined(outcomes: Sequence[ExtractionOutcome]) -> ExtractionOutcome:
     if status != "extracted" and "polluted" in statuses and last.status == "nothing_new":
         status = "polluted"
     return ExtractionOutcome(
-        status=status, last_seq=last.last_seq,
-        messages=sum(o.messages for o in outcomes), skipped_messages=sum(o.skipped_messages for o in outcomes),
+        status=status,
+        last_seq=last.last_seq,
+        messages=sum(o.messages for o in outcomes),
+        skipped_messages=sum(o.skipped_messages for o in outcomes),
         result=ApplyResult(
             stale=last.status == "stale",
-            added=tuple(i for r in results for i in r.added), updated=tuple(i for r in results for i in r.updated),
-            deleted=tuple(i for r in results for i in r.deleted), skipped=sum(r.skipped for r in results),
-        ) if results else None,
+            added=tuple(i for r in results for i in r.added),
+            updated=tuple(i for r in results for i in r.updated),
+            deleted=tuple(i for r in results for i in r.deleted),
+            skipped=sum(r.skipped for r in results),
+        )
+        if results
+        else None,
         reason="; ".join(o.reason for o in outcomes if o.reason),
     )

@@ -19,8 +19,22 @@ from sessions_app.core.memory_extract.values import ConversationMessage, Extract
 # -- relative dates ------------------------------------------------------------------------------------
 
 _NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "couple of": 2, "a couple of": 2, "few": 3, "a few": 3,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "couple of": 2,
+    "a couple of": 2,
+    "few": 3,
+    "a few": 3,
 }
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
@@ -106,7 +120,8 @@ _PREFERENCE = re.compile(
     re.I,
 )
 _PRODUCTION = re.compile(
-    r"\bwe(?:'re| are)?\s+(?:run|use|deploy|running|using|deploying)\s+(.+?)\s+(?:in|on|for)\s+(?:production|prod)\b", re.I
+    r"\bwe(?:'re| are)?\s+(?:run|use|deploy|running|using|deploying)\s+(.+?)\s+(?:in|on|for)\s+(?:production|prod)\b",
+    re.I,
 )
 _MOVED = re.compile(r"\bwe\s+(?:have\s+)?(?:moved|migrated|switched)\s+from\s+(.+?)\s+to\s+(.+)", re.I)
 _NO_LONGER = re.compile(
@@ -127,8 +142,15 @@ _PAST_IRREGULAR = frozenset(
     "won built spent sent paid read heard told thought felt kept brought caught taught fought sang swam".split()
 )
 _PREFERENCE_VERBS = {
-    "prefer": "Prefers", "'d rather": "Prefers", "would rather": "Prefers", "like": "Likes", "love": "Loves",
-    "enjoy": "Enjoys", "hate": "Dislikes", "dislike": "Dislikes", "can't stand": "Dislikes",
+    "prefer": "Prefers",
+    "'d rather": "Prefers",
+    "would rather": "Prefers",
+    "like": "Likes",
+    "love": "Loves",
+    "enjoy": "Enjoys",
+    "hate": "Dislikes",
+    "dislike": "Dislikes",
+    "can't stand": "Dislikes",
 }
 _CLAUSE_END = re.compile(
     r"\s*(?:,\s*(?:but|because|since|so|and then)\b|\bbut\b|\bbecause\b|\band\s+(?:i|we|my|our)\b|;).*$", re.I
@@ -148,8 +170,15 @@ def _sentences(text: str) -> list[str]:
 
 
 def _first_person_to_third(text: str) -> str:
-    replacements = ((r"\bmy\b", "their"), (r"\bour\b", "their"), (r"\bme\b", "them"), (r"\bus\b", "them"),
-                    (r"\bmine\b", "theirs"), (r"\bours\b", "theirs"), (r"\bmyself\b", "themselves"))
+    replacements = (
+        (r"\bmy\b", "their"),
+        (r"\bour\b", "their"),
+        (r"\bme\b", "them"),
+        (r"\bus\b", "them"),
+        (r"\bmine\b", "theirs"),
+        (r"\bours\b", "theirs"),
+        (r"\bmyself\b", "themselves"),
+    )
     for pattern, replacement in replacements:
         text = re.sub(pattern, replacement, text, flags=re.I)
     return text
@@ -168,8 +197,7 @@ def _matching(existing: Sequence[MemoryEntry], text: str, threshold: float = 0.5
     if not tokens:
         return []
     return [
-        e for e in existing
-        if token_cosine(tokens, analyze(e.text)) >= threshold or set(tokens) <= set(analyze(e.text))
+        e for e in existing if token_cosine(tokens, analyze(e.text)) >= threshold or set(tokens) <= set(analyze(e.text))
     ]
 
 
@@ -197,7 +225,7 @@ def _episode(sentence: str, reference: datetime) -> ExtractedCall | None:
     day = resolve_date(match.group(0), reference)
     if day is None:
         return None
-    rest = (sentence[:match.start()] + " " + sentence[match.end():]).strip()
+    rest = (sentence[: match.start()] + " " + sentence[match.end() :]).strip()
     subject = _EPISODE_SUBJECT.search(rest)
     if subject is None:
         return None
@@ -209,13 +237,16 @@ def _episode(sentence: str, reference: datetime) -> ExtractedCall | None:
     if len(action.split()) < 2:
         return None
     participants = re.findall(r"\bwith\s+([A-Z][a-z]+)", subject.group(3))
-    return ExtractedCall(name="memory_add", arguments={
-        "memory": f"{_capitalized(_first_person_to_third(action))} on {day.isoformat()}",
-        "kind": "episode",
-        "event_time": day.isoformat(),
-        "topics": ["events"],
-        "participants": participants,
-    })
+    return ExtractedCall(
+        name="memory_add",
+        arguments={
+            "memory": f"{_capitalized(_first_person_to_third(action))} on {day.isoformat()}",
+            "kind": "episode",
+            "event_time": day.isoformat(),
+            "topics": ["events"],
+            "participants": participants,
+        },
+    )
 
 
 def extract_by_patterns(
@@ -240,8 +271,10 @@ def extract_by_patterns(
 def _sentence_calls(sentence: str, existing: Sequence[MemoryEntry], at: datetime) -> list[ExtractedCall]:
     forget = _FORGET.search(sentence)
     if forget:
-        return [ExtractedCall(name="memory_delete", arguments={"memory_id": e.id})
-                for e in _matching(existing, _clause(forget.group(1)))]
+        return [
+            ExtractedCall(name="memory_delete", arguments={"memory_id": e.id})
+            for e in _matching(existing, _clause(forget.group(1)))
+        ]
     calls: list[ExtractedCall] = []
     name = _NAME.search(sentence)
     if name:
@@ -250,18 +283,28 @@ def _sentence_calls(sentence: str, existing: Sequence[MemoryEntry], at: datetime
     if moved:
         old, new = _clause(moved.group(1)), _clause(moved.group(2))
         for entry in _matching(existing, old, threshold=0.3):
-            calls.append(ExtractedCall(name="memory_update", arguments={
-                "memory_id": entry.id, "memory": re.sub(re.escape(old), new, entry.text, flags=re.I),
-                "kind": "fact", "topics": list(entry.topics),
-            }))
+            calls.append(
+                ExtractedCall(
+                    name="memory_update",
+                    arguments={
+                        "memory_id": entry.id,
+                        "memory": re.sub(re.escape(old), new, entry.text, flags=re.I),
+                        "kind": "fact",
+                        "topics": list(entry.topics),
+                    },
+                )
+            )
         if not calls:
             calls.append(_add(f"Uses {new} (moved from {old})", ["stack"]))
         return calls
     no_longer = _NO_LONGER.search(sentence)
     if no_longer:
         target = _clause(no_longer.group(1))
-        return [ExtractedCall(name="memory_delete", arguments={"memory_id": e.id})
-                for e in _matching(existing, target, threshold=0.3) if "stack" in e.topics or target.lower() in e.text.lower()]
+        return [
+            ExtractedCall(name="memory_delete", arguments={"memory_id": e.id})
+            for e in _matching(existing, target, threshold=0.3)
+            if "stack" in e.topics or target.lower() in e.text.lower()
+        ]
     production = _PRODUCTION.search(sentence)
     if production:
         calls.append(_add(f"Runs {_clause(production.group(1))} in production", ["stack"]))

@@ -97,7 +97,9 @@ def build_extraction_prompt(request: ExtractionRequest) -> str:
     return "\n".join(lines)
 
 
-def parse_operations(calls: Sequence[ExtractedCall], *, enabled: Sequence[str] = EXTRACTION_TOOLS) -> list[MemoryOperation]:
+def parse_operations(
+    calls: Sequence[ExtractedCall], *, enabled: Sequence[str] = EXTRACTION_TOOLS
+) -> list[MemoryOperation]:
     """Operations from tool calls: disabled or unknown tools and malformed arguments are dropped."""
     operations: list[MemoryOperation] = []
     for call in calls:
@@ -129,8 +131,12 @@ def _draft(args: Mapping[str, Any]) -> MemoryDraft:
     if kind == "episode" and event_time is None:
         kind = "fact"  # an episode without a usable date is kept as a fact
     return MemoryDraft(
-        text=text, kind=kind, topics=tuple(_strings(args.get("topics"))), event_time=event_time,
-        participants=tuple(_strings(args.get("participants"))), location=str(args.get("location") or ""),
+        text=text,
+        kind=kind,
+        topics=tuple(_strings(args.get("topics"))),
+        event_time=event_time,
+        participants=tuple(_strings(args.get("participants"))),
+        location=str(args.get("location") or ""),
     ).normalized()
 
 

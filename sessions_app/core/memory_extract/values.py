@@ -108,8 +108,10 @@ class ExtractionOutcome:
             data["skipped_messages"] = self.skipped_messages
         if self.result is not None:
             data.update(
-                added=len(self.result.added), updated=len(self.result.updated),
-                deleted=len(self.result.deleted), skipped=self.result.skipped,
+                added=len(self.result.added),
+                updated=len(self.result.updated),
+                deleted=len(self.result.deleted),
+                skipped=self.result.skipped,
             )
         if self.reason:
             data["reason"] = self.reason

@@ -110,5 +110,3 @@ def named_speakers(query: str, authors: Iterable[str]) -> frozenset[str]:
     return frozenset(
         a for a in set(authors) if len(a) > 1 and re.search(rf"(?<!\w){re.escape(a.lower())}(?!\w)", lowered)
     )
-
-

@@ -86,5 +86,3 @@ class AnchorNotFoundError(RecallError, LookupError):
 
 class RangeError(RecallError):
     """A seq range for session_load that is malformed or lies outside the session's ledger."""
-
-

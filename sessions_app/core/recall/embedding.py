@@ -92,7 +92,9 @@ class Encoder:
             if value.dtype == np.float32
         }
         # Linear layers multiply by the transpose: store it once, not per call.
-        for name in [n for n, v in self.weights.items() if n.endswith(".weight") and v.ndim == 2 and "embeddings" not in n]:
+        for name in [
+            n for n, v in self.weights.items() if n.endswith(".weight") and v.ndim == 2 and "embeddings" not in n
+        ]:
             self.weights[name] = np.ascontiguousarray(self.weights[name].T)
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=MAX_TOKENS)

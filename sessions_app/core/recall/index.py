@@ -244,7 +244,9 @@ class InMemoryRecallIndex:
                 return event
         return None
 
-    async def find_tool_call(self, key: SessionKey, tool_call_id: str, *, before_seq: int | None = None) -> Event | None:
+    async def find_tool_call(
+        self, key: SessionKey, tool_call_id: str, *, before_seq: int | None = None
+    ) -> Event | None:
         """The latest event (before `before_seq`) whose message made the call `tool_call_id`."""
         if not await self._owned(key):
             return None
@@ -286,5 +288,3 @@ class InMemoryRecallIndex:
             if recall_text(e) is not None and _in_window(e, through_seq, created_before)
         ][-limit:]
         return [e for e in eligible if any(n in (recall_text(e) or ("", ""))[0].lower() for n in lowered)]
-
-

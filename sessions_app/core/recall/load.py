@@ -258,5 +258,3 @@ async def _unit_call(index: RecallIndex, key: SessionKey, window: EventWindow) -
         "content": event.message.content,
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
     }
-
-

@@ -113,8 +113,10 @@ def answer_confidence(query: str, text: str, *, author: str = "", participants: 
     held = set(analyze(text))
     flat = normalize_space(text).lower()
     share = sum(1 for t in terms if t in held or (len(t) >= 4 and t in flat)) / len(terms)
-    if named and author not in named and not any(
-        re.search(rf"(?<!\w){re.escape(n.lower())}(?!\w)", flat) for n in named
+    if (
+        named
+        and author not in named
+        and not any(re.search(rf"(?<!\w){re.escape(n.lower())}(?!\w)", flat) for n in named)
     ):
         return share / 2
     return share
@@ -216,5 +218,3 @@ class DocumentCache:
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
         return doc
-
-

@@ -267,7 +267,11 @@ def why_hidden(
     if boundary is not None:
         if boundary.through_seq is not None and seq is not None and seq <= boundary.through_seq:
             return "summarized"
-        if boundary.through_seq is None and boundary.cutoff_at is not None and hit.event.created_at <= boundary.cutoff_at:
+        if (
+            boundary.through_seq is None
+            and boundary.cutoff_at is not None
+            and hit.event.created_at <= boundary.cutoff_at
+        ):
             return "summarized"
     if seq is not None and seq in dispositions:
         return _HIDDEN_BY_DISPOSITION.get(dispositions[seq], dispositions[seq])
@@ -366,14 +370,21 @@ class _RangeIndex:
 
     async def search_many(self, request: EventSearchRequest, queries: Sequence[str]) -> list[list[SearchHit]]:
         ranked = rank_many(
-            queries, self.documents, limit=request.max_results, min_score=request.min_score,
+            queries,
+            self.documents,
+            limit=request.max_results,
+            min_score=request.min_score,
             recency=lambda d: self.events[str(d.key)].created_at,
         )
         return [
             [
                 SearchHit(
-                    session_id=self.session_id, event=self.events[str(s.document.key)], text=s.document.text,
-                    role=self.roles[str(s.document.key)], score=s.score, relevance=s.relevance,
+                    session_id=self.session_id,
+                    event=self.events[str(s.document.key)],
+                    text=s.document.text,
+                    role=self.roles[str(s.document.key)],
+                    score=s.score,
+                    relevance=s.relevance,
                 )
                 for s in per_query
             ]
@@ -407,8 +418,13 @@ async def _search_section(
         )
     events = [e for e in found.events if not filter_key or filter_matches(e.filter_key, filter_key)]
     request = EventSearchRequest(
-        query=query, app=session.app, user_id=session.user_id, session_ids=(session.id,),
-        filter_key=filter_key, max_results=top_k, min_score=min_score,
+        query=query,
+        app=session.app,
+        user_id=session.user_id,
+        session_ids=(session.id,),
+        filter_key=filter_key,
+        max_results=top_k,
+        min_score=min_score,
     )
     ranged = _RangeIndex(session.id, events)
     hits = await search_with_fallback(cast(RecallIndex, ranged), request)
@@ -420,7 +436,9 @@ async def _search_section(
         recalled = recall_text(event)
         score = scan_score(query, recalled[0]) if recalled is not None else 0.0
         if recalled is not None and score >= min_score:
-            scanned.append(SearchHit(session_id=session.id, event=event, text=recalled[0], role=recalled[1], score=score))
+            scanned.append(
+                SearchHit(session_id=session.id, event=event, text=recalled[0], role=recalled[1], score=score)
+            )
     return _merge([], scanned)[:top_k]
 
 
@@ -599,8 +617,13 @@ async def session_search(
     threshold = NO_MATCH_BELOW if min_confidence is None else max(0.0, float(min_confidence))
     if hits and best < threshold:
         return {
-            "query": query, "scope": chosen, "results": [], "count": 0, "no_match": True,
-            "best_confidence": round(best, 4), "note": NO_MATCH_NOTE,
+            "query": query,
+            "scope": chosen,
+            "results": [],
+            "count": 0,
+            "no_match": True,
+            "best_confidence": round(best, 4),
+            "note": NO_MATCH_NOTE,
             **({"section": f"{span[0]}-{span[1]}"} if span is not None else {}),
         }
     boundary = hidden_boundary(await index.summaries(session.key), filter_key=filter_key, state=session.state)
@@ -609,8 +632,15 @@ async def session_search(
     results = [
         {
             **await _hit_dict(
-                index, hit, position=i, scope=chosen, session=session, query=query, terms=terms,
-                hidden="superseded" if hit.key in superseded
+                index,
+                hit,
+                position=i,
+                scope=chosen,
+                session=session,
+                query=query,
+                terms=terms,
+                hidden="superseded"
+                if hit.key in superseded
                 else why_hidden(hit, session=session, boundary=boundary, dispositions=dispositions),
             ),
             "confidence": round(confidence[hit.key], 4),
@@ -633,5 +663,3 @@ async def session_search(
     else:
         answer.update(no_match=True, note=NO_MATCH_NOTE)
     return answer
-
-

@@ -104,7 +104,9 @@ async def search_sections(
     with `sections: []`: the pointer must not hide what search finds."""
     chosen = select_summary(await index.summaries(session.key), filter_key)
     refs = [SectionRef(first_seq=s.first_seq, last_seq=s.last_seq, text=s.text) for s in summary_sections(chosen)]
-    probe = await session_search(index, session=session, query=query, top_k=PROBE_K, min_confidence=0, filter_key=filter_key)
+    probe = await session_search(
+        index, session=session, query=query, top_k=PROBE_K, min_confidence=0, filter_key=filter_key
+    )
     choice = rank_sections(query, refs, [r["seq"] for r in probe["results"] if r.get("seq") is not None])
     if choice.weak:
         plain = await session_search(index, session=session, query=query, top_k=top_k, filter_key=filter_key)
@@ -113,11 +115,16 @@ async def search_sections(
         (await session_search(index, session=session, query=query, top_k=top_k, section=s.range, filter_key=filter_key))
         for s in choice.sections
     ]
-    hits = sorted((r for answer in found for r in answer["results"]), key=lambda r: (r["confidence"], r["score"]), reverse=True)
+    hits = sorted(
+        (r for answer in found for r in answer["results"]), key=lambda r: (r["confidence"], r["score"]), reverse=True
+    )
     results = hits[:top_k]
     answer: dict[str, Any] = {
-        "query": probe["query"], "scope": "section", "sections": [s.range for s in choice.sections],
-        "results": results, "count": len(results),
+        "query": probe["query"],
+        "scope": "section",
+        "sections": [s.range for s in choice.sections],
+        "results": results,
+        "count": len(results),
     }
     if not results:
         answer.update(no_match=True, note=NO_MATCH_NOTE)

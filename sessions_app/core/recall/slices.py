@@ -163,5 +163,3 @@ def hidden_boundary(
         except ValueError:
             return None
     return None
-
-

@@ -197,8 +197,13 @@ class _Start:
 
     def outcome(self, reason: Reason, *, summary: Summary | None = None, error: str | None = None) -> TargetOutcome:
         return TargetOutcome(
-            filter_key=self.filter_key, reason=reason, previous=self.previous, summary=summary, error=error,
-            start_seq=self.start_seq, all_matched=self.all_matched,
+            filter_key=self.filter_key,
+            reason=reason,
+            previous=self.previous,
+            summary=summary,
+            error=error,
+            start_seq=self.start_seq,
+            all_matched=self.all_matched,
         )
 
 
@@ -278,9 +283,20 @@ async def summarize_session(
     branch's request. Without the cascade nothing happens (`not_allowed`).
     """
     run = _Run(
-        service=service, key=key, summarizer=summarizer, checker=checker, force=force,
-        lock=lock or _PROCESS_LOCK, lock_wait_s=lock_wait_s, parent=parent, context_window=context_window,
-        request_tokens=request_tokens, covers_seq=covers_seq, tokenizer=tokenizer, max_events=max_events, now=now,
+        service=service,
+        key=key,
+        summarizer=summarizer,
+        checker=checker,
+        force=force,
+        lock=lock or _PROCESS_LOCK,
+        lock_wait_s=lock_wait_s,
+        parent=parent,
+        context_window=context_window,
+        request_tokens=request_tokens,
+        covers_seq=covers_seq,
+        tokenizer=tokenizer,
+        max_events=max_events,
+        now=now,
     )
     keys = summary_targets(filter_key, allowlist=allowlist, cascade=cascade)
     if not keys:
@@ -358,7 +374,9 @@ async def _summarize_locked(
         check = TriggerInput(
             events=checked,
             previous=previous,
-            conversation_tokens=run.tokenizer.count_text(render_conversation(previous.text if previous else "", checked)),
+            conversation_tokens=run.tokenizer.count_text(
+                render_conversation(previous.text if previous else "", checked)
+            ),
             request_tokens=run.request_tokens,
             context_window=run.context_window,
             now=run.now(),
@@ -410,7 +428,9 @@ def anchored_text(result: SummaryResult, *, last_seq: int) -> str:
     """The text stored for a summarizer's result (C1): its sections, anchored to seqs
     1..`last_seq`; a result without sections (a single model summary, a fork) is one
     section covering all of them, since it folds the previous summary in."""
-    sections = result.sections or (SummarySection(first_seq=1, last_seq=last_seq, text=strip_section_headers(result.text)),)
+    sections = result.sections or (
+        SummarySection(first_seq=1, last_seq=last_seq, text=strip_section_headers(result.text)),
+    )
     anchored = anchor_sections(sections, last_seq=last_seq)
     return render_sections(anchored) if anchored else result.text.strip()
 
@@ -457,7 +477,11 @@ async def _cascade(run: _Run, primary: TargetOutcome) -> TargetOutcome:
         raise
     except Exception as exc:
         return TargetOutcome(
-            filter_key=FULL_SESSION, reason="persist_failed", previous=full, summary=copy, error=f"{type(exc).__name__}: {exc}"
+            filter_key=FULL_SESSION,
+            reason="persist_failed",
+            previous=full,
+            summary=copy,
+            error=f"{type(exc).__name__}: {exc}",
         )
     if stored is None:
         return TargetOutcome(filter_key=FULL_SESSION, reason="stale", previous=full)

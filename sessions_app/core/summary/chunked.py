@@ -80,9 +80,17 @@ class ChunkedSummarizer:
             raise ValueError(f"summary_tokens must be positive, got {summary_tokens!r}")
         self.summary_tokens = summary_tokens
         self.leaf = LLMSummarizer(
-            model, name=name, prompt=prompt, max_summary_words=max_summary_words, tokenizer=tokenizer,
-            budget_ratio=budget_ratio, input_token_budget=input_token_budget, fallback_window=fallback_window,
-            cache_safe_forking=cache_safe_forking, system_prompt=system_prompt, transcript=transcript,
+            model,
+            name=name,
+            prompt=prompt,
+            max_summary_words=max_summary_words,
+            tokenizer=tokenizer,
+            budget_ratio=budget_ratio,
+            input_token_budget=input_token_budget,
+            fallback_window=fallback_window,
+            cache_safe_forking=cache_safe_forking,
+            system_prompt=system_prompt,
+            transcript=transcript,
         )
         self.model = model
         self.name = name
@@ -152,7 +160,9 @@ class ChunkedSummarizer:
             except Exception as exc:
                 if is_context_length_error(exc) and len(lines) > 1:
                     half = len(lines) // 2
-                    return "\n".join([await self._summarize_lines(lines[:half]), await self._summarize_lines(lines[half:])])
+                    return "\n".join(
+                        [await self._summarize_lines(lines[:half]), await self._summarize_lines(lines[half:])]
+                    )
                 error = exc
                 continue
             if text:
@@ -175,7 +185,10 @@ class ChunkedSummarizer:
             return SummaryResult(text="")
         sections = anchor_sections([*summary_sections(request.previous), *new], last_seq=new[-1].last_seq)
         fitted = await fit_sections(
-            sections, budget=self.summary_budget(), count_text=self.tokenizer.count_text, merge=self._merge,
+            sections,
+            budget=self.summary_budget(),
+            count_text=self.tokenizer.count_text,
+            merge=self._merge,
             group_room=self.room(),
         )
         return SummaryResult(text=render_sections(fitted), sections=tuple(fitted))
@@ -192,7 +205,9 @@ class ChunkedSummarizer:
     async def _roll(self, batch: Sequence[SummarySection]) -> SummarySection:
         lines: list[str] = []
         for section in batch:
-            lines.extend(self._pieces(section.text, self.room()) if self._cost(section.text) > self.room() else [section.text])
+            lines.extend(
+                self._pieces(section.text, self.room()) if self._cost(section.text) > self.room() else [section.text]
+            )
         text = await self._summarize_lines(lines)
         return SummarySection(first_seq=batch[0].first_seq, last_seq=batch[-1].last_seq, text=text)
 

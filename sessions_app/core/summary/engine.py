@@ -138,7 +138,11 @@ class SummaryGate:
     backlogs: dict[str, SummaryBacklog] = field(default_factory=dict)
 
     def due(
-        self, session: Session, filter_key: str, *, context_window: int | None = None,
+        self,
+        session: Session,
+        filter_key: str,
+        *,
+        context_window: int | None = None,
         summaries: Mapping[str, Summary] | None = None,
     ) -> bool:
         """Whether a job for `filter_key` may do something. `summaries`: the session's
@@ -163,14 +167,19 @@ class SummaryGate:
             return True
         previous = summaries.get(backlog.filter_key)
         delta = tuple(
-            e for e in session.events
-            if (e.seq or 0) > backlog.boundary_seq and not e.partial and filter_matches(e.filter_key, backlog.filter_key)
+            e
+            for e in session.events
+            if (e.seq or 0) > backlog.boundary_seq
+            and not e.partial
+            and filter_matches(e.filter_key, backlog.filter_key)
         )
         if not any(conversation_lines(e) for e in delta):
             return False
         conversation = render_conversation(previous.text if previous is not None else "", delta)
         check = TriggerInput(
-            events=delta, previous=previous, conversation_tokens=self.tokenizer.count_text(conversation),
+            events=delta,
+            previous=previous,
+            conversation_tokens=self.tokenizer.count_text(conversation),
             context_window=window,
         )
         return bool(self.checker(check))
@@ -183,7 +192,10 @@ class SummaryGate:
         known = self.backlogs.get(filter_key)
         if known is None or known.boundary_seq != boundary or known.has_previous != (previous is not None):
             known = SummaryBacklog.rebuild(
-                filter_key=filter_key, previous=previous, events=session.events, last_seq=session.last_seq,
+                filter_key=filter_key,
+                previous=previous,
+                events=session.events,
+                last_seq=session.last_seq,
                 tokenizer=self.tokenizer,
             )
             self.backlogs[filter_key] = known
@@ -249,7 +261,10 @@ def summary_gate(scheduler: SummaryScheduler) -> SummaryGate | None:
 def engine_gate(engine: SummaryEngine) -> SummaryGate:
     """The gate of the jobs `engine` runs: its checker, window, tokenizer and cascade."""
     return SummaryGate(
-        checker=engine.checker, context_window=engine.context_window, tokenizer=engine.tokenizer, cascade=engine.cascade,
+        checker=engine.checker,
+        context_window=engine.context_window,
+        tokenizer=engine.tokenizer,
+        cascade=engine.cascade,
         allowlist=engine.allowlist,
     )
 

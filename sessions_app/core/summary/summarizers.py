@@ -200,7 +200,7 @@ def shorten_middle(text: str, max_tokens: int, count_text: Callable[[str], int],
     low, high, best = 0, len(text), ""
     while low <= high:
         keep = (low + high) // 2
-        head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2:] if keep // 2 else ""
+        head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :] if keep // 2 else ""
         candidate = f"{head}\n{marker}\n{tail}" if keep else marker
         if count_text(candidate) <= max_tokens:
             best, low = candidate, keep + 1
@@ -366,9 +366,7 @@ class LLMSummarizer:
             return None
         return SummaryResult(text=text, last_included=last) if text else None
 
-    def fork_request(
-        self, request: SummaryRequest, budget: int
-    ) -> tuple[list[Message], tuple[Any, ...], Event] | None:
+    def fork_request(self, request: SummaryRequest, budget: int) -> tuple[list[Message], tuple[Any, ...], Event] | None:
         """SPEC 3.6: the parent request plus the fork prompt, when it may and does fit.
 
         The parent must have been built on the summary being rolled forward (so the
@@ -411,10 +409,15 @@ class LLMSummarizer:
                     ),
                 )
             elif message.tool_calls:
-                note = dataclasses.replace(message, tool_calls=tuple(
-                    dataclasses.replace(call, arguments='{"_summary_note": "arguments left out to fit the summary request"}')
-                    for call in message.tool_calls
-                ))
+                note = dataclasses.replace(
+                    message,
+                    tool_calls=tuple(
+                        dataclasses.replace(
+                            call, arguments='{"_summary_note": "arguments left out to fit the summary request"}'
+                        )
+                        for call in message.tool_calls
+                    ),
+                )
             else:
                 continue
             saving = self.tokenizer.count_message(message) - self.tokenizer.count_message(note)

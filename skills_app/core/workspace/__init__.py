@@ -60,4 +60,26 @@ from skills_app.core.workspace.results import (
 from skills_app.core.workspace.workspaces import Workspace, WorkspaceExecutor, run_confined
 from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
-__all__ = ['KIB', 'LAYOUT', 'MIB', 'SANDBOX_ROOT', 'SHELL_WRAPPERS', 'TRUNCATION_MARKER', 'CommandPolicy', 'CommandResult', 'Isolation', 'IsolationUnavailableError', 'OutputFile', 'SandboxLimits', 'Workspace', 'WorkspaceConfig', 'WorkspaceError', 'WorkspaceExecutor', 'logger', 'prepare_root', 'probe_isolation', 'run_confined', 'sandbox_argv']
+__all__ = [
+    "KIB",
+    "LAYOUT",
+    "MIB",
+    "SANDBOX_ROOT",
+    "SHELL_WRAPPERS",
+    "TRUNCATION_MARKER",
+    "CommandPolicy",
+    "CommandResult",
+    "Isolation",
+    "IsolationUnavailableError",
+    "OutputFile",
+    "SandboxLimits",
+    "Workspace",
+    "WorkspaceConfig",
+    "WorkspaceError",
+    "WorkspaceExecutor",
+    "logger",
+    "prepare_root",
+    "probe_isolation",
+    "run_confined",
+    "sandbox_argv",
+]

@@ -18,7 +18,9 @@ from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 # -- isolation probe -------------------------------------------------------------------------
 
 
-def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Mapping[str, str], argv: Sequence[str]) -> list[str]:
+def sandbox_argv(
+    config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Mapping[str, str], argv: Sequence[str]
+) -> list[str]:
     """The full command line that runs `argv` confined in `workspace` (see the module doc)."""
     limits = config.limits
     line = [
@@ -30,7 +32,11 @@ def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Map
         "--core=0",
         "--",
         config.bwrap,
-        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
         "--die-with-parent",
     ]
     for path in config.ro_binds:
@@ -39,8 +45,15 @@ def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Map
         if os.path.exists(f"/{target}"):
             line += ["--symlink", target, link]
     line += [
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-        "--bind", str(workspace), SANDBOX_ROOT,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        str(workspace),
+        SANDBOX_ROOT,
     ]
     # bwrap follows a symlinked source: bind `skills` only when it is a real folder (inside
     # every sandbox it is a mount point, so a command cannot swap it afterwards).
@@ -54,7 +67,11 @@ def sandbox_argv(config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Map
         line += ["--setenv", key, value]
     line += [
         "--",
-        config.setpriv, f"--reuid={config.uid}", f"--regid={config.gid}", "--clear-groups", "--no-new-privs",
+        config.setpriv,
+        f"--reuid={config.uid}",
+        f"--regid={config.gid}",
+        "--clear-groups",
+        "--no-new-privs",
         "--",
         *argv,
     ]
@@ -72,7 +89,8 @@ def _probe(config: WorkspaceConfig) -> Isolation:
     mechanism = "bwrap+setpriv+prlimit"
     if not os.access(config.bwrap, os.X_OK):
         return Isolation(
-            available=False, mechanism=mechanism,
+            available=False,
+            mechanism=mechanism,
             reason=f"bubblewrap is not installed ({config.bwrap} not found; on Debian or Ubuntu: apt install bubblewrap)",
         )
     for tool in (config.prlimit, config.setpriv, config.python):
@@ -80,7 +98,8 @@ def _probe(config: WorkspaceConfig) -> Isolation:
             return Isolation(available=False, mechanism=mechanism, reason=f"{tool} is not installed")
     if os.geteuid() != 0:
         return Isolation(
-            available=False, mechanism=mechanism,
+            available=False,
+            mechanism=mechanism,
             reason=f"the sandbox starts as root to drop to uid {config.uid}; this process runs as uid {os.geteuid()}",
         )
     try:
@@ -93,7 +112,11 @@ def _probe(config: WorkspaceConfig) -> Isolation:
         workspace.mkdir(parents=True, exist_ok=True)
         os.chown(workspace, config.uid, config.gid)
         argv = sandbox_argv(
-            config, workspace, cwd=SANDBOX_ROOT, env={"PATH": "/usr/bin:/bin"}, argv=[config.python, "-c", _PROBE_SCRIPT]
+            config,
+            workspace,
+            cwd=SANDBOX_ROOT,
+            env={"PATH": "/usr/bin:/bin"},
+            argv=[config.python, "-c", _PROBE_SCRIPT],
         )
         done = subprocess.run(argv, capture_output=True, timeout=20, env={}, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -106,10 +129,14 @@ def _probe(config: WorkspaceConfig) -> Isolation:
     words = done.stdout.decode(errors="replace").split()
     expected = [str(config.uid), str(config.gid)]
     if words[:2] != expected:
-        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox runs as uid/gid {words[:2]!r}, not {expected!r}")
+        return Isolation(
+            available=False, mechanism=mechanism, reason=f"the sandbox runs as uid/gid {words[:2]!r}, not {expected!r}"
+        )
     interfaces = words[2].split(",") if len(words) > 2 else []
     if [i for i in interfaces if i and i != "lo"]:
-        return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox still sees network interfaces {interfaces!r}")
+        return Isolation(
+            available=False, mechanism=mechanism, reason=f"the sandbox still sees network interfaces {interfaces!r}"
+        )
     return Isolation(available=True, mechanism=mechanism)
 
 
@@ -124,7 +151,8 @@ def _cached_probe(config: WorkspaceConfig) -> Isolation:
         logger.info("workspace sandbox ready (%s, uid %s, no network)", isolation.mechanism, config.uid)
     else:
         logger.warning(
-            "workspace sandbox UNAVAILABLE: %s. Code execution (skill_run, workspace_exec) is refused.", isolation.reason
+            "workspace sandbox UNAVAILABLE: %s. Code execution (skill_run, workspace_exec) is refused.",
+            isolation.reason,
         )
     return isolation
 

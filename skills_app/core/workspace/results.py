@@ -26,11 +26,38 @@ _RESERVED_ENV = ("LD_", "BASH_FUNC_")
 _WORKSPACE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 # Programs that run other programs or shells: a command policy can never allow them.
-SHELL_WRAPPERS = frozenset({
-    "sh", "bash", "dash", "zsh", "ksh", "fish", "eval", "exec", "xargs", "env", "sudo", "su", "doas",
-    "nohup", "setsid", "timeout", "nice", "chroot", "unshare", "nsenter", "busybox", "command", "builtin",
-    "source", ".", "setpriv", "runuser", "script",
-})
+SHELL_WRAPPERS = frozenset(
+    {
+        "sh",
+        "bash",
+        "dash",
+        "zsh",
+        "ksh",
+        "fish",
+        "eval",
+        "exec",
+        "xargs",
+        "env",
+        "sudo",
+        "su",
+        "doas",
+        "nohup",
+        "setsid",
+        "timeout",
+        "nice",
+        "chroot",
+        "unshare",
+        "nsenter",
+        "busybox",
+        "command",
+        "builtin",
+        "source",
+        ".",
+        "setpriv",
+        "runuser",
+        "script",
+    }
+)
 _FORBIDDEN_IN_POLICY = re.compile(r"[`$<>(){}\\\n]")
 _OPERATORS = frozenset({"|", "&&", "||", ";"})
 
@@ -109,8 +136,12 @@ class CommandResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "exit_code": self.exit_code, "stdout": self.stdout, "stderr": self.stderr,
-            "timed_out": self.timed_out, "duration_ms": self.duration_ms, "warnings": list(self.warnings),
+            "exit_code": self.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "timed_out": self.timed_out,
+            "duration_ms": self.duration_ms,
+            "warnings": list(self.warnings),
         }
 
 

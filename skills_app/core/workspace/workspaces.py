@@ -74,8 +74,11 @@ class Workspace:
         elif tmpfs:
             try:
                 fs.mount_tmpfs(
-                    self.files, max_bytes=self.config.max_bytes, max_inodes=self.config.max_files + len(LAYOUT) + 1,
-                    uid=self.config.uid, gid=self.config.gid,
+                    self.files,
+                    max_bytes=self.config.max_bytes,
+                    max_inodes=self.config.max_files + len(LAYOUT) + 1,
+                    uid=self.config.uid,
+                    gid=self.config.gid,
                 )
                 self.quota = "tmpfs"
             except OSError as exc:
@@ -86,7 +89,9 @@ class Workspace:
             with contextlib.suppress(PermissionError):
                 os.fchown(root, *self._owner)
             for sub in LAYOUT:
-                os.close(fs.open_dir(root, (sub,), relative=sub, create=True, owner=None if sub == "skills" else self._owner))
+                os.close(
+                    fs.open_dir(root, (sub,), relative=sub, create=True, owner=None if sub == "skills" else self._owner)
+                )
         finally:
             os.close(root)
 
@@ -164,8 +169,14 @@ class Workspace:
         return "/".join((SANDBOX_ROOT, *parts))
 
     def read_files(
-        self, folder: str, *, max_files: int, max_file_bytes: int, warnings: list[str],
-        accept: Callable[[str], bool] = lambda _path: True, cut: bool = False,
+        self,
+        folder: str,
+        *,
+        max_files: int,
+        max_file_bytes: int,
+        warnings: list[str],
+        accept: Callable[[str], bool] = lambda _path: True,
+        cut: bool = False,
     ) -> list[OutputFile]:
         """The regular files under `folder` that `accept` takes (paths relative to it, in
         walk order), read without following anything; what was left out is explained in
@@ -197,7 +208,9 @@ class Workspace:
                             f"more than {max_files} output files: {prefix}{entry.path} and later ones not collected"
                         )
                         break
-                    found.append(OutputFile(path=entry.path, data=fs.read_fd(entry.fd, max_file_bytes), size=entry.size))
+                    found.append(
+                        OutputFile(path=entry.path, data=fs.read_fd(entry.fd, max_file_bytes), size=entry.size)
+                    )
         finally:
             os.close(top)
         return found
@@ -209,8 +222,10 @@ class Workspace:
         past the count limit."""
         warnings: list[str] = []
         found = self.read_files(
-            "out", max_files=self.config.max_artifacts if max_files is None else max_files,
-            max_file_bytes=self.config.max_output_file_bytes, warnings=warnings,
+            "out",
+            max_files=self.config.max_artifacts if max_files is None else max_files,
+            max_file_bytes=self.config.max_output_file_bytes,
+            warnings=warnings,
         )
         return found, warnings
 
@@ -255,7 +270,9 @@ class Workspace:
         if reason is None:
             return []
         self.clear()
-        return [f"{reason}: its work/, out/ and runs/ folders were emptied, nothing is exported, and the command counts as failed"]
+        return [
+            f"{reason}: its work/, out/ and runs/ folders were emptied, nothing is exported, and the command counts as failed"
+        ]
 
     def clear(self) -> None:
         """Empty the folders the sandbox writes."""
@@ -299,7 +316,9 @@ class WorkspaceExecutor:
 
     def __init__(self, config: WorkspaceConfig) -> None:
         self.config = config
-        self.policy = CommandPolicy(allowed=frozenset(config.allowed_commands), denied=frozenset(config.denied_commands))
+        self.policy = CommandPolicy(
+            allowed=frozenset(config.allowed_commands), denied=frozenset(config.denied_commands)
+        )
         self._workspaces: dict[str, Workspace] = {}
         self._busy: dict[str, int] = {}
         self._swept_at = 0.0
@@ -415,7 +434,10 @@ class WorkspaceExecutor:
             self._busy[workspace.id] = self._busy.get(workspace.id, 0) + 1
         try:
             result = await run_confined(
-                argv, stdin=stdin, timeout_s=timeout, output_limit=limits.output_limit_bytes,
+                argv,
+                stdin=stdin,
+                timeout_s=timeout,
+                output_limit=limits.output_limit_bytes,
                 # A tmpfs refuses writes past the quota; a checked quota is watched while the command runs.
                 watchdog=None if workspace.quota == "tmpfs" else workspace.over_quota,
             )
@@ -490,7 +512,11 @@ async def _watch(process: asyncio.subprocess.Process, watchdog: Callable[[], str
 
 
 async def run_confined(
-    argv: Sequence[str], *, stdin: str | None, timeout_s: float, output_limit: int,
+    argv: Sequence[str],
+    *,
+    stdin: str | None,
+    timeout_s: float,
+    output_limit: int,
     watchdog: Callable[[], str | None] | None = None,
 ) -> CommandResult:
     """Start `argv` in a new session, feed stdin, read both streams capped, and kill the
@@ -506,7 +532,8 @@ async def run_confined(
         start_new_session=True,
     )
     readers = asyncio.gather(
-        _read_capped(process.stdout, output_limit), _read_capped(process.stderr, output_limit),
+        _read_capped(process.stdout, output_limit),
+        _read_capped(process.stderr, output_limit),
         _feed(process, (stdin or "").encode("utf-8")),
     )
     timed_out = False
@@ -548,12 +575,20 @@ async def run_confined(
     elif timed_out:
         warnings.append(f"timed out after {timeout_s:g} s: the command and all its processes were killed")
     elif exit_code is not None and exit_code < 0:
-        warnings.append(f"killed by signal {signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else -exit_code}")
+        warnings.append(
+            f"killed by signal {signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else -exit_code}"
+        )
     elif exit_code in (128 + signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGXFSZ):
         warnings.append(f"the command was stopped by a resource limit (exit status {exit_code})")
     return CommandResult(
         exit_code=None if timed_out else exit_code,
-        stdout=stdout, stderr=stderr, stdout_bytes=out_total, stderr_bytes=err_total,
-        stdout_truncated=out_cut, stderr_truncated=err_cut, timed_out=timed_out, duration_ms=duration_ms,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_bytes=out_total,
+        stderr_bytes=err_total,
+        stdout_truncated=out_cut,
+        stderr_truncated=err_cut,
+        timed_out=timed_out,
+        duration_ms=duration_ms,
         warnings=tuple(warnings),
     )

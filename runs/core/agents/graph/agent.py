@@ -125,11 +125,15 @@ class GraphAgent:
                 async for event in stream:
                     yield self._routed(invocation, event)
         except GraphRunError as exc:
-            yield invocation.stamp(Event(
-                author=self.name, object=OBJECT_ERROR, done=True,
-                error=EventError(type=exc.code, message=str(exc)),
-                extensions={"graph": {"graph": self.graph.name, "node": exc.node}} if exc.node else {},
-            ))
+            yield invocation.stamp(
+                Event(
+                    author=self.name,
+                    object=OBJECT_ERROR,
+                    done=True,
+                    error=EventError(type=exc.code, message=str(exc)),
+                    extensions={"graph": {"graph": self.graph.name, "node": exc.node}} if exc.node else {},
+                )
+            )
 
     def _routed(self, invocation: Invocation, event: Event) -> Event:
         """`event`, recording a route back to this graph when it is the graph's own pause
@@ -140,8 +144,11 @@ class GraphAgent:
         if info is None or not info.checkpoint_id:
             return event  # no checkpoint to resume: the reply could not answer it
         route = Route(
-            path=invocation.branch, kind="graph_interrupt", run_id=invocation.run_id,
-            question=event.text, checkpoint_id=info.checkpoint_id,
+            path=invocation.branch,
+            kind="graph_interrupt",
+            run_id=invocation.run_id,
+            question=event.text,
+            checkpoint_id=info.checkpoint_id,
         )
         return event.replace(state_delta={**event.state_delta, **route_delta(route)})
 
@@ -150,11 +157,14 @@ class GraphAgent:
         cannot be trusted or is spent: session state is the client's to write too, so the
         checkpoint must be one this graph's own question in this session's ledger names,
         and still waiting."""
+
         def asks(e: Event) -> bool:
             info = graph_info(e)
             return (
-                e.object == OBJECT_INTERRUPT and e.branch == invocation.branch
-                and info is not None and info.checkpoint_id == checkpoint_id
+                e.object == OBJECT_INTERRUPT
+                and e.branch == invocation.branch
+                and info is not None
+                and info.checkpoint_id == checkpoint_id
             )
 
         asked = any(asks(e) for e in invocation.session.events)
@@ -163,23 +173,32 @@ class GraphAgent:
             # the newest events of the ledger, as the pause ended the turn before this one.
             session = invocation.session
             tail = await invocation.session_service.list_events(
-                session.key, after_seq=max(0, session.last_seq - ROUTE_LOOKBACK_EVENTS), limit=ROUTE_LOOKBACK_EVENTS,
+                session.key,
+                after_seq=max(0, session.last_seq - ROUTE_LOOKBACK_EVENTS),
+                limit=ROUTE_LOOKBACK_EVENTS,
             )
             asked = any(asks(e) for e in tail)
         checkpoint = await self.checkpoints.get(checkpoint_id) if asked and self.checkpoints is not None else None
         if checkpoint is None or not checkpoint.waiting or checkpoint.graph != self.graph.name:
-            logger.warning("graph %r: route to checkpoint %r is not a waiting question of this session; starting afresh",
-                           self.name, checkpoint_id)
+            logger.warning(
+                "graph %r: route to checkpoint %r is not a waiting question of this session; starting afresh",
+                self.name,
+                checkpoint_id,
+            )
             return None
         return {"checkpoint_id": checkpoint_id, "value": invocation.message.content}
 
     async def _claimed_checkpoint(self, invocation: Invocation, resume: Mapping[str, Any]) -> Checkpoint:
         if self.checkpoints is None:
-            raise GraphRunError(f"graph agent {self.name!r} keeps no checkpoints; it cannot resume", code="graph_resume_failed")
+            raise GraphRunError(
+                f"graph agent {self.name!r} keeps no checkpoints; it cannot resume", code="graph_resume_failed"
+            )
         checkpoint_id = str(resume.get("checkpoint_id") or "")
         checkpoint = await self.checkpoints.get(checkpoint_id)
         if checkpoint is None or checkpoint.graph != self.graph.name:
-            raise GraphRunError(f"no checkpoint {checkpoint_id!r} of graph {self.graph.name!r}", code="graph_resume_failed")
+            raise GraphRunError(
+                f"no checkpoint {checkpoint_id!r} of graph {self.graph.name!r}", code="graph_resume_failed"
+            )
         if checkpoint.resumed_by != invocation.request_id and not await self.checkpoints.claim(
             checkpoint.id, by=invocation.request_id
         ):
@@ -259,7 +278,9 @@ async def resume_graph_run(
             session_id=record.session_id,
             agent=agent.name,
             request_id=request_id,
-            options=RunOptions(metadata={RESUME_OPTION: {"checkpoint_id": checkpoint.id, "value": value, "run_id": run_id}}),
+            options=RunOptions(
+                metadata={RESUME_OPTION: {"checkpoint_id": checkpoint.id, "value": value, "run_id": run_id}}
+            ),
             stream=stream,
             listeners=listeners,
         )

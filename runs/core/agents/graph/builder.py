@@ -98,7 +98,8 @@ class CompiledGraph:
             if label not in branch.targets:
                 raise GraphRunError(
                     f"node {node!r} routed to {label!r}, which is not among its declared targets {sorted(branch.targets)!r}",
-                    code="graph_undeclared_target", node=node,
+                    code="graph_undeclared_target",
+                    node=node,
                 )
             target = branch.targets[label]
             if target != END:
@@ -139,22 +140,38 @@ class StateGraph:
         return self._add(name, "function", as_node_run(fn), description)
 
     def add_model_node(
-        self, name: str, model: Model, *, instruction: str = "", messages_key: str = "messages",
-        output_key: str | None = "last_response", description: str = "",
+        self,
+        name: str,
+        model: Model,
+        *,
+        instruction: str = "",
+        messages_key: str = "messages",
+        output_key: str | None = "last_response",
+        description: str = "",
     ) -> StateGraph:
         """A model call on the state's messages (see `nodes.model_node`)."""
         run = model_node(model, instruction=instruction, messages_key=messages_key, output_key=output_key)
         return self._add(name, "model", run, description)
 
     def add_tool_node(
-        self, name: str, tool: Tool, *, output_key: str,
-        args: Callable[[Mapping[str, Any]], Mapping[str, Any]] | Mapping[str, Any] | None = None, description: str = "",
+        self,
+        name: str,
+        tool: Tool,
+        *,
+        output_key: str,
+        args: Callable[[Mapping[str, Any]], Mapping[str, Any]] | Mapping[str, Any] | None = None,
+        description: str = "",
     ) -> StateGraph:
         """A tool call with arguments from the state (see `nodes.tool_node`)."""
         return self._add(name, "tool", tool_node(tool, args=args, output_key=output_key), description)
 
     def add_agent_node(
-        self, name: str, agent: Agent, *, output_key: str | None = None, messages_key: str | None = None,
+        self,
+        name: str,
+        agent: Agent,
+        *,
+        output_key: str | None = None,
+        messages_key: str | None = None,
         description: str = "",
     ) -> StateGraph:
         """A sub-agent (an LLMAgent, a composite, another graph) run as one node."""
@@ -179,7 +196,10 @@ class StateGraph:
         return self
 
     def add_conditional_edges(
-        self, source: str, router: Router, targets: Mapping[str, str] | Sequence[str],
+        self,
+        source: str,
+        router: Router,
+        targets: Mapping[str, str] | Sequence[str],
     ) -> StateGraph:
         """After `source`, go where `router(state)` says: a label or a list of labels (fan
         out), each a key of `targets` (or, given a list, a node name among them)."""

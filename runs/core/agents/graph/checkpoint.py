@@ -37,7 +37,9 @@ class PendingInterrupt:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PendingInterrupt:
-        return cls(id=str(data["id"]), node=str(data["node"]), payload=data.get("payload"), index=int(data.get("index", 0)))
+        return cls(
+            id=str(data["id"]), node=str(data["node"]), payload=data.get("payload"), index=int(data.get("index", 0))
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,8 +118,7 @@ class CheckpointStore(Protocol):
         """Store a new checkpoint; returns it with its id."""
         ...
 
-    async def get(self, checkpoint_id: str) -> Checkpoint | None:
-        ...
+    async def get(self, checkpoint_id: str) -> Checkpoint | None: ...
 
     async def latest(self, run_id: str) -> Checkpoint | None:
         """The newest checkpoint a run wrote, or None."""

@@ -70,12 +70,16 @@ def _check_update(graph: CompiledGraph, node: str, update: Any) -> Mapping[str, 
     if update is None:
         return {}
     if not isinstance(update, Mapping):
-        raise GraphRunError(f"node {node!r} returned {type(update).__name__}; a node returns a mapping of state fields or None", node=node)
+        raise GraphRunError(
+            f"node {node!r} returned {type(update).__name__}; a node returns a mapping of state fields or None",
+            node=node,
+        )
     for key, value in update.items():
         if key not in graph.schema.fields:
             raise GraphRunError(
                 f"node {node!r} wrote {key!r}, which is not a field of the state; fields: {sorted(graph.schema.fields)!r}",
-                code="graph_unknown_field", node=node,
+                code="graph_unknown_field",
+                node=node,
             )
         try:
             json.dumps(value)
@@ -99,7 +103,9 @@ class Executor:
         extensions: dict[str, Any] = {GRAPH_EXTENSION: info.to_dict()}
         if no_model_call:
             extensions[NO_MODEL_CALL] = True
-        return self.invocation.stamp(Event(author=self.invocation.agent_name, object=object_, extensions=extensions, **fields))
+        return self.invocation.stamp(
+            Event(author=self.invocation.agent_name, object=object_, extensions=extensions, **fields)
+        )
 
     def _info(self, step: int, **fields: Any) -> GraphEventInfo:
         return GraphEventInfo(graph=self.graph.name, step=step, **fields)
@@ -114,8 +120,14 @@ class Executor:
 
     def _checkpoint(self, position: _Position, **fields: Any) -> Checkpoint:
         return Checkpoint(
-            run_id=self.invocation.run_id, graph=self.graph.name, step=position.step, state=position.state,
-            next_nodes=position.tasks, barriers=dict(position.barriers), parent_id=position.parent_id, **fields,
+            run_id=self.invocation.run_id,
+            graph=self.graph.name,
+            step=position.step,
+            state=position.state,
+            next_nodes=position.tasks,
+            barriers=dict(position.barriers),
+            parent_id=position.parent_id,
+            **fields,
         )
 
     # -- the loop ------------------------------------------------------------------------
@@ -130,7 +142,9 @@ class Executor:
             async for event in events:
                 yield event
 
-    async def resume(self, checkpoint: Checkpoint, *, value: Any = None, has_value: bool = True) -> AsyncGenerator[Event, None]:
+    async def resume(
+        self, checkpoint: Checkpoint, *, value: Any = None, has_value: bool = True
+    ) -> AsyncGenerator[Event, None]:
         """Continue from `checkpoint`; a pending interrupt gets `value` as its answer."""
         resume_values = {k: tuple(v) for k, v in checkpoint.resume_values.items()}
         pending = checkpoint.interrupt
@@ -138,9 +152,13 @@ class Executor:
             answers = list(resume_values.get(pending.node, ()))[: pending.index]
             resume_values[pending.node] = (*answers, value)
         position = _Position(
-            step=checkpoint.step, state=dict(checkpoint.state), tasks=tuple(checkpoint.next_nodes),
+            step=checkpoint.step,
+            state=dict(checkpoint.state),
+            tasks=tuple(checkpoint.next_nodes),
             barriers={k: tuple(v) for k, v in checkpoint.barriers.items()},
-            writes=dict(checkpoint.writes), resume_values=resume_values, parent_id=checkpoint.id or None,
+            writes=dict(checkpoint.writes),
+            resume_values=resume_values,
+            parent_id=checkpoint.id or None,
         )
         async with contextlib.aclosing(self._loop(position)) as events:
             async for event in events:
@@ -173,12 +191,14 @@ class Executor:
             if delta:
                 yield self._event(OBJECT_STATE_UPDATE, self._info(position.step, state_delta=delta))
             tasks, barriers = await self._plan(position, state)
-            position = _Position(step=position.step + 1, state=state, tasks=tasks, barriers=barriers, parent_id=position.parent_id)
+            position = _Position(
+                step=position.step + 1, state=state, tasks=tasks, barriers=barriers, parent_id=position.parent_id
+            )
             saved = await self._save(self._checkpoint(position))
             position.parent_id = saved.id or None
-        yield self._event(OBJECT_EXECUTION, self._info(
-            position.step, status="completed", checkpoint_id=position.parent_id
-        ), done=True)
+        yield self._event(
+            OBJECT_EXECUTION, self._info(position.step, status="completed", checkpoint_id=position.parent_id), done=True
+        )
 
     async def _superstep(self, position: _Position) -> AsyncGenerator[Event | GraphInterrupt, None]:
         """Run the step's tasks at once; yield their events, then the first interrupt."""
@@ -191,7 +211,10 @@ class Executor:
             spec = graph.nodes[node]
             yield self._event(OBJECT_NODE_START, self._info(position.step, node=node, kind=spec.kind))
             ctx = NodeContext(
-                node=node, step=position.step, invocation=self.invocation, emit_event=mux.emit,
+                node=node,
+                step=position.step,
+                invocation=self.invocation,
+                emit_event=mux.emit,
                 resume_values=position.resume_values.get(node, ()),
             )
             # Each task gets its own deep copy: a node mutating its state changes nothing.
@@ -210,7 +233,8 @@ class Executor:
                 if item.error is not None:
                     raise GraphRunError(
                         f"node {node!r} failed: {type(item.error).__name__}: {item.error}",
-                        code="graph_node_error", node=node,
+                        code="graph_node_error",
+                        node=node,
                     ) from item.error
                 position.writes[node] = _check_update(graph, node, item.value)
                 yield self._event(OBJECT_NODE_COMPLETE, self._info(position.step, node=node, kind=spec.kind))
@@ -222,25 +246,42 @@ class Executor:
         try:
             json.dumps(signal.payload)
         except (TypeError, ValueError) as exc:
-            raise GraphRunError(f"node {signal.node!r} asked with a payload that is not JSON: {exc}", node=signal.node) from None
+            raise GraphRunError(
+                f"node {signal.node!r} asked with a payload that is not JSON: {exc}", node=signal.node
+            ) from None
         pending = PendingInterrupt(id=new_id(), node=signal.node, payload=signal.payload, index=signal.index)
-        checkpoint = await self._save(self._checkpoint(
-            position, writes=dict(position.writes), resume_values=dict(position.resume_values), interrupt=pending,
-        ))
+        checkpoint = await self._save(
+            self._checkpoint(
+                position,
+                writes=dict(position.writes),
+                resume_values=dict(position.resume_values),
+                interrupt=pending,
+            )
+        )
         info = self._info(
-            position.step, node=signal.node, kind=self.graph.nodes[signal.node].kind,
-            interrupt=pending.to_dict(), checkpoint_id=checkpoint.id or None,
+            position.step,
+            node=signal.node,
+            kind=self.graph.nodes[signal.node].kind,
+            interrupt=pending.to_dict(),
+            checkpoint_id=checkpoint.id or None,
         )
         # Saved first, announced second: whoever sees the question can answer it.
         yield self._event(
-            OBJECT_INTERRUPT, info, message=Message(role="assistant", content=interrupt_text(signal.payload)), done=True,
+            OBJECT_INTERRUPT,
+            info,
+            message=Message(role="assistant", content=interrupt_text(signal.payload)),
+            done=True,
             no_model_call=True,
         )
-        yield self._event(OBJECT_EXECUTION, self._info(
-            position.step, status="interrupted", checkpoint_id=checkpoint.id or None
-        ), done=True)
+        yield self._event(
+            OBJECT_EXECUTION,
+            self._info(position.step, status="interrupted", checkpoint_id=checkpoint.id or None),
+            done=True,
+        )
 
-    async def _plan(self, position: _Position, state: Mapping[str, Any]) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    async def _plan(
+        self, position: _Position, state: Mapping[str, Any]
+    ) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
         """The next superstep's tasks: edges, filled joins and routers of the finished nodes."""
         graph = self.graph
         nxt: set[str] = set()

@@ -56,15 +56,21 @@ class NodeContext:
 
     async def emit(self, event: Event) -> None:
         """Hand an event to the run (stamped with the invocation and this node's name)."""
-        extensions = event.extensions if NODE_EXTENSION in event.extensions else {**event.extensions, NODE_EXTENSION: self.node}
+        extensions = (
+            event.extensions if NODE_EXTENSION in event.extensions else {**event.extensions, NODE_EXTENSION: self.node}
+        )
         await self.emit_event(self.invocation.stamp(event.replace(extensions=extensions)))
 
     async def say(self, text: str) -> Event:
         """Emit a complete assistant message authored by the graph (shown and persisted)."""
         message_id = new_id()
         event = Event(
-            id=message_id, author=self.invocation.agent_name, object=OBJECT_COMPLETION,
-            message=Message(role="assistant", content=text), done=True, finish_reason="stop",
+            id=message_id,
+            author=self.invocation.agent_name,
+            object=OBJECT_COMPLETION,
+            message=Message(role="assistant", content=text),
+            done=True,
+            finish_reason="stop",
             extensions={"message_id": message_id, NO_MODEL_CALL: True},
         )
         await self.emit(event)
@@ -101,7 +107,8 @@ def as_node_run(fn: NodeFn) -> NodeRun:
         raise TypeError(f"a node must be callable, got {fn!r}")
     try:
         params = [
-            p for p in inspect.signature(fn).parameters.values()
+            p
+            for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
         takes_ctx = len(params) >= 2 or any(
@@ -148,23 +155,39 @@ def model_node(
             async for response in model.generate(request):
                 if response.partial:
                     if response.delta:
-                        await ctx.emit(Event(
-                            author=author, object=OBJECT_CHUNK, partial=True,
-                            message=Message(role="assistant", content=response.delta),
-                            extensions={"message_id": message_id},
-                        ))
+                        await ctx.emit(
+                            Event(
+                                author=author,
+                                object=OBJECT_CHUNK,
+                                partial=True,
+                                message=Message(role="assistant", content=response.delta),
+                                extensions={"message_id": message_id},
+                            )
+                        )
                 else:
                     final = response
         except ModelError as exc:
-            raise GraphRunError(f"node {ctx.node!r}: the model failed: {exc}", code="model_error", node=ctx.node) from exc
+            raise GraphRunError(
+                f"node {ctx.node!r}: the model failed: {exc}", code="model_error", node=ctx.node
+            ) from exc
         if final is None or final.message is None:
-            raise GraphRunError(f"node {ctx.node!r}: the model ended its stream without a final response", node=ctx.node)
+            raise GraphRunError(
+                f"node {ctx.node!r}: the model ended its stream without a final response", node=ctx.node
+            )
         message = Message(role="assistant", content=final.message.content)
-        await ctx.emit(Event(
-            id=message_id, author=author, object=OBJECT_COMPLETION, message=message, done=True,
-            finish_reason=final.finish_reason or "stop", usage=final.usage, model=final.model,
-            extensions={"message_id": message_id},
-        ))
+        await ctx.emit(
+            Event(
+                id=message_id,
+                author=author,
+                object=OBJECT_COMPLETION,
+                message=message,
+                done=True,
+                finish_reason=final.finish_reason or "stop",
+                usage=final.usage,
+                model=final.model,
+                extensions={"message_id": message_id},
+            )
+        )
         update: dict[str, Any] = {messages_key: [message.to_dict()]}
         if output_key:
             update[output_key] = message.content
@@ -194,11 +217,16 @@ def tool_node(
         arguments = dict(args(state) if callable(args) else (args or {}))
         call = ToolCall(id=f"call_{new_id()[:12]}", name=tool.name, arguments=json.dumps(arguments, ensure_ascii=False))
         message_id = new_id()
-        await ctx.emit(Event(
-            id=message_id, author=ctx.invocation.agent_name, object=OBJECT_COMPLETION,
-            message=Message(role="assistant", tool_calls=(call,)), finish_reason="tool_calls",
-            extensions={"message_id": message_id, NO_MODEL_CALL: True},
-        ))
+        await ctx.emit(
+            Event(
+                id=message_id,
+                author=ctx.invocation.agent_name,
+                object=OBJECT_COMPLETION,
+                message=Message(role="assistant", tool_calls=(call,)),
+                finish_reason="tool_calls",
+                extensions={"message_id": message_id, NO_MODEL_CALL: True},
+            )
+        )
         results, _ = await execute_tool_calls(ctx.invocation, [call], {tool.name: tool}, parallel=False)
         result = results[0]
         await ctx.emit(result)
@@ -219,6 +247,7 @@ def agent_node(agent: Agent, *, output_key: str | None = None, messages_key: str
     its events go out as they come and its final answer is written to `output_key` (and
     appended to `messages_key` as an assistant message). An error of the sub-agent fails
     the node."""
+
     async def run(state: Mapping[str, Any], ctx: NodeContext) -> Update:
         child = child_invocation(ctx.invocation, agent)
         answer = ""
@@ -229,7 +258,8 @@ def agent_node(agent: Agent, *, output_key: str | None = None, messages_key: str
                     error = event.error
                     raise GraphRunError(
                         f"node {ctx.node!r}: agent {agent.name!r} failed: {error.message if error else event.text}",
-                        code=error.type if error else "graph_node_error", node=ctx.node,
+                        code=error.type if error else "graph_node_error",
+                        node=ctx.node,
                     )
                 await ctx.emit(event)
                 if event.is_final_response and event.text:

@@ -109,7 +109,9 @@ class StateSchema:
         if key not in self.fields:
             raise KeyError(f"{who} writes {key!r}, which is not a field of the state; fields: {sorted(self.fields)!r}")
 
-    def apply(self, state: Mapping[str, Any], updates: list[tuple[str, Mapping[str, Any]]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def apply(
+        self, state: Mapping[str, Any], updates: list[tuple[str, Mapping[str, Any]]]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Fold `(writer, update)` pairs into `state`, in order.
 
         Returns the new state and the delta: each changed field with its new value.

@@ -13,10 +13,7 @@ from runs.core.llm.offline.digests import _VALUE_CHARS, _findings, _labelled, _R
 from runs.core.llm.offline.planning import ToolPlan
 from runs.core.llm.offline.words import _HOST
 
-SIGNATURE = (
-    "(Composed by the offline planner from the tool results above: deterministic rules, "
-    "not a language model.)"
-)
+SIGNATURE = "(Composed by the offline planner from the tool results above: deterministic rules, not a language model.)"
 
 Language = Literal["en", "zh"]
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -38,29 +35,29 @@ _TEXT: dict[Language, dict[str, str]] = {
         "no_problem": "**Cause:** none of the results reports a problem.",
         "nothing": "**Cause:** no tool produced a result, so there is nothing to conclude yet.",
         "partial": "**Cause:** the results that came back report no problem, but the failed call(s) above mean "
-                   "the request was not done.",
+        "the request was not done.",
         "evidence": "**Evidence**",
         "fix": "**Fix**",
         "no_fix": "Nothing to fix from these results.",
         "no_known_fix": "No fix on record for this: ask to look up past tickets about it, or to inspect the host "
-                        "it names.",
+        "it names.",
         "retry": "Fix what made the failed call(s) fail and ask again.",
         "on_record": "On record: {resolution}",
         "renew": "Renew the certificate of {host} and deploy it with its full chain (leaf + intermediate), "
-                 "then reload the service.",
+        "then reload the service.",
         "chain": "Rebuild the certificate bundle of {host} as leaf + intermediate and reload the service.",
         "names": "Reissue the certificate of {host} with the names clients use.",
         "verify": "Verify with `openssl s_client -connect {host}:443 -showcerts`.",
         "prevent": "Prevent a repeat: alert on certificates well before they expire and check the chain in deploys.",
         "signature": SIGNATURE,
         "no_tool": "The offline planner (a deterministic rule-based planner, not a language model) found no "
-                   "tool it could call for this request.",
+        "tool it could call for this request.",
         "needs": "{tool} looks relevant but needs {needs}, which the request does not give.",
         "misfit": "{tool} looks relevant but the arguments the request gives do not fit it: {problems}.",
         "can_do": "What it can do here:",
         "ask_again": "Ask again naming what to look at (for example a host, a service, an id or keywords).",
         "no_tools": "This agent has no tools, and without a language model configured the planner cannot hold "
-                    "a free-form conversation: it can only run tools and report their results.",
+        "a free-form conversation: it can only run tools and report their results.",
         "short_signature": "(Composed by the offline planner.)",
     },
     "zh": {
@@ -96,8 +93,10 @@ _TEXT: dict[Language, dict[str, str]] = {
 _PROBLEMS_ZH: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"certificate expired on (\S+) \((\d+) days? ago\)"), r"证书已于 \1 过期（\2 天前）"),
     (re.compile(r"certificate expires on (\S+) \(in (\d+) days?\)"), r"证书将于 \1 过期（还有 \2 天）"),
-    (re.compile(r"chain is missing the intermediate issuer '([^']+)' of '([^']+)'"),
-     r"证书链缺少 '\2' 的中间证书签发者 '\1'"),
+    (
+        re.compile(r"chain is missing the intermediate issuer '([^']+)' of '([^']+)'"),
+        r"证书链缺少 '\2' 的中间证书签发者 '\1'",
+    ),
 )
 
 
@@ -224,5 +223,3 @@ def _compose_no_tool_answer(tools: Sequence[ToolSpec], blocked: Sequence[ToolPla
         lines.append(text["no_tools"])
     lines.extend(["", text["short_signature"]])
     return "\n".join(lines)
-
-

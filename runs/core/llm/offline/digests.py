@@ -66,7 +66,8 @@ def _facts(data: Mapping[str, Any], *, skip: Mapping[str, Any] | None = None, de
     counts, then the rest), lists shortened to their first items."""
     skip = skip or {}
     keyed = [
-        (k, v) for k, v in data.items()
+        (k, v)
+        for k, v in data.items()
         if not _is_empty(v) and not (k in skip and str(skip[k]).lower() == str(v).lower())
     ]
     ordered = sorted(enumerate(keyed), key=lambda item: (_tier(item[1][0], item[1][1]), item[0]))

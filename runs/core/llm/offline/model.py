@@ -32,6 +32,7 @@ DEFAULT_CONTEXT_WINDOW = 8192
 
 WORDS_PER_DELTA = 5
 
+
 def offline_model_info(context_window: int | None = None) -> ModelInfo:
     """What the offline model reports about itself (window 8,192 unless overridden)."""
     return ModelInfo(
@@ -46,7 +47,7 @@ def _turn(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
     """The last user message's text and the messages after it."""
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].role == "user":
-            return messages[index].content, list(messages[index + 1:])
+            return messages[index].content, list(messages[index + 1 :])
     return None, []
 
 
@@ -59,8 +60,10 @@ def _attachments_notice(messages: Sequence[Message], language: Language = "en") 
     received = "; ".join(describe_part(p) for p in user.attachments)
     if language == "zh":
         return f"我看不到图片，也读不了附件：离线规划器只处理文字。收到的附件：{received}。\n\n"
-    return (f"I cannot see images or read attached files: the offline planner works on text only. "
-            f"I received: {received}.\n\n")
+    return (
+        f"I cannot see images or read attached files: the offline planner works on text only. "
+        f"I received: {received}.\n\n"
+    )
 
 
 def _turn_results(after_user: Sequence[Message]) -> list[_Result]:
@@ -71,18 +74,20 @@ def _turn_results(after_user: Sequence[Message]) -> list[_Result]:
         if message.role == "tool":
             call = calls.get(message.tool_call_id or "")
             arguments = _parse(call.arguments) if call is not None else {}
-            results.append(_Result(
-                tool=message.tool_name or (call.name if call is not None else "tool"),
-                arguments=arguments if isinstance(arguments, Mapping) else {},
-                content=message.content,
-            ))
+            results.append(
+                _Result(
+                    tool=message.tool_name or (call.name if call is not None else "tool"),
+                    arguments=arguments if isinstance(arguments, Mapping) else {},
+                    content=message.content,
+                )
+            )
     return results
 
 
 def _chunks(text: str, words_per_delta: int) -> Iterable[str]:
     pieces = re.findall(r"\S+\s*|\s+", text)
     for start in range(0, len(pieces), words_per_delta):
-        yield "".join(pieces[start:start + words_per_delta])
+        yield "".join(pieces[start : start + words_per_delta])
 
 
 class OfflineModel:
@@ -120,14 +125,17 @@ class OfflineModel:
         calls, blocked = plan_tool_calls(user_text, request.tools) if request.tools else ([], [])
         if calls:
             first = sum(len(m.tool_calls) for m in request.messages) + 1
-            return Message(role="assistant", tool_calls=tuple(
-                ToolCall(
-                    id=f"offline_call_{first + i}",
-                    name=plan.tool,
-                    arguments=json.dumps(plan.arguments, ensure_ascii=False),
-                )
-                for i, plan in enumerate(calls)
-            ))
+            return Message(
+                role="assistant",
+                tool_calls=tuple(
+                    ToolCall(
+                        id=f"offline_call_{first + i}",
+                        name=plan.tool,
+                        arguments=json.dumps(plan.arguments, ensure_ascii=False),
+                    )
+                    for i, plan in enumerate(calls)
+                ),
+            )
         return self._answer(request.output, notice + _compose_no_tool_answer(request.tools, blocked, language), 0)
 
     @staticmethod
@@ -142,7 +150,7 @@ class OfflineModel:
         gist = lines[0] if at is None and lines else ""
         if at is not None:
             # Several problems are listed under the cause line: the gist carries them all.
-            listed = [line for line in lines[at + 1:at + 6] if re.match(r"\d+\. ", line)]
+            listed = [line for line in lines[at + 1 : at + 6] if re.match(r"\d+\. ", line)]
             gist = " ".join([_CAUSE.sub("", lines[at]), *listed])
         if output.kind == "json_object" or output.schema is None:
             value: Any = {"answer": gist}

@@ -158,7 +158,9 @@ def tool_json(spec: ToolSpec) -> str:
     """The tool as the model is told it: its name, description and parameters as JSON."""
     return json.dumps(
         {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
-        sort_keys=True, ensure_ascii=False, default=str,
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
     )
 
 
@@ -272,8 +274,13 @@ def _plan_tool(spec: ToolSpec, analysis: _Analysis, order: int) -> ToolPlan:
         missing += tuple(p for p in spec.requires_one_of[0] if p not in arguments)
     targets = tuple(str(arguments[p]) for p in properties if p in arguments and kinds[p] == "enum")
     return ToolPlan(
-        tool=spec.name, score=score, arguments=arguments, missing=missing, order=order,
-        invalid=() if missing else _problems(profile.validator, arguments), targets=targets,
+        tool=spec.name,
+        score=score,
+        arguments=arguments,
+        missing=missing,
+        order=order,
+        invalid=() if missing else _problems(profile.validator, arguments),
+        targets=targets,
     )
 
 
@@ -318,9 +325,14 @@ def plan_tool_calls(text: str, tools: Sequence[ToolSpec]) -> tuple[list[ToolPlan
     relevant = sorted((p for p in plans if p.score >= MIN_TOOL_SCORE), key=lambda p: (-p.score, p.order))
     callable_ = [p for p in relevant if not p.blocked]
     while len(callable_) > MAX_TOOL_CALLS:
-        follower = next((p for p in reversed(callable_) if any(
-            set(c.targets) & set(p.targets) for c in callable_[:callable_.index(p)])), callable_[-1])
+        follower = next(
+            (
+                p
+                for p in reversed(callable_)
+                if any(set(c.targets) & set(p.targets) for c in callable_[: callable_.index(p)])
+            ),
+            callable_[-1],
+        )
         callable_.remove(follower)
     blocked = [p for p in relevant if p.blocked]
     return callable_, blocked
-

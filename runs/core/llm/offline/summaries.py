@@ -87,4 +87,3 @@ def extractive_summary(text: str, budget_tokens: int) -> str:
     while words and count_text(" ".join(words) + " …") > budget_tokens:
         words.pop()
     return " ".join(words) + " …" if words else ""
-

@@ -56,6 +56,7 @@ _QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”|`([^`\n]{1,200}
 _NUMBER = re.compile(r"(?<![\w.:/-])(\d{1,9})(?![\w:/-]|\.\d)")
 _WORD = re.compile(r"[a-z0-9]+(?:[-_][a-z0-9]+)*")
 
+
 def _vocabulary(text: str) -> list[str]:
     """Content-word stems of a text, in order, without duplicates (hyphenated words also
     count by their parts)."""
@@ -131,4 +132,3 @@ def _analyse(text: str) -> _Analysis:
             analysis.words.append(_Word(text=english, stem=stem(english), position=index))
     analysis.words.sort(key=lambda w: w.position)
     return analysis
-

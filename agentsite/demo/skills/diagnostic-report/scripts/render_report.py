@@ -57,8 +57,13 @@ def render_markdown(title: str, found: dict, generated: str) -> str:
     else:
         lines.append("- No evidence yet: inspect a certificate or search the logs, then generate the report again.")
     if found["certificates"]:
-        lines += ["", "## Certificates", "", "| host | not after | days left | expired | chain complete | problem |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "## Certificates",
+            "",
+            "| host | not after | days left | expired | chain complete | problem |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for host, c in found["certificates"].items():
             lines.append(
                 f"| {host} | {c.get('not_after', '?')} | {c.get('days_remaining', '?')} | {_yes_no(c.get('expired'))} "
@@ -69,7 +74,9 @@ def render_markdown(title: str, found: dict, generated: str) -> str:
         for search in found["searches"]:
             where = search.get("service") or "all services"
             levels = ", ".join(f"{k} {v}" for k, v in (search.get("by_level") or {}).items())
-            lines.append(f"- {where}, query {search.get('query')!r}: {search.get('total_matches', 0)} matches ({levels})")
+            lines.append(
+                f"- {where}, query {search.get('query')!r}: {search.get('total_matches', 0)} matches ({levels})"
+            )
             lines += [f"  - `{line}`" for line in (search.get("lines") or [])[:MAX_LOG_LINES]]
     if found["tickets"]:
         lines += ["", "## Related tickets", ""]
@@ -79,7 +86,9 @@ def render_markdown(title: str, found: dict, generated: str) -> str:
                 lines.append(f"  - Resolution: {ticket['resolution']}")
     if found["problems"]:
         lines += [
-            "", "## Suggested fix", "",
+            "",
+            "## Suggested fix",
+            "",
             "1. Renew the certificate (or rebuild the bundle with its full chain: leaf + intermediate).",
             "2. Deploy it and reload the service.",
             "3. Verify with `openssl s_client -connect HOST:443 -showcerts`.",
@@ -116,7 +125,7 @@ def render_html(title: str, markdown: str) -> str:
     if in_list:
         body.append("</ul>")
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
 
@@ -135,8 +144,10 @@ def main(argv: list[str]) -> int:
     (args.output_dir / "incident-report.md").write_text(markdown, encoding="utf-8")
     (args.output_dir / "incident-report.html").write_text(render_html(args.title, markdown), encoding="utf-8")
     summary = "; ".join(found["problems"]) or "no problem found"
-    print(f"report written: incident-report.md, incident-report.html ({len(found['certificates'])} certificate(s), "
-          f"{len(found['searches'])} log search(es), {len(found['tickets'])} ticket(s)); problems: {summary}")
+    print(
+        f"report written: incident-report.md, incident-report.html ({len(found['certificates'])} certificate(s), "
+        f"{len(found['searches'])} log search(es), {len(found['tickets'])} ticket(s)); problems: {summary}"
+    )
     return 0
 
 
