@@ -459,7 +459,7 @@ def latency(questions_per_case: int = 40) -> dict[str, Any]:
     from sessions_app.core.inmemory import InMemorySessionService
     from sessions_app.core.recall import InMemoryRecallIndex
     from sessions_app.core.recall import embedding as embedding_module
-    from sessions_app.core.recall import search as search_module
+    from sessions_app.core.recall import ranking as ranking_module
 
     locomo, _ = load_locomo(DEFAULT_DATA / "locomo" / "locomo_dev7.json")
     out: dict[str, list[float]] = {"dense off": [], "dense on, cold cache": [], "dense on, warm cache": []}
@@ -479,12 +479,12 @@ def latency(questions_per_case: int = 40) -> dict[str, Any]:
             out["dense on, warm cache"] += await _timed(questions, session, index)
 
     # What the dense path would cost if it were on (the fitted weight is 0, which skips it).
-    chosen = search_module.DENSE_WEIGHT
-    search_module.DENSE_WEIGHT = chosen or 1.0
+    chosen = ranking_module.DENSE_WEIGHT
+    ranking_module.DENSE_WEIGHT = chosen or 1.0
     try:
         asyncio.run(run())
     finally:
-        search_module.DENSE_WEIGHT = chosen
+        ranking_module.DENSE_WEIGHT = chosen
     import statistics
 
     return {

@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
 
 from bench.recall import Case, hidden_session, recall  # noqa: E402
 from bench.recall_ranking import RESULTS, splits  # noqa: E402
+from sessions_app.core.recall import ranking as ranking_module  # noqa: E402
 from sessions_app.core.recall import search as search_module  # noqa: E402
 from sessions_app.core.recall.defaults import NO_MATCH_BELOW  # noqa: E402
 from sessions_app.core.recall.scoring import answer_confidence  # noqa: E402
@@ -96,17 +97,17 @@ def held_out(chosen: Sequence[str] = ()) -> int:
         fitted["chosen"] = dict(zip(GRID, (int(chosen[0]), float(chosen[1]), float(chosen[2])), strict=True))
     held = {dataset: list(parts.values())[1] for dataset, parts in splits().items()}
     pools = {dataset: asyncio.run(capture(cases)) for dataset, cases in held.items()}
-    current = {name: getattr(search_module, name) for name in GRID}
+    current = {name: getattr(ranking_module, name) for name in GRID}
     out = {}
     try:
         for label in ("current", "best", *(["chosen"] if chosen else [])):
             for name in GRID:
-                setattr(search_module, name, fitted[label][name])
+                setattr(ranking_module, name, fitted[label][name])
             out[label] = {dataset: score(p) for dataset, p in pools.items()}
             print(label, {n: fitted[label][n] for n in GRID}, out[label])
     finally:
         for name, value in current.items():
-            setattr(search_module, name, value)
+            setattr(ranking_module, name, value)
     fitted["held_out_B"] = out
     (RESULTS / "recall_fit.json").write_text(json.dumps(fitted, indent=2) + "\n")
     return 0
@@ -117,17 +118,17 @@ def main() -> int:
         return held_out(sys.argv[sys.argv.index("--held-out") + 1 :])
     fit = {dataset: parts[next(iter(parts))] for dataset, parts in splits().items()}  # the A parts only
     pools = {dataset: asyncio.run(capture(cases)) for dataset, cases in fit.items()}
-    current = {name: getattr(search_module, name) for name in GRID}
+    current = {name: getattr(ranking_module, name) for name in GRID}
     rows = []
     try:
         for values in itertools.product(*GRID.values()):
             for name, value in zip(GRID, values, strict=True):
-                setattr(search_module, name, value)
+                setattr(ranking_module, name, value)
             per = {dataset: score(p) for dataset, p in pools.items()}
             rows.append({**dict(zip(GRID, values, strict=True)), **per, "objective": sum(per.values()) / len(per)})
     finally:
         for name, value in current.items():
-            setattr(search_module, name, value)
+            setattr(ranking_module, name, value)
     rows.sort(key=lambda r: -r["objective"])
     now = next(r for r in rows if all(r[n] == current[n] for n in GRID))
     for r in [*rows[:8], now]:

@@ -9,9 +9,9 @@ from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.recall import InMemoryRecallIndex, SearchHit, session_search
 from sessions_app.core.recall import embedding as embedding_module
-from sessions_app.core.recall import search as search_module
+from sessions_app.core.recall import ranking as ranking_module
 from sessions_app.core.recall.embedding import DIMENSIONS, EmbeddingCache, Encoder, model_dir
-from sessions_app.core.recall.search import dense_rank
+from sessions_app.core.recall.ranking import dense_rank
 from sessions_app.core.session import Session
 
 
@@ -110,7 +110,7 @@ async def _holiday_session() -> tuple[Session, InMemoryRecallIndex]:
 async def test_session_search_ranks_by_meaning_too_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     session, index = await _holiday_session()
     query = "Where did we go on holiday last summer?"
-    monkeypatch.setattr(search_module, "DENSE_WEIGHT", 3.0)
+    monkeypatch.setattr(ranking_module, "DENSE_WEIGHT", 3.0)
     on = await session_search(index, session=session, query=query, scope="current_session")
     assert [r["seq"] for r in on["results"]] == [2, 1]
     monkeypatch.setattr(embedding_module, "_ENABLED", [False])

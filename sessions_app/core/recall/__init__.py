@@ -104,6 +104,8 @@ from sessions_app.core.recall.load import (
     session_load,
 )
 from sessions_app.core.recall.preload import PRELOAD_HEADER, preload_session_recall
+from sessions_app.core.recall.ranking import hybrid_rank, trigrams
+from sessions_app.core.recall.scopes import fallback_queries, search_with_fallback
 from sessions_app.core.recall.scoring import (
     CorpusStats,
     Document,
@@ -118,14 +120,10 @@ from sessions_app.core.recall.scoring import (
 )
 from sessions_app.core.recall.search import (
     HitFilter,
-    fallback_queries,
-    hybrid_rank,
     last_manifest_dispositions,
     normalize_scope,
     normalize_top_k,
-    search_with_fallback,
     session_search,
-    trigrams,
     why_hidden,
 )
 from sessions_app.core.recall.sections import (

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, TypedDict, cast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
-from sessions_app.core.events import Event, filter_matches
-from sessions_app.core.recall.analysis import (
-    _WORD,
-    _trimmed_keywords,
-    keyword_tokens,
-    named_speakers,
-    normalize_space,
-    query_terms,
-    search_queries,
-)
+from sessions_app.core.recall.analysis import keyword_tokens, normalize_space, query_terms
 from sessions_app.core.recall.defaults import (
     CONTEXT_AFTER,
     CONTEXT_BEFORE,
@@ -28,35 +18,53 @@ from sessions_app.core.recall.defaults import (
     HYBRID_POOL,
     MAX_TOP_K,
     MIN_SCORE,
-    NEIGHBOUR_WEIGHT,
     NO_MATCH_BELOW,
     NO_MATCH_NOTE,
-    RRF_K,
-    SCAN_CAP,
     SCOPES,
     SNIPPET_CHARS,
-    SPEAKER_BOOST,
-    TRIGRAM_WEIGHT,
     AnchorNotFoundError,
-    RangeError,
     Ranking,
-    RecallError,
     Scope,
 )
-from sessions_app.core.recall.embedding import EmbeddingCache, default_cache
-from sessions_app.core.recall.index import (
-    EventRange,
-    EventSearchRequest,
-    EventWindow,
-    RecallIndex,
-    SearchHit,
-    recall_text,
-)
+from sessions_app.core.recall.index import EventWindow, RecallIndex, SearchHit
 from sessions_app.core.recall.load import parse_range
-from sessions_app.core.recall.scoring import Document, answer_confidence, make_document, rank_many, scan_score
+from sessions_app.core.recall.ranking import (
+    DENSE_WEIGHT,
+    _dense_rerank,
+    dense_rank,
+    hybrid_rank,
+    similarities,
+    trigrams,
+)
+from sessions_app.core.recall.scopes import (
+    _merge,
+    _search_current,
+    _search_others,
+    _search_section,
+    fallback_queries,
+    search_with_fallback,
+)
+from sessions_app.core.recall.scoring import answer_confidence
 from sessions_app.core.recall.slices import HiddenBoundary, _window_snippet, excerpt, hidden_boundary, loaded_message
 from sessions_app.core.redo import in_spans
 from sessions_app.core.session import Session, SessionKey
+
+# Moved to ranking.py and scopes.py (issue 22 item 5); still importable from here.
+__all__ = [
+    "DENSE_WEIGHT",
+    "HitFilter",
+    "dense_rank",
+    "fallback_queries",
+    "hybrid_rank",
+    "last_manifest_dispositions",
+    "normalize_scope",
+    "normalize_top_k",
+    "search_with_fallback",
+    "session_search",
+    "similarities",
+    "trigrams",
+    "why_hidden",
+]
 
 # -- session_search (SPEC 5.2) ----------------------------------------------------------------
 
@@ -73,132 +81,6 @@ def normalize_top_k(top_k: int | None) -> int:
     if top_k is None or top_k <= 0:
         return DEFAULT_TOP_K
     return min(top_k, MAX_TOP_K)
-
-
-def _merge(current: list[SearchHit], incoming: Iterable[SearchHit]) -> list[SearchHit]:
-    """Merge by session:event keeping the best score; by score, BM25, then newest."""
-    by_key = {h.key: h for h in current}
-    for hit in incoming:
-        known = by_key.get(hit.key)
-        if known is None or hit.score > known.score:
-            by_key[hit.key] = hit
-    return sorted(by_key.values(), key=lambda h: (h.score, h.relevance, h.event.created_at), reverse=True)
-
-
-def fallback_queries(query: str) -> list[str]:
-    """Every query one search sends to the index: `search_queries`, then each keyword
-    alone (those not already in the list)."""
-    queries = search_queries(query)
-    return queries + [k for k in _trimmed_keywords(query) if k not in queries]
-
-
-async def search_with_fallback(index: RecallIndex, request: EventSearchRequest) -> list[SearchHit]:
-    """SPEC 5.2's query fallback: the whole query, then its clauses, then keyword groups.
-
-    Deviations, both measured on LoCoMo and QMSum by bench/recall.py:
-    - broadening goes on until top_k events are found (SPEC stops at the first success of
-      a fallback unless the query is compound), and each query's hits rank after those of
-      the queries before it, so the whole query's hits always come first and fallback hits
-      only fill the slots it left;
-    - when the keyword groups still leave slots free, each keyword alone is searched last,
-      and those hits are merged by BM25 (so the rarest keyword's events come first). A
-      short question ("what did they say about the equipment budget?") has no keyword
-      group smaller than itself, and without this the floor leaves most slots empty.
-    Each hit keeps the score of the query that found it, and `SearchHit.query` names it.
-    All the queries go to the index in one `search_many` call: one pass over the index,
-    whatever the number of fallbacks.
-    """
-    queries = search_queries(request.query)
-    if not queries:
-        return []
-    singles = fallback_queries(request.query)[len(queries) :]
-    results = await index.search_many(request, [*queries, *singles])
-    found: dict[tuple[str, str], SearchHit] = {}
-    for query, hits in zip(queries, results, strict=False):
-        for hit in hits:
-            found.setdefault(hit.key, replace(hit, query=query))
-        if len(found) >= request.max_results:
-            return list(found.values())[: request.max_results]
-    by_keyword = [
-        replace(hit, query=keyword)
-        for keyword, hits in zip(singles, results[len(queries) :], strict=True)
-        for hit in hits
-    ]
-    for hit in sorted(by_keyword, key=lambda h: h.relevance, reverse=True):
-        found.setdefault(hit.key, hit)
-    return list(found.values())[: request.max_results]
-
-
-def trigrams(text: str) -> frozenset[str]:
-    """Character trigrams of the lower-cased, whitespace-collapsed text."""
-    flat = normalize_space(text).lower()
-    return frozenset(flat[i : i + 3] for i in range(len(flat) - 2))
-
-
-def hybrid_rank(query: str, pool: Sequence[SearchHit]) -> list[SearchHit]:
-    """The pool (lexical order, best first) re-ranked by the fused score described at
-    `HYBRID_POOL`: lexical rank, adjacent pool members, query trigrams, named speaker.
-    Deterministic; ties keep the lexical order."""
-    if len(pool) < 2:
-        return list(pool)
-    lexical = [1.0 / (RRF_K + i) for i in range(len(pool))]
-    position = {(h.session_id, h.event.seq): i for i, h in enumerate(pool) if h.event.seq is not None}
-    wanted = trigrams(" ".join(query_terms(query)) or query)
-    speakers = named_speakers(query, (h.event.author for h in pool))
-    fused: list[tuple[float, int]] = []
-    for i, hit in enumerate(pool):
-        neighbour = 0.0
-        if hit.event.seq is not None:
-            for seq in (hit.event.seq - 1, hit.event.seq + 1):
-                j = position.get((hit.session_id, seq))
-                if j is not None:
-                    neighbour = max(neighbour, lexical[j])
-        shared = len(wanted & trigrams(hit.text)) / len(wanted) if wanted else 0.0
-        score = lexical[i] + NEIGHBOUR_WEIGHT * neighbour + TRIGRAM_WEIGHT * shared
-        if hit.event.author in speakers:
-            score *= SPEAKER_BOOST
-        fused.append((score, i))
-    fused.sort(key=lambda pair: (-pair[0], pair[1]))
-    return [pool[i] for _, i in fused]
-
-
-DENSE_WEIGHT = 0.0
-"""Weight of the dense order against the hybrid order (each 1 / (RRF_K + rank)) in
-`dense_rank`; 0 turns the dense signal off (nothing is encoded, the model never loads).
-Fitted on LoCoMo dev A + QMSum test A by bench/recall_dense.py: every weight above 0
-lowered recall@5 on both, so 0 it is (figures in docs/context.md, "A dense signal")."""
-
-
-def similarities(cache: EmbeddingCache, query: str, hits: Sequence[SearchHit]) -> list[float]:
-    """Cosine of the query to each hit's text (all-MiniLM-L6-v2; vectors cached by event)."""
-    vectors = cache.vectors([(h.key, h.text) for h in hits])
-    wanted = cache.vectors([(("query", query), query)])[0]
-    return [float(v) for v in vectors @ wanted]
-
-
-def dense_rank(hits: Sequence[SearchHit], cosine: Sequence[float], *, weight: float | None = None) -> list[SearchHit]:
-    """The hits (hybrid order, best first) fused with their order by `cosine` (one per hit):
-    1 / (RRF_K + hybrid rank) + weight / (RRF_K + dense rank). Ranks, not raw cosines, so
-    the two signals need no common scale; ties keep the hybrid order."""
-    w = DENSE_WEIGHT if weight is None else weight
-    if len(hits) < 2 or w <= 0:
-        return list(hits)
-    by_cosine = sorted(range(len(hits)), key=lambda i: (-cosine[i], i))
-    score = [1.0 / (RRF_K + i) for i in range(len(hits))]
-    for rank, i in enumerate(by_cosine):
-        score[i] += w / (RRF_K + rank)
-    return [hits[i] for i in sorted(range(len(hits)), key=lambda i: (-score[i], i))]
-
-
-async def _dense_rerank(query: str, hits: list[SearchHit]) -> list[SearchHit]:
-    """`dense_rank` with the process's encoder, off the event loop (encoding is CPU work);
-    the hits unchanged when the model is not installed or dense recall is turned off
-    (`embedding.set_dense_enabled`)."""
-    cache = default_cache() if len(hits) > 1 and DENSE_WEIGHT > 0 else None
-    if cache is None:
-        return hits
-    cosine = await asyncio.to_thread(similarities, cache, query, hits)
-    return dense_rank(hits, cosine)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,185 +158,6 @@ def why_hidden(
     if seq is not None and seq in dispositions:
         return _HIDDEN_BY_DISPOSITION.get(dispositions[seq], dispositions[seq])
     return "unknown"
-
-
-async def _scan_session(
-    index: RecallIndex,
-    session: Session,
-    query: str,
-    *,
-    top_k: int,
-    min_score: float,
-    boundary: HiddenBoundary | None,
-    filter_key: str,
-) -> list[SearchHit]:
-    """SPEC 5.2's lexical scan of the current session: substring matching of each query of
-    the fallback list until top_k events are found."""
-    merged: list[SearchHit] = []
-    for q in search_queries(query):
-        needles = keyword_tokens(q) or _WORD.findall(q.lower())
-        if not needles:
-            continue
-        events = await index.scan_events(
-            session.key,
-            needles=needles,
-            through_seq=boundary.through_seq if boundary else None,
-            created_before=boundary.cutoff_at if boundary and boundary.through_seq is None else None,
-        )
-        found = []
-        for event in events:
-            recalled = recall_text(event)
-            if recalled is None or (filter_key and not filter_matches(event.filter_key, filter_key)):
-                continue
-            score = scan_score(q, recalled[0])
-            if score >= min_score:
-                found.append(
-                    SearchHit(session_id=session.id, event=event, text=recalled[0], role=recalled[1], score=score)
-                )
-        merged = _merge(merged, found)
-        if len(merged) >= top_k:
-            break
-    return merged[:top_k]
-
-
-async def _search_current(
-    index: RecallIndex,
-    session: Session,
-    query: str,
-    *,
-    top_k: int,
-    min_score: float,
-    filter_key: str,
-    hidden: bool,
-) -> list[SearchHit]:
-    boundary: HiddenBoundary | None = None
-    if hidden:
-        summaries = await index.summaries(session.key)
-        boundary = hidden_boundary(summaries, filter_key=filter_key, state=session.state)
-        if boundary is None:
-            return []
-    request = EventSearchRequest(
-        query=query,
-        app=session.app,
-        user_id=session.user_id,
-        session_ids=(session.id,),
-        through_seq=boundary.through_seq if boundary else None,
-        created_before=boundary.cutoff_at if boundary and boundary.through_seq is None else None,
-        filter_key=filter_key,
-        max_results=top_k,
-        min_score=min_score,
-    )
-    results = await search_with_fallback(index, request)
-    if results:
-        return results
-    return await _scan_session(
-        index, session, query, top_k=top_k, min_score=min_score, boundary=boundary, filter_key=filter_key
-    )
-
-
-class _RangeIndex:
-    """A `search_many` over one session's events of one range, so that a section-scoped
-    search runs the same fallback and scoring as the whole-session one (statistics are the
-    range's own: a word common elsewhere but rare in the section still ranks there)."""
-
-    def __init__(self, session_id: str, events: Sequence[Event]) -> None:
-        self.session_id = session_id
-        self.events = {e.id: e for e in events}
-        self.documents: list[Document] = []
-        self.roles: dict[str, str] = {}
-        for event in events:
-            recalled = recall_text(event)
-            if recalled is not None:
-                self.documents.append(make_document(event.id, recalled[0]))
-                self.roles[event.id] = recalled[1]
-
-    async def search_many(self, request: EventSearchRequest, queries: Sequence[str]) -> list[list[SearchHit]]:
-        ranked = rank_many(
-            queries,
-            self.documents,
-            limit=request.max_results,
-            min_score=request.min_score,
-            recency=lambda d: self.events[str(d.key)].created_at,
-        )
-        return [
-            [
-                SearchHit(
-                    session_id=self.session_id,
-                    event=self.events[str(s.document.key)],
-                    text=s.document.text,
-                    role=self.roles[str(s.document.key)],
-                    score=s.score,
-                    relevance=s.relevance,
-                )
-                for s in per_query
-            ]
-            for per_query in ranked
-        ]
-
-
-async def _search_section(
-    index: RecallIndex,
-    session: Session,
-    query: str,
-    *,
-    first_seq: int,
-    last_seq: int,
-    top_k: int,
-    min_score: float,
-    filter_key: str,
-) -> list[SearchHit]:
-    """Issue 24, item 4: search only the current session's events with seqs in
-    `first_seq`..`last_seq` (a summary section's range), whether hidden or not. Raises
-    `RangeError` when the range ends past the ledger, `AnchorNotFoundError` when the
-    session is not the user's (the index checks)."""
-    finder = getattr(index, "events_in_range", None)
-    if finder is None:
-        raise RecallError("this session store cannot search by range; search without a section")
-    found: EventRange = await finder(session.key, first_seq=first_seq, last_seq=last_seq, limit=SCAN_CAP)
-    if last_seq > found.ledger_last_seq:
-        raise RangeError(
-            f"range {first_seq}-{last_seq} is outside the ledger of session {session.id!r}, "
-            f"which ends at seq {found.ledger_last_seq}"
-        )
-    events = [e for e in found.events if not filter_key or filter_matches(e.filter_key, filter_key)]
-    request = EventSearchRequest(
-        query=query,
-        app=session.app,
-        user_id=session.user_id,
-        session_ids=(session.id,),
-        filter_key=filter_key,
-        max_results=top_k,
-        min_score=min_score,
-    )
-    ranged = _RangeIndex(session.id, events)
-    hits = await search_with_fallback(cast(RecallIndex, ranged), request)
-    if hits:
-        return hits
-    # As SPEC 5.2's lexical scan does for the whole session: substrings tokenisation missed.
-    scanned = []
-    for event in events:
-        recalled = recall_text(event)
-        score = scan_score(query, recalled[0]) if recalled is not None else 0.0
-        if recalled is not None and score >= min_score:
-            scanned.append(
-                SearchHit(session_id=session.id, event=event, text=recalled[0], role=recalled[1], score=score)
-            )
-    return _merge([], scanned)[:top_k]
-
-
-async def _search_others(
-    index: RecallIndex, session: Session, query: str, *, top_k: int, min_score: float, filter_key: str
-) -> list[SearchHit]:
-    request = EventSearchRequest(
-        query=query,
-        app=session.app,
-        user_id=session.user_id,
-        exclude_session_ids=(session.id,),
-        filter_key=filter_key,
-        max_results=top_k,
-        min_score=min_score,
-    )
-    return await search_with_fallback(index, request)
 
 
 async def _hit_dict(
