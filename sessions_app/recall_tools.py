@@ -18,8 +18,11 @@ from runs.core.tools.base import ToolArgumentError, ToolContext
 from runs.core.tools.function import FunctionTool
 from sessions_app.core import recall
 from sessions_app.core.recall import RecallError, RecallIndex
+from sessions_app.core.recall.index import RunSummaries
 
 SERVICE_NAME = "recall"
+_RUN_SUMMARIES = RunSummaries()
+"""A run's tool calls read its session's summaries once (issue 23)."""
 
 SEARCH_DESCRIPTION = (
     "Search this user's earlier conversation for details that are no longer in view. "
@@ -70,7 +73,7 @@ def _index(context: ToolContext) -> RecallIndex:
     index = context.services.get(SERVICE_NAME)
     if index is None:
         raise RuntimeError("session recall is not configured: no 'recall' service in the runner")
-    return index
+    return _RUN_SUMMARIES.index(index, run=context.invocation_id, session=context.session)
 
 
 def _filter_key(context: ToolContext) -> str:

@@ -173,6 +173,11 @@ class CachedSessionService:
     async def get_session(
         self, key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
     ) -> Session | None:
+        if key not in self._entries:
+            # Nothing kept to vouch for: a head read would only say "load the window", and
+            # the window brings its own head. One read, not two (issue 23: a session's first
+            # run in this process read both).
+            return await self._load(key, event_limit=event_limit, after_summary=after_summary)
         head, entry = await self._current(key)
         if head is None:
             return None
@@ -185,11 +190,17 @@ class CachedSessionService:
                     entry.events = [e for e in entry.events if (e.seq or 0) > start]
                 head.events = window
                 return head
+        return await self._load(key, event_limit=event_limit, after_summary=after_summary, kept=entry)
+
+    async def _load(
+        self, key: SessionKey, *, event_limit: int | None, after_summary: str | None, kept: _Entry | None = None
+    ) -> Session | None:
+        """The window from the wrapped service, kept unless `kept` (the entry) is ahead of it."""
         session = await self.inner.get_session(key, event_limit=event_limit, after_summary=after_summary)
         if session is None:
             self._entries.pop(key, None)
             return None
-        if entry is None or entry.last_seq <= session.last_seq:
+        if kept is None or kept.last_seq <= session.last_seq:
             self._remember(key, session)
         return session
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -11,7 +13,7 @@ from sessions_app.core.events import Event, filter_matches
 from sessions_app.core.recall.defaults import DEFAULT_TOP_K, MIN_SCORE, SCAN_CAP, AnchorNotFoundError
 from sessions_app.core.recall.scoring import Document, DocumentCache, rank_many
 from sessions_app.core.redo import opens_turn, superseded_spans
-from sessions_app.core.session import SessionKey, Summary
+from sessions_app.core.session import Session, SessionKey, Summary
 
 # -- what is recallable -----------------------------------------------------------------------
 
@@ -288,3 +290,93 @@ class InMemoryRecallIndex:
             if recall_text(e) is not None and _in_window(e, through_seq, created_before)
         ][-limit:]
         return [e for e in eligible if any(n in (recall_text(e) or ("", ""))[0].lower() for n in lowered)]
+
+
+# -- summaries once per run (issue 23) ----------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class _RunMemo:
+    session: weakref.ref[Session]
+    inner: RecallIndex
+    summaries: dict[SessionKey, tuple[dict[str, Summary] | None, dict[str, Summary]]] = field(default_factory=dict)
+    """By session: the run's own view of its summaries when they were read (None for
+    another session), and what the index answered."""
+
+
+class RunSummaries:
+    """Each run's recall tool calls read a session's summaries once, not once per call.
+
+    A `session_search` reads the summaries twice and `search_sections` once more; a run that
+    calls three recall tools read them from the database some seven times (issue 23). `index`
+    wraps the run's `RecallIndex` so that `summaries` answers from the run's first read. The
+    answer is read again when the run itself has written a summary since: the run keeps its
+    session's `summaries` current as it compacts (`refresh_summaries`), and a change there
+    drops the kept answer. What another process (a summary job) writes during the run shows
+    at the next run, as it does in the run's own requests.
+
+    Memos are per run (`run`, the invocation id, and the run's session object, so a reused
+    id never finds another run's memo) and the `max_runs` most recent are kept.
+    """
+
+    def __init__(self, *, max_runs: int = 256) -> None:
+        self.max_runs = max_runs
+        self._runs: OrderedDict[str, _RunMemo] = OrderedDict()
+
+    def index(self, inner: RecallIndex, *, run: str, session: Session) -> RecallIndex:
+        """`inner` for the run `run` on `session`: summaries kept for the run."""
+        memo = self._runs.get(run)
+        if memo is None or memo.session() is not session or memo.inner is not inner:
+            memo = _RunMemo(session=weakref.ref(session), inner=inner)
+            self._runs[run] = memo
+        self._runs.move_to_end(run)
+        while len(self._runs) > self.max_runs:
+            self._runs.popitem(last=False)
+        return _RunIndex(inner, memo=memo, session=session)
+
+
+class _RunIndex:
+    """A `RecallIndex` that reads summaries through a run's memo; all else goes to `inner`
+    (the optional methods too: `getattr(index, "event_id_at", None)` finds them there)."""
+
+    def __init__(self, inner: RecallIndex, *, memo: _RunMemo, session: Session) -> None:
+        self._inner = inner
+        self._memo = memo
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def summaries(self, key: SessionKey) -> Mapping[str, Summary]:
+        own = dict(self._session.summaries) if key == self._session.key else None
+        kept = self._memo.summaries.get(key)
+        if kept is not None and kept[0] == own:
+            return dict(kept[1])
+        found = dict(await self._inner.summaries(key))
+        self._memo.summaries[key] = (own, found)
+        return dict(found)
+
+    async def search_events(self, request: EventSearchRequest) -> list[SearchHit]:
+        return await self._inner.search_events(request)
+
+    async def search_many(self, request: EventSearchRequest, queries: Sequence[str]) -> list[list[SearchHit]]:
+        return await self._inner.search_many(request, queries)
+
+    async def event_window(self, key: SessionKey, *, anchor_event_id: str, before: int, after: int) -> EventWindow:
+        return await self._inner.event_window(key, anchor_event_id=anchor_event_id, before=before, after=after)
+
+    async def find_tool_result(self, key: SessionKey, tool_call_id: str) -> Event | None:
+        return await self._inner.find_tool_result(key, tool_call_id)
+
+    async def scan_events(
+        self,
+        key: SessionKey,
+        *,
+        needles: Sequence[str],
+        through_seq: int | None = None,
+        created_before: datetime | None = None,
+        limit: int = SCAN_CAP,
+    ) -> list[Event]:
+        return await self._inner.scan_events(
+            key, needles=needles, through_seq=through_seq, created_before=created_before, limit=limit
+        )
