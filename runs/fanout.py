@@ -21,6 +21,7 @@ import hashlib
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -70,6 +71,50 @@ def token_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+class Published:
+    """What this process's sinks published per session (issue 23): the highest seq, and the
+    runs whose events they published that have not ended (no completion event yet).
+
+    A socket whose live stream went quiet re-reads the ledger in case the channel layer
+    dropped an event. When every run it shows as open is one this process is publishing, and
+    nothing this process published is past the socket's last seq, the layer dropped nothing
+    it carried: `vouches` says so and the socket can skip the re-read. Anything else (a run of
+    another process, a session not noted here, an event published past the socket's seq)
+    means re-read. The sink notes each event before it can drop it, so a drop shows too.
+
+    At most `max_sessions` sessions are kept (least recently published first out); a session
+    no longer kept is simply not vouched for.
+    """
+
+    def __init__(self, *, max_sessions: int = 10_000) -> None:
+        self.max_sessions = max_sessions
+        # session id -> (highest seq, open runs); the set is replaced, never changed in place,
+        # so a socket on another thread reads a whole one.
+        self._sessions: OrderedDict[str, tuple[int, frozenset[str]]] = OrderedDict()
+
+    def note(self, session_id: str, run_id: str, event: Event) -> None:
+        """`event` of `run_id` is being published on `session_id`'s group."""
+        seq, runs = self._sessions.get(session_id, (0, frozenset()))
+        if event.is_runner_completion:
+            runs = runs - {run_id}
+        elif run_id not in runs:
+            runs = runs | {run_id}
+        self._sessions[session_id] = (max(seq, event.seq or 0), runs)
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+
+    def vouches(self, session_id: str, *, last_seq: int, runs: set[str] | frozenset[str]) -> bool:
+        """Whether a socket that has sent up to `last_seq` and shows `runs` as open missed
+        nothing this process published, and every one of those runs publishes here."""
+        found = self._sessions.get(session_id)
+        return found is not None and found[0] <= last_seq and bool(runs) and runs <= found[1]
+
+
+PUBLISHED = Published()
+"""This process's record of what its sinks published (`Published`)."""
+
+
 class ChannelLayerSink:
     """EventSink: publish every emitted event to its session's group, in batches.
 
@@ -116,6 +161,7 @@ class ChannelLayerSink:
         return self._layer or get_channel_layer()
 
     async def publish(self, record: RunRecord, event: Event) -> None:
+        PUBLISHED.note(record.session_id, record.id, event)
         layer = self.layer
         group = session_group(record.session_id)
         if layer is None:
