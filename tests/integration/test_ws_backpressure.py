@@ -102,6 +102,16 @@ async def publish(session_id: str, user_id: int) -> None:
         )
 
 
+async def connected(ws: ClientConnection, timeout_s: float = 30) -> None:
+    """Return once the server has finished the socket's connect (joined the session's group,
+    replayed its empty ledger): Channels hands a consumer one message at a time, so the
+    answer to a frame sent now comes only after that."""
+    await ws.send(json.dumps({"type": "keepalive"}))
+    async with asyncio.timeout(timeout_s):
+        frame = json.loads(await ws.recv())
+    assert frame["type"] == "error" and frame["error"]["code"] == "unknown_type", frame
+
+
 async def keep_alive(ws: ClientConnection) -> None:
     """Send a frame now and then: Daphne pings a socket that has been silent for 20 s and
     drops it when the pong does not come, and a client that reads nothing never sees the
@@ -129,7 +139,8 @@ async def test_a_socket_that_never_reads_holds_a_bounded_buffer_and_then_gets_ev
     session = await asyncio.to_thread(session_services.session_create, user=alice, agent="support")
     slow = await open_socket(server, session.id, token, reading=False)
     fast = await open_socket(server, session.id, token, reading=True)
-    await asyncio.sleep(0.5)  # both sockets have joined the group and replayed the empty ledger
+    await connected(slow)
+    await connected(fast)
 
     keepalive = asyncio.create_task(keep_alive(slow))
     await publish(session.id, alice.pk)

@@ -17,6 +17,7 @@ from rest_framework.authtoken.models import Token
 from runs.core.llm.base import Model
 from runs.core.llm.scripted import ScriptedModel
 from tests.security.support import a2a, a2a_message, client, post_json, rpc
+from tests.support.waiting import polled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,6 +40,20 @@ def conformance(settings: Any) -> Any:
 async def get(path: str, **headers: str) -> Any:
     async with client(**headers) as http:
         return await http.get(path)
+
+
+async def listed_tasks(token: str) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = (await a2a("conformance", rpc("ListTasks", {}), token)).json()["result"]["tasks"]
+    return tasks
+
+
+async def task_started(token: str) -> list[dict[str, Any]]:
+    """The tasks listed once the streamed message's task has left the submitted state."""
+    return await polled(
+        lambda: listed_tasks(token),
+        lambda tasks: tasks and tasks[0]["status"]["state"] != "TASK_STATE_SUBMITTED",
+        "the streamed message's task started",
+    )
 
 
 def error_of(response: Any) -> dict[str, Any]:
@@ -253,8 +268,7 @@ async def test_a_resubscribe_message_keeps_its_streamed_task_working_for_the_hol
     body = rpc("SendStreamingMessage", a2a_message("stream me", message_id="test-resubscribe-message-id-42"))
     started = time.monotonic()
     streaming = asyncio.ensure_future(a2a("conformance", body, alice_token))
-    await asyncio.sleep(1.0)
-    tasks = (await a2a("conformance", rpc("ListTasks", {}), alice_token)).json()["result"]["tasks"]
+    tasks = await task_started(alice_token)
 
     assert [t["status"]["state"] for t in tasks] == ["TASK_STATE_WORKING"]
     response = await streaming
@@ -268,8 +282,9 @@ async def test_a_held_conformance_task_can_be_cancelled_while_working(conformanc
     conformance.AGENTSITE_A2A_CONFORMANCE_HOLD_S = 60
     body = rpc("SendStreamingMessage", a2a_message("hold", message_id="test-resubscribe-message-id-1"))
     streaming = asyncio.ensure_future(a2a("conformance", body, alice_token))
-    await asyncio.sleep(1.0)
-    task_id = (await a2a("conformance", rpc("ListTasks", {}), alice_token)).json()["result"]["tasks"][0]["id"]
+    tasks = await task_started(alice_token)
+    assert tasks[0]["status"]["state"] == "TASK_STATE_WORKING", tasks
+    task_id = tasks[0]["id"]
 
     cancelled = await a2a("conformance", rpc("CancelTask", {"id": task_id}), alice_token)
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 POLL_S = 0.01
 
@@ -26,3 +29,16 @@ def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 10
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         time.sleep(POLL_S)  # the poll interval of this wait
+
+
+async def polled(
+    fetch: Callable[[], Awaitable[T]], done: Callable[[T], object], what: str, timeout_s: float = 10.0
+) -> T:
+    """The first answer of `fetch()` (a request to the system under test) that `done` accepts;
+    fail with `what` and the last answer after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not done(answer := await fetch()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what} (last answer: {answer!r:.300})")
+        await asyncio.sleep(POLL_S)  # the poll interval of this wait
+    return answer
