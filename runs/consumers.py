@@ -88,53 +88,44 @@ import contextlib
 import json
 import logging
 import time
-from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
-from ag_ui.core import EventType
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from agentsite.runtime import run_manager
 from runs import error_texts
 from runs import models as run_orm
-from runs.attachment_input import rest_parts
-from runs.core.attachments import AttachmentError
-from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.protocols.agui import AguiTranslator
-from runs.core.records import RunRecord
-from runs.core.runner import Runner
-from runs.core.steering import DROPPED, QUEUED, QUEUED_ID, QueueFullError, RunNotActiveError
-from runs.fanout import (
-    EVENT_MESSAGE,
-    RunUnreachableError,
-    request_cancel,
-    request_enqueue,
-    request_withdraw,
-    session_group,
-    token_digest,
-    user_group,
-)
+from runs.fanout import EVENT_MESSAGE, session_group, token_digest, user_group
 from runs.protocols.backpressure import SendWindow
 from runs.protocols.frames import SHARED
+from runs.protocols.ws_input import FrameError, _error_frame
+from runs.protocols.ws_replay import MIN_REPLAY_PAGE, REPLAY_PAGE, LedgerReplay
+from runs.protocols.ws_runs import RunFrames
 from runs.surfaces import turn_frames
 from runs.ws_auth import TOKEN_KEY, still_authorised
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
-from sessions_app.core.events import Event, Message
-from sessions_app.core.session import SessionNotFoundError
+
+__all__ = [
+    "CLOSE_BAD_REQUEST",
+    "CLOSE_NOT_FOUND",
+    "CLOSE_UNAUTHENTICATED",
+    "LEDGER_POLL_MAX_S",
+    "LEDGER_POLL_S",
+    "MIN_REPLAY_PAGE",
+    "REPLAY_PAGE",
+    "FrameError",
+    "SessionConsumer",
+]
 
 logger = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
-REPLAY_PAGE = 500
-MIN_REPLAY_PAGE = 20
 LEDGER_POLL_S = 2.0
 LEDGER_POLL_MAX_S = 16.0
-_RUN_END = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
 _LIVE = ("queued", "running")
 
 
@@ -147,16 +138,6 @@ def _session_owner(session_id: str) -> int | None:
 
 
 @db_call
-def _events_after(session_id: str, after_seq: int, limit: int) -> list[Event]:
-    return session_selectors.events_after(session_id=session_id, after_seq=after_seq, limit=limit)
-
-
-@db_call
-def _runs_by_request(session_id: str) -> dict[str, str]:
-    return dict(run_orm.Run.objects.filter(session_id=session_id).values_list("request_id", "id"))
-
-
-@db_call
 def _runs_and_live(session_id: str) -> tuple[dict[str, str], dict[str, str]]:
     """request id -> run id of the session's runs, and of those still queued or running
     (one read for both, when a socket connects)."""
@@ -165,58 +146,7 @@ def _runs_and_live(session_id: str) -> tuple[dict[str, str], dict[str, str]]:
     return runs, {request_id: run_id for request_id, run_id, status in rows if status in _LIVE}
 
 
-@db_call
-def _requests_spanning(session_id: str, after_seq: int) -> set[str]:
-    """Request ids with ledger events at or before `after_seq` and after it (runs the client
-    saw start before it disconnected and that went on after)."""
-    return session_selectors.requests_spanning(session_id=session_id, after_seq=after_seq)
-
-
-@db_call
-def _first_seq(session_id: str, request_ids: list[str]) -> dict[str, int]:
-    return session_selectors.requests_first_seq(session_id=session_id, request_ids=request_ids)
-
-
-@db_call
-def _run_of_session(session_id: str, user_id: int, run_id: str) -> RunRecord | None:
-    from runs.backends import record_from_row
-
-    row = run_orm.Run.objects.filter(pk=run_id, session_id=session_id, user_id=user_id).first()
-    return record_from_row(row) if row is not None else None
-
-
-def _error_frame(code: str, message: str, field: str | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if field:
-        error["field"] = field
-    return {"type": "error", "error": error}
-
-
-def _text_problem(value: str) -> str | None:
-    """Why a string cannot be stored (PostgreSQL keeps no NUL, UTF-8 no lone surrogate)."""
-    if (index := value.find("\x00")) >= 0:
-        return f"contains a NUL character (U+0000) at index {index}"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"contains a lone surrogate (U+{ord(value[exc.start]):04X}) at index {exc.start}"
-    return None
-
-
-def _checked_text(frame: dict[str, Any], field: str) -> Any:
-    value = frame.get(field)
-    if isinstance(value, str) and (problem := _text_problem(value)) is not None:
-        raise FrameError("invalid_frame", f"{field} {problem}", field)
-    return value
-
-
-class FrameError(Exception):
-    def __init__(self, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.frame = _error_frame(code, message, field)
-
-
-class SessionConsumer(AsyncWebsocketConsumer):
+class SessionConsumer(RunFrames, LedgerReplay):
     """Authorise, join the session's group, replay the ledger, relay live events."""
 
     session_id: str
@@ -360,83 +290,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return None
         return value if value >= 0 else None
 
-    async def _resume_runs_seen_before(self, after_seq: int, live: dict[str, str]) -> None:
-        """Runs the client saw start (at or before `after_seq`) get no second RUN_STARTED."""
-        spanning = await _requests_spanning(self.session_id, after_seq)
-        first = await _first_seq(self.session_id, list(live))
-        spanning.update(request for request, seq in first.items() if seq <= after_seq)
-        for request_id in spanning:
-            self.translator.resume_run(self.runs_by_request.get(request_id, request_id))
-
-    # -- relaying ---------------------------------------------------------------------------
-
-    async def _catch_up(self, *, until_seq: int | None = None, until: datetime | None = None) -> None:
-        """Send the ledger events after the last seq sent, in seq order: all of them, or the
-        contiguous run of them up to `until_seq` / created no later than `until`.
-
-        The bounds keep the ledger from overtaking the live queue (the run goes on while we
-        read), so a message still streaming arrives as its deltas, not whole.
-        """
-        while True:
-            size = self.replay_page
-            page = await _events_after(self.session_id, self.last_seq, size)
-            for sent, event in enumerate(page):
-                if (until_seq is not None and (event.seq or 0) > until_seq) or (
-                    until is not None and event.created_at > until
-                ):
-                    return
-                if self._behind():
-                    # The client is not reading: the rest waits for `_resume_sending`, which
-                    # reads a page about as long as the client took this time.
-                    self.replay_page = min(REPLAY_PAGE, max(MIN_REPLAY_PAGE, 2 * sent))
-                    return
-                await self._send_event(event, await self._run_id(event))
-                self.last_seq = max(self.last_seq, event.seq or 0)
-            if len(page) < size:
-                return
-            self.replay_page = min(REPLAY_PAGE, 2 * size)
-
-    async def _run_id(self, event: Event) -> str:
-        request_id = event.request_id
-        if request_id and request_id not in self.runs_by_request:
-            self.runs_by_request.update(await _runs_by_request(self.session_id))
-        found = self.runs_by_request.get(request_id) if request_id else None
-        return found or str(event.extensions.get("run_id") or request_id or event.invocation_id or event.id)
-
-    async def _send_event(self, event: Event, run_id: str) -> None:
-        self.translated_runs.add(run_id)
-        items = self.translator.translate(event, run_id=run_id)
-        for item, text in zip(items, SHARED.render(event, items), strict=True):
-            if item.type == EventType.RUN_STARTED:
-                self.open_runs.add(run_id)
-            elif item.type in _RUN_END:
-                self.open_runs.discard(run_id)
-            await self.send(text_data=text)
-        # Steering (SPEC 1.5): where each queued message went, for a client that showed it
-        # as queued.
-        if event.extensions.get(QUEUED) and event.extensions.get(QUEUED_ID):
-            await self.send(
-                text_data=json.dumps(
-                    {
-                        "type": "message.consumed",
-                        "run_id": run_id,
-                        "id": event.extensions[QUEUED_ID],
-                        "messageId": event.id,
-                        "state": event.extensions[QUEUED],
-                    }
-                )
-            )
-        elif event.is_runner_completion and event.extensions.get(DROPPED):
-            await self.send(
-                text_data=json.dumps(
-                    {
-                        "type": "message.dropped",
-                        "run_id": run_id,
-                        "ids": [item.get("id") for item in event.extensions[DROPPED] if isinstance(item, dict)],
-                    }
-                )
-            )
-
     async def _watch_ledger(self) -> None:
         """Re-read the ledger while a run is open and nothing has come live for a while.
 
@@ -493,56 +346,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     self._skip(items[index:])
                     return
                 await self._relay(SHARED.event(data), str(run_id or ""))
-
-    def _behind(self) -> bool:
-        """Whether the client has stopped reading (the send window is closed)."""
-        return self.window is not None and not self.window.open
-
-    def _skip(self, items: list[list[Any]]) -> None:
-        """Drop live events while the client is behind: the ledger brings the saved ones
-        back on resume; the runs whose deltas are dropped stream no more deltas until their
-        next saved event (their message then comes whole, as for a socket that joined
-        mid-run)."""
-        for run_id, data in items:
-            if data.get("partial") and run_id:
-                self.joined_mid_run.add(str(run_id))
-
-    def _resume_sending(self) -> None:
-        """The client has read everything sent (Twisted resumed the window): catch up."""
-        if getattr(self, "client_gone", False) or (self.resuming is not None and not self.resuming.done()):
-            return
-        self.resuming = asyncio.get_running_loop().create_task(self._catch_up_after_pause())
-
-    async def _catch_up_after_pause(self) -> None:
-        try:
-            async with self.relay_lock:
-                await self._catch_up()
-        except Exception:  # the ledger watch tries again; the socket stays up
-            logger.warning("catch-up of session %s after a pause failed", self.session_id, exc_info=True)
-
-    async def _relay(self, event: Event, run_id: str) -> None:
-        if event.request_id and run_id:
-            self.runs_by_request[event.request_id] = run_id
-        run_id = run_id or await self._run_id(event)
-        if event.seq is not None:
-            self.joined_mid_run.discard(run_id)
-            if event.seq > self.last_seq + 1:
-                # seqs we never get live: a user message, tool results a client sent in
-                await self._catch_up(until_seq=event.seq - 1)
-            if event.seq <= self.last_seq or self._behind():
-                return  # sent already, or after the ones the catch-up left for the resume
-            await self._send_event(event, run_id)
-            self.last_seq = event.seq
-            return
-        if event.partial and run_id in self.joined_mid_run:
-            return
-        if run_id not in self.translated_runs:
-            # A new run: its user message is in the ledger, not on the group.
-            await self._catch_up(until=event.created_at)
-            if self._behind():
-                self._skip([[run_id, {"partial": event.partial}]])
-                return
-        await self._send_event(event, run_id)
 
     async def session_deleted(self, message: dict[str, Any]) -> None:
         """The session was deleted (`runs.receivers`)."""
@@ -614,103 +417,3 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     )
                 )
             )
-
-    async def _run(self, frame: dict[str, Any]) -> None:
-        message: str | Message = _frame_message(frame, empty_ok=bool(frame.get("attachments")))
-        if frame.get("attachments"):  # images and files, as on REST (issue 20): checked before anything is stored
-            try:
-                parts = rest_parts(frame["attachments"], field="attachments", lookup=None)
-            except AttachmentError as exc:
-                raise FrameError(exc.code, exc.message, exc.field) from None
-            message = Message(role="user", content=message, parts=parts)
-        agent = _checked_text(frame, "agent")
-        if agent is not None and (not isinstance(agent, str) or not agent):
-            raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
-        user_id, session_id = str(self.user.pk), self.session_id
-
-        async def start(runner: Runner) -> RunRecord:
-            handle = await runner.start(user_id=user_id, message=message, session_id=session_id, agent=agent)
-            return handle.record
-
-        try:
-            record = await run_manager().acall(start)
-        except AgentNotFoundError as exc:
-            raise FrameError("unknown_agent", str(exc), "agent") from None
-        except TooManyRunsError as exc:
-            raise FrameError("too_many_runs", str(exc)) from None
-        except (UsageError, SessionNotFoundError) as exc:
-            raise FrameError("invalid_request", str(exc)) from None
-        self.open_runs.add(record.id)  # open from now on, also before its first event comes
-        # Known now: its user message, read from the ledger, needs no lookup of its run.
-        self.runs_by_request[record.request_id] = record.id
-        await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
-
-    async def _cancel(self, frame: dict[str, Any]) -> None:
-        run_id = await self._live_run(frame)
-        await run_manager().acall(lambda runner: request_cancel(runner, run_id))
-
-    async def _live_run(self, frame: dict[str, Any]) -> str:
-        """The frame's run_id, when it names a live run of this session and user."""
-        run_id = _checked_text(frame, "run_id")
-        if not isinstance(run_id, str) or not run_id:
-            raise FrameError("invalid_frame", "run_id must be a non-empty string", "run_id")
-        record = await _run_of_session(self.session_id, self.user.pk, run_id)
-        if record is None:
-            raise FrameError("not_found", f"run {run_id!r} not found in this session", "run_id")
-        if record.finished:
-            raise FrameError("run_not_active", f"run {run_id!r} already ended ({record.status})", "run_id")
-        return run_id
-
-    async def _steer(self, frame: dict[str, Any]) -> None:
-        message = _frame_message(frame)
-        run_id = await self._live_run(frame)
-        try:
-            queued = await run_manager().acall(lambda runner: request_enqueue(runner, run_id, message))
-        except QueueFullError as exc:
-            raise FrameError("queue_full", str(exc), "run_id") from None
-        except RunUnreachableError as exc:
-            raise FrameError("run_unreachable", str(exc), "run_id") from None
-        except RunNotActiveError:
-            raise FrameError("run_not_active", f"run {run_id!r} already ended", "run_id") from None
-        except UsageError as exc:
-            raise FrameError("invalid_frame", str(exc), "message") from None
-        await self.send(
-            text_data=json.dumps(
-                {
-                    "type": "message.queued",
-                    "run_id": run_id,
-                    "id": queued.id,
-                    "message": queued.message.content,
-                }
-            )
-        )
-
-    async def _withdraw(self, frame: dict[str, Any]) -> None:
-        run_id = await self._live_run(frame)
-        try:
-            withdrawn = await run_manager().acall(lambda runner: request_withdraw(runner, run_id))
-        except RunUnreachableError as exc:
-            raise FrameError("run_unreachable", str(exc), "run_id") from None
-        except RunNotActiveError:
-            raise FrameError("run_not_active", f"run {run_id!r} already ended", "run_id") from None
-        await self.send(
-            text_data=json.dumps(
-                {
-                    "type": "message.withdrawn",
-                    "run_id": run_id,
-                    "ids": [item.id for item in withdrawn],
-                }
-            )
-        )
-
-
-def _frame_message(frame: dict[str, Any], *, empty_ok: bool = False) -> str:
-    """The frame's `message`: a non-empty string within the size limit (empty allowed
-    beside attachments)."""
-    message = _checked_text(frame, "message")
-    if not isinstance(message, str) or (not message.strip() and not empty_ok):
-        raise FrameError("invalid_frame", "message must be a non-empty string", "message")
-    limit = settings.AGENTSITE_MAX_MESSAGE_CHARS
-    if len(message) > limit:
-        raise FrameError("message_too_large", f"message is {len(message)} characters; the limit is {limit}", "message")
-    return message
