@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from skills_app.core.workspace import (
     WorkspaceError,
     WorkspaceExecutor,
 )
+from tests.support.waiting import until
 
 
 def _py(code: str) -> str:
@@ -30,9 +30,43 @@ def _py(code: str) -> str:
     return f"python3 - <<'EOF'\n{code}\nEOF"
 
 
+SANDBOX_UID = 65534
+
+
+def _own_sandbox_processes() -> list[int]:
+    """The sandbox user's processes that descend from this test process. Not the machine's:
+    another test process (an xdist worker, another checkout's run) has sandboxes of its own.
+    bwrap's pid namespace keeps every process a command starts under its bwrap, our child,
+    until the namespace dies, and the kernel kills what is left in it then."""
+    parents: dict[int, int] = {}
+    sandboxed: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines() if ":" in line)
+        except OSError:  # ended meanwhile
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields["PPid"])
+        if int(fields["Uid"].split()[0]) == SANDBOX_UID:
+            sandboxed.append(pid)
+    me = os.getpid()
+
+    def descends(pid: int) -> bool:
+        seen: set[int] = set()
+        while pid > 1 and pid not in seen:
+            seen.add(pid)
+            pid = parents.get(pid, 0)
+            if pid == me:
+                return True
+        return False
+
+    return [pid for pid in sandboxed if descends(pid)]
+
+
 def _no_sandbox_processes_left() -> bool:
-    found = subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True, check=False)
-    return found.stdout.strip() == ""
+    return not _own_sandbox_processes()
 
 
 async def _sandbox_processes_gone(within_s: float = 5.0) -> bool:
@@ -43,6 +77,16 @@ async def _sandbox_processes_gone(within_s: float = 5.0) -> bool:
             return False
         await asyncio.sleep(0.05)  # poll interval
     return True
+
+
+async def test_the_leak_check_sees_a_running_commands_processes_and_not_after(executor: WorkspaceExecutor) -> None:
+    running = asyncio.ensure_future(executor.run(executor.workspace("inv-seen"), "sleep 2; echo done"))
+
+    await until(_own_sandbox_processes, "the running command's processes are seen", timeout_s=10)
+    result = await running
+
+    assert "done" in result.stdout, result.stdout + result.stderr
+    assert await _sandbox_processes_gone()
 
 
 async def test_a_command_runs_as_an_unprivileged_user_in_the_workspace(executor: WorkspaceExecutor) -> None:
