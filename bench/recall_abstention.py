@@ -30,25 +30,24 @@ import argparse
 import asyncio
 import json
 import random
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.recall import DEFAULT_DATA, Case, hidden_session, load_locomo, load_qmsum, recall  # noqa: E402
+from bench import recall_probe  # noqa: E402
+from bench.recall import DEFAULT_DATA, Case, load_locomo, load_qmsum, recall  # noqa: E402
 
 FIT_CONVERSATIONS = frozenset({"conv-26", "conv-30", "conv-41"})
 MAX_FALSE_HITS = 0.20
 MAX_RECALL_DROP = 0.02
 GRID = [round(0.05 * i, 2) for i in range(0, 21)]
 RESAMPLES = 1000
-_SESSION = re.compile(r"D(\d+):")
+_SESSION = recall_probe.SESSION_OF_TURN
 
 
 @dataclass
@@ -68,55 +67,25 @@ class Observation:
 async def observe(
     cases: list[Case], *, dataset: str, fit_names: frozenset[str], adversarial: dict[str, list[str]]
 ) -> list[Observation]:
-    from sessions_app.core.inmemory import InMemorySessionService
-    from sessions_app.core.recall import InMemoryRecallIndex, session_search
+    from sessions_app.core.recall import session_search
 
     out: list[Observation] = []
-
-    async def ask(session: Any, index: Any, query: str, kind: str, name: str, evidence: Any = None) -> None:
-        answer = await session_search(index, session=session, query=query, top_k=5, min_confidence=0.0)
-        found = [keys[r["event_id"]] for r in answer["results"]] if kind == "answerable" else []
+    async for asked in recall_probe.askings(cases, dataset=dataset, adversarial=adversarial):
+        answer = await session_search(
+            asked.index, session=asked.session, query=asked.query, top_k=5, min_confidence=0.0
+        )
+        found = [asked.keys[r["event_id"]] for r in answer["results"]] if asked.evidence is not None else []
         out.append(
             Observation(
                 dataset=dataset,
-                fit=name in fit_names,
-                conversation=name,
-                kind=kind,
+                fit=asked.case.name in fit_names,
+                conversation=asked.case.name,
+                kind=asked.kind,
                 confidence=answer.get("best_confidence", 0.0),
                 any_hit=bool(answer["results"]),
-                recall=recall(evidence, found) if kind == "answerable" else 0.0,
+                recall=recall(asked.evidence, found) if asked.evidence is not None else 0.0,
             )
         )
-
-    async def without(case: Case, drop: Any) -> tuple[Any, Any]:
-        service = InMemorySessionService()
-        partial, _ = await hidden_session(service, [t for t in case.turns if not drop(t)])
-        return partial, InMemoryRecallIndex(service)
-
-    for case in cases:
-        service = InMemorySessionService()
-        index = InMemoryRecallIndex(service)
-        session, keys = await hidden_session(service, case.turns)
-        for question in case.questions:
-            await ask(session, index, question.text, "answerable", case.name, question.evidence)
-        for text in adversarial.get(case.name, []):
-            await ask(session, index, text, "adversarial", case.name)
-        if dataset == "locomo":
-            groups: dict[frozenset[str], list[str]] = {}
-            for question in case.questions:
-                held = frozenset(m.group(1) for group in question.evidence for k in group if (m := _SESSION.match(k)))
-                groups.setdefault(held, []).append(question.text)
-            for removed, texts in groups.items():
-                partial, partial_index = await without(
-                    case, lambda t, removed=removed: (m := _SESSION.match(t.key)) is not None and m.group(1) in removed
-                )
-                for text in texts:
-                    await ask(partial, partial_index, text, "removed", case.name)
-        else:
-            for question in case.questions:
-                spans = set().union(*question.evidence)
-                partial, partial_index = await without(case, lambda t, spans=spans: t.key in spans)
-                await ask(partial, partial_index, question.text, "removed", case.name)
     return out
 
 

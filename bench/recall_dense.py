@@ -43,10 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import recall_probe  # noqa: E402
 from bench.context_scoped import bootstrap  # noqa: E402
 from bench.recall import DEFAULT_DATA, Case, hidden_session, load_locomo, load_qmsum, recall  # noqa: E402
 
-K = 5
+K = recall_probe.K
 RESULTS = ROOT / "bench" / "results"
 
 # Not var/: that is `make run`'s, and the test suite fails when anything there changes.
@@ -138,46 +139,18 @@ class Asked:
 async def capture_pools(cases: list[Case]) -> list[Asked]:
     """What `session_search` (current_hidden, hybrid, top_k 5) hands `hybrid_rank`, per question,
     already in hybrid order (the code's ranking)."""
-    from sessions_app.core.inmemory import InMemorySessionService
-    from sessions_app.core.recall import InMemoryRecallIndex, session_search
-    from sessions_app.core.recall import search as search_module
-
-    service = InMemorySessionService()
-    index = InMemoryRecallIndex(service)
-    seen: list[Any] = []
-    original = search_module.hybrid_rank
-
-    def record(query: str, pool: Any, *args: Any, **kwargs: Any) -> Any:
-        ranked = original(query, pool, *args, **kwargs)
-        seen.append(list(ranked))
-        return ranked
-
-    search_module.hybrid_rank = record  # type: ignore[assignment]  # a bench probe, restored below
-    out: list[Asked] = []
-    try:
-        for case in cases:
-            loaded, keys = await hidden_session(service, case.turns)
-            authors = {e.author for e in loaded.events}
-            for question in case.questions:
-                seen.clear()
-                await session_search(
-                    index, session=loaded, query=question.text, scope="current_hidden", top_k=K, min_confidence=0
-                )
-                pool = seen[0] if seen else []
-                out.append(
-                    Asked(
-                        query=question.text,
-                        evidence=question.evidence,
-                        pool=[keys[h.event.id] for h in pool],
-                        texts={t.key: t.text for t in case.turns},
-                        authors={t.key: t.speaker for t in case.turns},
-                        participants=authors | {h.event.author for h in pool},
-                        turn_keys=[t.key for t in case.turns],
-                    )
-                )
-    finally:
-        search_module.hybrid_rank = original
-    return out
+    return [
+        Asked(
+            query=p.question.text,
+            evidence=p.question.evidence,
+            pool=[p.keys[h.event.id] for h in p.ranked],
+            texts={t.key: t.text for t in p.case.turns},
+            authors={t.key: t.speaker for t in p.case.turns},
+            participants=p.authors | {h.event.author for h in p.ranked},
+            turn_keys=[t.key for t in p.case.turns],
+        )
+        async for p in recall_probe.pools(cases, min_confidence=0)
+    ]
 
 
 def rrf_fuse(first: Sequence[str], second: Sequence[str], weight: float, k: float = 5.0) -> list[str]:
@@ -211,17 +184,8 @@ def ranked(asked: Asked, store: VectorStore, *, weight: float, whole: int) -> li
 def with_abstention(asked: Asked, keys: list[str]) -> list[str]:
     """As the tool answers: nothing when the best `answer_confidence` of the K is under
     NO_MATCH_BELOW."""
-    from sessions_app.core.recall.defaults import NO_MATCH_BELOW
-    from sessions_app.core.recall.scoring import answer_confidence
-
-    best = max(
-        (
-            answer_confidence(asked.query, asked.texts[k], author=asked.authors[k], participants=asked.participants)
-            for k in keys
-        ),
-        default=0.0,
-    )
-    return keys if best >= NO_MATCH_BELOW else []
+    hits = [(asked.texts[k], asked.authors[k]) for k in keys]
+    return [] if recall_probe.abstained(asked.query, hits, participants=asked.participants) else keys
 
 
 def recall_at_k(asked: list[Asked], store: VectorStore, *, weight: float, whole: int) -> list[float]:
@@ -313,58 +277,27 @@ async def observe_dense(
     cases: list[Case], *, dataset: str, fit_names: frozenset[str], adversarial: dict[str, list[str]]
 ) -> list[Seen]:
     """`bench/recall_abstention.observe`'s questions and sessions, keeping the hits' texts."""
-    from bench.recall_abstention import _SESSION
-    from sessions_app.core.inmemory import InMemorySessionService
-    from sessions_app.core.recall import InMemoryRecallIndex, session_search
+    from sessions_app.core.recall import session_search
 
     out: list[Seen] = []
-
-    async def build(turns: list[Any]) -> tuple[Any, Any, dict[str, str]]:
-        service = InMemorySessionService()
-        session, keys = await hidden_session(service, turns)
-        return session, InMemoryRecallIndex(service), keys
-
-    async def ask(
-        built: tuple[Any, Any, dict[str, str]], turns: list[Any], query: str, kind: str, name: str, evidence: Any = None
-    ) -> None:
-        session, index, keys = built
-        answer = await session_search(index, session=session, query=query, top_k=K, min_confidence=0.0)
-        text = {t.key: t.text for t in turns}
-        found = [keys[r["event_id"]] for r in answer["results"]]
+    async for asked in recall_probe.askings(cases, dataset=dataset, adversarial=adversarial):
+        answer = await session_search(
+            asked.index, session=asked.session, query=asked.query, top_k=K, min_confidence=0.0
+        )
+        text = {t.key: t.text for t in asked.turns}
+        found = [asked.keys[r["event_id"]] for r in answer["results"]]
         out.append(
             Seen(
                 dataset=dataset,
-                fit=name in fit_names,
-                kind=kind,
-                query=query,
+                fit=asked.case.name in fit_names,
+                kind=asked.kind,
+                query=asked.query,
                 confidence=answer.get("best_confidence", 0.0),
                 hits=[text[k] for k in found],
-                session=[t.text for t in turns],
-                recall=recall(evidence, found) if kind == "answerable" else 0.0,
+                session=[t.text for t in asked.turns],
+                recall=recall(asked.evidence, found) if asked.evidence is not None else 0.0,
             )
         )
-
-    for case in cases:
-        whole = await build(case.turns)
-        for question in case.questions:
-            await ask(whole, case.turns, question.text, "answerable", case.name, question.evidence)
-        for text in adversarial.get(case.name, []):
-            await ask(whole, case.turns, text, "adversarial", case.name)
-        if dataset == "locomo":
-            groups: dict[frozenset[str], list[str]] = {}
-            for question in case.questions:
-                held = frozenset(m.group(1) for group in question.evidence for k in group if (m := _SESSION.match(k)))
-                groups.setdefault(held, []).append(question.text)
-            for removed, texts in groups.items():
-                kept = [t for t in case.turns if not ((m := _SESSION.match(t.key)) and m.group(1) in removed)]
-                partial = await build(kept)
-                for text in texts:
-                    await ask(partial, kept, text, "removed", case.name)
-        else:
-            for question in case.questions:
-                spans = set().union(*question.evidence)
-                kept = [t for t in case.turns if t.key not in spans]
-                await ask(await build(kept), kept, question.text, "removed", case.name)
     return out
 
 

@@ -28,14 +28,13 @@ if str(ROOT) not in sys.path:
     # Run as `python bench/recall_fit.py`: the project packages live one level up.
     sys.path.insert(0, str(ROOT))
 
-from bench.recall import Case, hidden_session, recall  # noqa: E402
+from bench import recall_probe  # noqa: E402
+from bench.recall import Case, recall  # noqa: E402
 from bench.recall_ranking import RESULTS, splits  # noqa: E402
 from sessions_app.core.recall import ranking as ranking_module  # noqa: E402
 from sessions_app.core.recall import search as search_module  # noqa: E402
-from sessions_app.core.recall.defaults import NO_MATCH_BELOW  # noqa: E402
-from sessions_app.core.recall.scoring import answer_confidence  # noqa: E402
 
-K = 5
+K = recall_probe.K
 GRID = {
     "RRF_K": (2, 5, 10, 20),
     "NEIGHBOUR_WEIGHT": (0.0, 0.15, 0.3, 0.5),
@@ -46,31 +45,7 @@ Pool = tuple[str, list[Any], set[str], list[set[str]], dict[str, str]]
 
 async def capture(cases: list[Case]) -> list[Pool]:
     """(query, pool, the session's authors, evidence, event id -> turn key) per question."""
-    from sessions_app.core.inmemory import InMemorySessionService
-    from sessions_app.core.recall import InMemoryRecallIndex, session_search
-
-    service = InMemorySessionService()
-    index = InMemoryRecallIndex(service)
-    pools: list[Pool] = []
-    seen: list[Any] = []
-    original = search_module.hybrid_rank
-
-    def record(query: str, pool: Sequence[Any]) -> list[Any]:
-        seen.append(list(pool))
-        return original(query, pool)
-
-    search_module.hybrid_rank = record  # a bench probe, restored below
-    try:
-        for case in cases:
-            loaded, keys = await hidden_session(service, case.turns)
-            authors = {e.author for e in loaded.events}
-            for question in case.questions:
-                seen.clear()
-                await session_search(index, session=loaded, query=question.text, scope="current_hidden", top_k=K)
-                pools.append((question.text, seen[0] if seen else [], authors, question.evidence, keys))
-    finally:
-        search_module.hybrid_rank = original
-    return pools
+    return [(p.question.text, p.pool, p.authors, p.question.evidence, p.keys) async for p in recall_probe.pools(cases)]
 
 
 def score(pools: list[Pool]) -> float:
@@ -79,11 +54,8 @@ def score(pools: list[Pool]) -> float:
     for query, pool, authors, evidence, keys in pools:
         hits = search_module.hybrid_rank(query, pool)[:K]
         participants = {h.event.author for h in pool} | authors
-        best = max(
-            (answer_confidence(query, h.text, author=h.event.author, participants=participants) for h in hits),
-            default=0.0,
-        )
-        found = [keys[h.event.id] for h in hits] if best >= NO_MATCH_BELOW else []
+        quiet = recall_probe.abstained(query, [(h.text, h.event.author) for h in hits], participants=participants)
+        found = [] if quiet else [keys[h.event.id] for h in hits]
         total += recall(evidence, found)
     return total / max(1, len(pools))
 
