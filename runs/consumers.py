@@ -71,9 +71,16 @@ pass through; the translator drops a delta of a message already sent whole. Whil
 it has shown is open and the live stream has been quiet for `LEDGER_POLL_S`, the socket
 re-reads the ledger (less and less often while that finds nothing, down to every
 `LEDGER_POLL_MAX_S`): a live message the layer dropped (a full inbox, a Redis blip) costs
-deltas, never an event. When the layer cannot be joined at all, the socket says so with
-an error frame (`live_unavailable`) and follows the ledger every `LEDGER_POLL_S`. A socket
-closing never stops a run.
+deltas, never an event. The re-read is skipped while this process vouches for the stream
+(issue 23; `runs.fanout.Published`): every open run it shows publishes here and nothing
+published here is past its last seq, so the layer dropped nothing. A vouched stream is still
+re-read after `VOUCHED_POLLS` x `LEDGER_POLL_S` (16 s) of quiet, for what no publication
+here shows: an event another process appended to a run of this one (a reaper), or one a
+run saved without publishing it (a steering message: it shows at the run's next live event,
+by its seq, or at that re-read). A run the socket starts has its user message read at once.
+When the layer cannot be joined at all, the socket says so with an error frame
+(`live_unavailable`) and follows the ledger every `LEDGER_POLL_S`. A socket closing never
+stops a run.
 
 Back-pressure: a client that does not read is not buffered for without bound. Past
 `AGENTSITE_WS_SEND_BUFFER_BYTES` unsent (runs/protocols/backpressure.py) the socket drops live
@@ -88,6 +95,7 @@ import contextlib
 import json
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -96,7 +104,7 @@ from django.conf import settings
 from runs import error_texts
 from runs import models as run_orm
 from runs.core.protocols.agui import AguiTranslator
-from runs.fanout import EVENT_MESSAGE, session_group, token_digest, user_group
+from runs.fanout import EVENT_MESSAGE, PUBLISHED, session_group, token_digest, user_group
 from runs.protocols.backpressure import SendWindow
 from runs.protocols.frames import SHARED
 from runs.protocols.ws_input import FrameError, _error_frame
@@ -126,6 +134,8 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 LEDGER_POLL_S = 2.0
 LEDGER_POLL_MAX_S = 16.0
+VOUCHED_POLLS = 8
+"""A stream this process vouches for is re-read after this many `LEDGER_POLL_S` of quiet."""
 _LIVE = ("queued", "running")
 
 
@@ -304,6 +314,12 @@ class SessionConsumer(RunFrames, LedgerReplay):
             quiet_s = time.monotonic() - max(self.last_live_at, polled_at)
             if not (self.live_down or (self.open_runs and quiet_s >= wait_s)):
                 continue
+            if (
+                not self.live_down
+                and quiet_s < VOUCHED_POLLS * LEDGER_POLL_S
+                and PUBLISHED.vouches(self.session_id, last_seq=self.last_seq, runs=self.open_runs)
+            ):
+                continue  # nothing was missed: the runs are quiet, not lost (issue 23)
             before = self.last_seq
             try:
                 async with self.relay_lock:
@@ -387,6 +403,10 @@ class SessionConsumer(RunFrames, LedgerReplay):
                 raise FrameError("invalid_frame", "type must be a string", "type")
             if kind == "run":
                 await self._run(frame)
+                # Its user message is saved, not broadcast: shown now rather than at its first
+                # live event or a re-read (issue 23: the watch skips those for runs of this process).
+                async with self.relay_lock:
+                    await self._catch_up(until=datetime.now(UTC))
             elif kind == "cancel":
                 await self._cancel(frame)
             elif kind == "message":

@@ -104,6 +104,16 @@ class Published:
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)
 
+    def run_here(self, session_id: str, run_id: str) -> None:
+        """`run_id` was started on `session_id` by this process's runner: its events will be
+        published here (noted before its first, so that its quiet start is vouched for)."""
+        self._sessions.setdefault(session_id, (0, frozenset()))
+        seq, runs = self._sessions[session_id]
+        self._sessions[session_id] = (seq, runs | {run_id})
+        self._sessions.move_to_end(session_id)
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+
     def vouches(self, session_id: str, *, last_seq: int, runs: set[str] | frozenset[str]) -> bool:
         """Whether a socket that has sent up to `last_seq` and shows `runs` as open missed
         nothing this process published, and every one of those runs publishes here."""

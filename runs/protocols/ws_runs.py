@@ -17,7 +17,7 @@ from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
-from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_withdraw
+from runs.fanout import PUBLISHED, RunUnreachableError, request_cancel, request_enqueue, request_withdraw
 from runs.protocols.ws_input import FrameError, _checked_text, _frame_message
 from sessions_app.backends import db_call
 from sessions_app.core.events import Message
@@ -68,6 +68,7 @@ class RunFrames(AsyncWebsocketConsumer):
         self.open_runs.add(record.id)  # open from now on, also before its first event comes
         # Known now: its user message, read from the ledger, needs no lookup of its run.
         self.runs_by_request[record.request_id] = record.id
+        PUBLISHED.run_here(session_id, record.id)  # this process runs it (issue 23: runs/consumers.py's watch)
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
 
     async def _cancel(self, frame: dict[str, Any]) -> None:
