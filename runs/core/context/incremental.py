@@ -42,6 +42,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from runs.core.context.memo import RequestMemo
 from runs.core.context.projection import (
     ProjectedItem,
     Projection,
@@ -102,6 +103,8 @@ class _State:
     frozen_units: tuple[str, ...] | None = None
     frozen_completed: frozenset[str] | None = None
     frozen_visible: tuple[Event, ...] | None = None
+    memo: RequestMemo = field(default_factory=RequestMemo)
+    """Per-item work of the requests built on this state (a rebuilt state starts afresh)."""
 
 
 @dataclass
@@ -372,9 +375,17 @@ def _projection(state: _State, *, filter_key: str, active_invocation_id: str | N
     )
     items = [*head, *_activate(tail, active_invocation_id)]
     if active_invocation_id is not None:
+        # The run's kept items are copied with `active` set once, so that the next call
+        # hands out the same copies and the memo's per-item work holds for them too.
+        activated = state.memo.activated
+        state.memo.trim(activated)
         for position in state.by_invocation.get(active_invocation_id, ()):
             if position < len(head):
-                items[position] = dataclasses.replace(items[position], active=True)
+                kept = items[position]
+                hit = activated.get(id(kept))
+                if hit is None or hit[0] is not kept:
+                    hit = activated[id(kept)] = (kept, dataclasses.replace(kept, active=True))
+                items[position] = hit[1]
     if state.frozen_units is None:
         state.frozen_units = tuple(state.last_at)
     if state.frozen_completed is None:
@@ -393,6 +404,7 @@ def _projection(state: _State, *, filter_key: str, active_invocation_id: str | N
         intra_run=False,
         origin=origin,
         visible_counter=functools.partial(_count_visible, state, len(state.visible)),
+        memo=state.memo,
     )
 
 

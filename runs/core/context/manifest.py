@@ -34,8 +34,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runs.core.context.memo import RequestMemo
 from runs.core.context.projection import ProjectedItem, Projection
 from sessions_app.core.events import Event, filter_matches
+from sessions_app.core.session import Summary
 from sessions_app.core.summary import model_message
 
 Disposition = Literal[
@@ -156,13 +158,32 @@ class Manifest:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The compact, JSON-safe form kept with each model call."""
+        """The compact, JSON-safe form kept with each model call (`coverage`, `counts` and
+        `ranges` in one pass over the entries: every model call records it)."""
+        counted: Counter[str] = Counter()
+        seqs: set[int] = set()
+        ranges: list[list[Any]] = [["summarized", 1, self.summarized_through]] if self.summarized_through else []
+        truncated: list[list[int]] = []
+        last_seq = self.last_seq
+        for entry in self.loaded:
+            disposition, seq = entry.disposition, entry.seq
+            counted[disposition] += 1
+            if disposition != "dropped" and 0 < seq <= last_seq:
+                seqs.add(seq)
+            if ranges and ranges[-1][0] == disposition and ranges[-1][2] == seq - 1:
+                ranges[-1][2] = seq
+            else:
+                ranges.append([disposition, seq, seq])
+            if entry.truncation is not None:
+                truncated.append([seq, *entry.truncation])
+        counted["summarized"] += self.summarized_through
+        coverage = 1.0 if last_seq == 0 else (len(seqs) + min(self.summarized_through, last_seq)) / last_seq
         return {
             "last_seq": self.last_seq,
-            "coverage": round(self.coverage, 6),
-            "counts": self.counts(),
-            "ranges": self.ranges(),
-            "truncated": [[e.seq, *e.truncation] for e in self.loaded if e.truncation is not None],
+            "coverage": round(coverage, 6),
+            "counts": {d: counted[d] for d in (*DISPOSITIONS, "dropped") if counted[d]},
+            "ranges": ranges,
+            "truncated": truncated,
             "summary": None
             if self.summary_version is None
             else {
@@ -208,69 +229,82 @@ def build_manifest(
     projection: Projection,
     items: Sequence[ProjectedItem],
     gaps: Sequence[Gap] = (),
+    memo: RequestMemo | None = None,
 ) -> Manifest:
     """Classify every ledger seq 1..`last_seq` for the request made of `items` (after
-    compaction) over the loaded `events`."""
+    compaction) over the loaded `events`.
+
+    With `memo` (the kept projection's, issue 18) what each item shows, and each event's
+    entry given the item that shows it, are worked out once and looked up after.
+    """
     summary = projection.summary
     boundary = summary.last_seq if summary is not None else 0
     # An event's first compacted item decides; else any item that shows it whole.
     compacted: dict[str, ProjectedItem] = {}
     whole: set[str] = set()
+    marks = memo.marks if memo is not None else None
+    if marks is not None:
+        assert memo is not None
+        memo.trim(marks)
     for item in items:
-        if item.compaction in _BY_PASS:
-            for event in item.events:
-                compacted.setdefault(event.id, item)
-        elif item.kind in ("event", "anchor", "context"):
-            whole.update(event.id for event in item.events)
+        hit = marks.get(id(item)) if marks is not None else None
+        if hit is not None and hit[0] is item:
+            shortened_ids, whole_ids = hit[1], hit[2]
+        else:
+            shortened_ids, whole_ids = _marks(item)
+            if marks is not None:
+                marks[id(item)] = (item, shortened_ids, whole_ids)
+        for event_id in shortened_ids:
+            compacted.setdefault(event_id, item)
+        if whole_ids:
+            whole.update(whole_ids)
     entries: dict[int, ManifestEntry] = {}
     texts: dict[str, str] = {}
+    kept = memo.entries if memo is not None else None
+    if kept is not None:
+        assert memo is not None
+        memo.trim(kept)
     for event in events:
         seq = event.seq
         if seq is None or seq > last_seq:
             continue
-        known = _known(event, filter_key)
-        disposition: Disposition | Literal["dropped"]
-        if known.fixed is not None:
-            disposition = known.fixed
-        elif (shortened := compacted.get(event.id)) is not None:
-            # A call whose arguments were shortened names its event in the arguments.
-            texts[event.id] = shortened.message.content + "".join(c.arguments for c in shortened.message.tool_calls)
-            entries[seq] = ManifestEntry(
-                seq=seq,
-                event_id=event.id,
-                disposition=_BY_PASS[shortened.compaction or ""],
-                truncation=shortened.truncation,
-            )
+        shortened = compacted.get(event.id)
+        shown = event.id in whole
+        hit = kept.get(id(event)) if kept is not None else None
+        if (
+            hit is not None
+            and hit[0] is event
+            and hit[1] == filter_key
+            and hit[2] is shortened
+            and hit[3] == shown
+            and hit[4] is summary
+            and hit[5] is projection.superseded
+        ):
+            entries[seq] = hit[6]
+            if hit[7] is not None:
+                texts[event.id] = hit[7]
             continue
-        elif event.id in whole:
-            disposition = "verbatim"
-        else:
-            # Hidden, or only its still-needed calls restored: the summary must stand for it
-            # (a summary made before a redo may tell of the replaced turn: it still does).
-            if summary is not None and summary.covers(event):
-                disposition = "summarized"
-            elif event.id in projection.superseded:
-                disposition = "superseded"
-            else:
-                disposition = "dropped"
-        entry = known.entries.get(disposition)
-        if entry is None:
-            entry = known.entries[disposition] = ManifestEntry(seq=seq, event_id=event.id, disposition=disposition)
+        entry, text = _classify(event, filter_key, shortened, shown, summary, projection.superseded)
         entries[seq] = entry
+        if text is not None:
+            texts[event.id] = text
+        if kept is not None:
+            kept[id(event)] = (event, filter_key, shortened, shown, summary, projection.superseded, entry, text)
     # Seqs before the first loaded one that the boundary covers: one number, not an entry
     # each (a long session's manifest would otherwise cost its whole ledger on every call).
     through = min(boundary, min(entries, default=last_seq + 1) - 1) if summary is not None else 0
     gap_seqs = {s for g in gaps for s in range(max(g.first_seq, through + 1), g.last_seq + 1)}
-    for seq in range(through + 1, last_seq + 1):
-        if seq in entries:
-            continue
-        if summary is not None and seq <= boundary:
-            disposition = "summarized"  # not loaded: the summary stands for it
-        elif seq in gap_seqs:
-            disposition = "gap"
-        else:
-            disposition = "dropped"
-        entries[seq] = ManifestEntry(seq=seq, event_id="", disposition=disposition)
+    if len(entries) < last_seq - through:
+        for seq in range(through + 1, last_seq + 1):
+            if seq in entries:
+                continue
+            if summary is not None and seq <= boundary:
+                disposition: Disposition | Literal["dropped"] = "summarized"  # not loaded: the summary stands for it
+            elif seq in gap_seqs:
+                disposition = "gap"
+            else:
+                disposition = "dropped"
+            entries[seq] = ManifestEntry(seq=seq, event_id="", disposition=disposition)
     ordered = tuple(entries[s] for s in sorted(entries) if s > through)
     return Manifest(
         last_seq=last_seq,
@@ -282,6 +316,55 @@ def build_manifest(
         gaps=tuple(gaps),
         texts=texts,
     )
+
+
+def _marks(item: ProjectedItem) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ids of the events `item` shows compacted, and of those it shows whole."""
+    if item.compaction in _BY_PASS:
+        return tuple(e.id for e in item.events), ()
+    if item.kind in ("event", "anchor", "context"):
+        return (), tuple(e.id for e in item.events)
+    return (), ()
+
+
+def _classify(
+    event: Event,
+    filter_key: str,
+    shortened: ProjectedItem | None,
+    shown: bool,
+    summary: Summary | None,
+    superseded: frozenset[str],
+) -> tuple[ManifestEntry, str | None]:
+    """One loaded event's entry, and the text standing for it when compacted."""
+    seq = event.seq or 0
+    known = _known(event, filter_key)
+    disposition: Disposition | Literal["dropped"]
+    if known.fixed is not None:
+        disposition = known.fixed
+    elif shortened is not None:
+        # A call whose arguments were shortened names its event in the arguments.
+        text = shortened.message.content + "".join(c.arguments for c in shortened.message.tool_calls)
+        entry = ManifestEntry(
+            seq=seq,
+            event_id=event.id,
+            disposition=_BY_PASS[shortened.compaction or ""],
+            truncation=shortened.truncation,
+        )
+        return entry, text
+    elif shown:
+        disposition = "verbatim"
+    # Hidden, or only its still-needed calls restored: the summary must stand for it
+    # (a summary made before a redo may tell of the replaced turn: it still does).
+    elif summary is not None and summary.covers(event):
+        disposition = "summarized"
+    elif event.id in superseded:
+        disposition = "superseded"
+    else:
+        disposition = "dropped"
+    cached = known.entries.get(disposition)
+    if cached is None:
+        cached = known.entries[disposition] = ManifestEntry(seq=seq, event_id=event.id, disposition=disposition)
+    return cached, None
 
 
 @dataclass(frozen=True)

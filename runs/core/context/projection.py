@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from runs.core.context.memo import RequestMemo
 from sessions_app.core.events import Event, Message, filter_matches
 from sessions_app.core.redo import superseded_positions
 from sessions_app.core.session import Session, Summary, select_summary
@@ -122,6 +123,8 @@ class Projection:
     `fallback:<reason>` (a case the kept state cannot vouch for; made from the ledger)."""
     visible_counter: Callable[[Tokenizer], int] | None = dataclasses.field(default=None, compare=False, repr=False)
     """The incremental projection's running count of `visible_tokens` (counted once per event)."""
+    memo: RequestMemo | None = dataclasses.field(default=None, compare=False, repr=False)
+    """The incremental projection's per-item work for the requests built on it (`memo`)."""
 
     @property
     def boundary_seq(self) -> int:

@@ -140,17 +140,24 @@ class BuiltRequest:
     def stats(self) -> dict[str, Any]:
         """Per-call context stats (JSON-safe), kept in the answer event's `extensions["context"]`."""
         summary = self.projection.summary
+        history = tail = seeded = 0
+        for item in self.items:  # one pass: every model call records these
+            history += item.kind == "event"
+            tail += item.resume_tail
+            if item.event is not None and item.event.extensions.get(SEED_EXTENSION):
+                seeded += 1
+            seeded += sum(1 for e in item.merged if e.extensions.get(SEED_EXTENSION))
         return {
             "window": self.window,
             "sent_tokens": self.sent_tokens,
             "raw_tokens": self.raw_tokens,
             "tools_tokens": self.tools_tokens,
             "messages": len(self.request.messages),
-            "history_events": sum(1 for i in self.items if i.kind == "event"),
+            "history_events": history,
             "hidden_events": self.projection.hidden_events,
             "intra_run_summary": self.projection.intra_run,
-            "resume_tail": sum(1 for i in self.items if i.resume_tail),
-            "seeded_events": sum(1 for i in self.items for e in i.events if e.extensions.get(SEED_EXTENSION)),
+            "resume_tail": tail,
+            "seeded_events": seeded,
             "projection": self.projection.origin,
             "summary": None
             if summary is None
@@ -300,7 +307,9 @@ def build_context(
     )
     # SPEC 4.3 step 6: a user message with images or files names them in a text part.
     items = [
-        dataclasses.replace(item, message=with_attached_note(item.message)) if item.message.attachments else item
+        dataclasses.replace(item, message=with_attached_note(item.message))
+        if item.message.parts and item.message.attachments
+        else item
         for item in projection.items
     ]
     stats = CompactionStats()
@@ -319,6 +328,7 @@ def build_context(
             completed_units=projection.completed_units,
             session_load=any(t.name == "session_load" for t in tools),
             tokenizer=tokenizer,
+            memo=projection.memo,
         )
         stats = stats.plus(tail_stats)
     block = projection.summary_block(mode)
@@ -354,7 +364,13 @@ def build_context(
             )
             stats = stats.plus(fitted)
     manifest = build_manifest(
-        session.events, filter_key=filter_key, last_seq=last_seq, projection=projection, items=items, gaps=gaps
+        session.events,
+        filter_key=filter_key,
+        last_seq=last_seq,
+        projection=projection,
+        items=items,
+        gaps=gaps,
+        memo=projection.memo,
     )
     if governance is not None and governance.manifest_check:
         check_manifest(manifest, gap_notice_text=notice)
