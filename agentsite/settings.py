@@ -5,7 +5,7 @@ in-memory channel layer, files under `var/`, and the offline model. `DATABASE_UR
 `REDIS_URL` switch to PostgreSQL and Redis; `OPENAI_BASE_URL` / `OPENAI_API_KEY` to a
 real model endpoint. A bad value stops start-up with a message naming the variable.
 
-Every variable is declared, with its parser, default and meaning, in `agentsite/config.py`
+Every variable is declared, with its parser, default and meaning, in `agentsite/config/`
 and read here through `read(name)`; docs/settings.md is the table generated from there.
 """
 

@@ -1,5 +1,5 @@
 """One declaration list for the environment (issue 22, item 3): every variable is declared
-in agentsite/config.py, read through it, checked, and documented by the generated table."""
+in agentsite/config/, read through it, checked, and documented by the generated table."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_every_declared_variable_is_read_and_every_read_is_declared() -> None:
 
 
 def test_nothing_else_reads_the_environment() -> None:
-    """Only agentsite/config.py (through agentsite/env.py) reads the environment; no name is
+    """Only agentsite/config/ (through agentsite/env.py) reads the environment; no name is
     built from strings (`getattr(settings, f"AGENTSITE_{...}")`)."""
     allowed = {ROOT / "agentsite" / "env.py"}
     offenders: list[str] = []
