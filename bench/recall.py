@@ -25,9 +25,9 @@ Ranking per split (issue 24, item 3): bench/recall_ranking.py's table, session_s
 rank-bm25 and BM25 with our tokenizer on each half of LoCoMo and QMSum, with bootstrap
 intervals and MET/MISSED per bar; the weights are fitted on the A halves (bench/recall_fit.py).
 
-Abstention (issue 24): bench/recall_abstention.py, fitted on three LoCoMo conversations and
-reported on the other four, MET/MISSED per bar; the recall figures above are with abstention
-on, as the tool answers.
+Abstention (issue 24): bench/recall_abstention.py, fitted on the A splits and reported on B
+(those of bench/recall_ranking.py), MET/MISSED per bar, with candidate no-match scores beside
+the code's; the recall figures above are with abstention on, as the tool answers.
 
 Dense signal (issue 24): bench/recall_dense.py fits the weight of an all-MiniLM-L6-v2 cosine order
 in the hybrid ranking, and a cosine abstention threshold, on the same A splits, and reports B
