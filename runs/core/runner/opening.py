@@ -1,6 +1,7 @@
 """Opening a run (SPEC 1.2): the session it runs in, its registration (a request id runs
-once per user), the paused run a client's tool results continue, and the checks on the
-current turn; `Runner.start` calls these in order.
+once per user), the paused run a client's tool results continue, the checks on the
+current turn and the ledger events it writes; `Runner.start` calls these in order. Also
+the before_run callbacks, which may stop the run before its agent starts.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ logger = logging.getLogger(__name__)
 
 
 class RunOpening:
-    """The steps of `Runner.start` that find the session and claim the run; they keep the
-    runner's tables of requests and starting runs."""
+    """The steps of `Runner.start` that find the session and claim the run (they keep the
+    runner's tables of requests and starting runs), and the before_run callbacks."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
