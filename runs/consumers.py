@@ -72,12 +72,16 @@ it has shown is open and the live stream has been quiet for `LEDGER_POLL_S`, the
 re-reads the ledger (less and less often while that finds nothing, down to every
 `LEDGER_POLL_MAX_S`): a live message the layer dropped (a full inbox, a Redis blip) costs
 deltas, never an event. The re-read is skipped while this process vouches for the stream
-(issue 23; `runs.fanout.Published`): every open run it shows publishes here and nothing
-published here is past its last seq, so the layer dropped nothing. A vouched stream is still
-re-read after `VOUCHED_POLLS` x `LEDGER_POLL_S` (16 s) of quiet, for what no publication
-here shows: an event another process appended to a run of this one (a reaper), or one a
-run saved without publishing it (a steering message: it shows at the run's next live event,
-by its seq, or at that re-read). A run the socket starts has its user message read at once.
+(issue 23; `runs.fanout.Published`): every open run it shows publishes here, and every saved
+event published here that the socket lacks went out less than `VOUCHED_POLLS` x
+`LEDGER_POLL_S` (16 s) ago, so it may still be on its way (a saturated process delivers
+seconds late; re-reading then only adds to its load). The trade: an event the layer dropped
+from a run of this process is caught up 16 s after it was published, not 2 s after the
+stream went quiet. A vouched stream is still re-read after 16 s of quiet, for what no
+publication here shows: an event another process appended to a run of this one (a reaper),
+or one a run saved without publishing it (a steering message: it shows at the run's next
+live event, by its seq, or at that re-read). A run the socket starts has its user message
+read at once.
 When the layer cannot be joined at all, the socket says so with an error frame
 (`live_unavailable`) and follows the ledger every `LEDGER_POLL_S`. A socket closing never
 stops a run.
@@ -314,12 +318,15 @@ class SessionConsumer(RunFrames, LedgerReplay):
             quiet_s = time.monotonic() - max(self.last_live_at, polled_at)
             if not (self.live_down or (self.open_runs and quiet_s >= wait_s)):
                 continue
+            vouched_s = VOUCHED_POLLS * LEDGER_POLL_S
             if (
                 not self.live_down
-                and quiet_s < VOUCHED_POLLS * LEDGER_POLL_S
-                and PUBLISHED.vouches(self.session_id, last_seq=self.last_seq, runs=self.open_runs)
+                and quiet_s < vouched_s
+                and PUBLISHED.vouches(
+                    self.session_id, last_seq=self.last_seq, runs=self.open_runs, in_flight_s=vouched_s
+                )
             ):
-                continue  # nothing was missed: the runs are quiet, not lost (issue 23)
+                continue  # nothing was missed yet: the runs are quiet or late, not lost (issue 23)
             before = self.last_seq
             try:
                 async with self.relay_lock:

@@ -22,7 +22,8 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -71,54 +72,78 @@ def token_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class _Publications:
+    runs: frozenset[str] = frozenset()
+    """Runs publishing here that have not ended (no completion event yet)."""
+    recent: tuple[tuple[float, int], ...] = ()
+    """(when, seq) of the newest saved events published, oldest first."""
+    truncated: bool = False
+    """Whether older saved events were published than `recent` holds."""
+
+
 class Published:
-    """What this process's sinks published per session (issue 23): the highest seq, and the
-    runs whose events they published that have not ended (no completion event yet).
+    """What this process's sinks published per session (issue 23): the runs whose events they
+    publish that have not ended, and when each of the newest saved events (with a seq) went.
 
     A socket whose live stream went quiet re-reads the ledger in case the channel layer
     dropped an event. When every run it shows as open is one this process is publishing, and
-    nothing this process published is past the socket's last seq, the layer dropped nothing
-    it carried: `vouches` says so and the socket can skip the re-read. Anything else (a run of
-    another process, a session not noted here, an event published past the socket's seq)
-    means re-read. The sink notes each event before it can drop it, so a drop shows too.
+    every saved event published here that the socket lacks went out less than `in_flight_s`
+    ago (still on its way: a saturated process delivers seconds late), the layer has dropped
+    nothing it carried as far as anyone can tell yet: `vouches` says so and the socket can
+    skip the re-read. Anything else (a run of another process, a session not noted here, an
+    event published that long ago and still missing) means re-read. The sink notes each event
+    before it can drop it, so a drop shows too, `in_flight_s` after it.
 
-    At most `max_sessions` sessions are kept (least recently published first out); a session
-    no longer kept is simply not vouched for.
+    At most `max_sessions` sessions are kept (least recently published first out), each with
+    its `keep` newest saved events; a session no longer kept is not vouched for.
     """
 
-    def __init__(self, *, max_sessions: int = 10_000) -> None:
+    def __init__(
+        self, *, max_sessions: int = 10_000, keep: int = 64, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_sessions = max_sessions
-        # session id -> (highest seq, open runs); the set is replaced, never changed in place,
-        # so a socket on another thread reads a whole one.
-        self._sessions: OrderedDict[str, tuple[int, frozenset[str]]] = OrderedDict()
+        self.keep = keep
+        self.clock = clock
+        # Each value is replaced, never changed in place: a socket on another thread reads a
+        # whole one.
+        self._sessions: OrderedDict[str, _Publications] = OrderedDict()
 
-    def note(self, session_id: str, run_id: str, event: Event) -> None:
-        """`event` of `run_id` is being published on `session_id`'s group."""
-        seq, runs = self._sessions.get(session_id, (0, frozenset()))
-        if event.is_runner_completion:
-            runs = runs - {run_id}
-        elif run_id not in runs:
-            runs = runs | {run_id}
-        self._sessions[session_id] = (max(seq, event.seq or 0), runs)
+    def _put(self, session_id: str, value: _Publications) -> None:
+        self._sessions[session_id] = value
         self._sessions.move_to_end(session_id)
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)
+
+    def note(self, session_id: str, run_id: str, event: Event) -> None:
+        """`event` of `run_id` is being published on `session_id`'s group."""
+        found = self._sessions.get(session_id) or _Publications()
+        runs = found.runs - {run_id} if event.is_runner_completion else found.runs | {run_id}
+        recent, truncated = found.recent, found.truncated
+        if event.seq is not None:
+            recent = (*recent, (self.clock(), event.seq))
+            if len(recent) > self.keep:
+                recent, truncated = recent[-self.keep :], True
+        self._put(session_id, _Publications(runs=runs, recent=recent, truncated=truncated))
 
     def run_here(self, session_id: str, run_id: str) -> None:
         """`run_id` was started on `session_id` by this process's runner: its events will be
         published here (noted before its first, so that its quiet start is vouched for)."""
-        self._sessions.setdefault(session_id, (0, frozenset()))
-        seq, runs = self._sessions[session_id]
-        self._sessions[session_id] = (seq, runs | {run_id})
-        self._sessions.move_to_end(session_id)
-        while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
+        found = self._sessions.get(session_id) or _Publications()
+        self._put(session_id, replace(found, runs=found.runs | {run_id}))
 
-    def vouches(self, session_id: str, *, last_seq: int, runs: set[str] | frozenset[str]) -> bool:
-        """Whether a socket that has sent up to `last_seq` and shows `runs` as open missed
-        nothing this process published, and every one of those runs publishes here."""
+    def vouches(self, session_id: str, *, last_seq: int, runs: set[str] | frozenset[str], in_flight_s: float) -> bool:
+        """Whether a socket that has sent up to `last_seq` and shows `runs` as open has every
+        saved event this process published, but those published in the last `in_flight_s`,
+        and every one of those runs publishes here."""
         found = self._sessions.get(session_id)
-        return found is not None and found[0] <= last_seq and bool(runs) and runs <= found[1]
+        if found is None or not runs or not runs <= found.runs:
+            return False
+        missing = [when for when, seq in found.recent if seq > last_seq]
+        if found.truncated and found.recent and found.recent[0][1] > last_seq + 1:
+            return False  # some it lacks may be older than those kept
+        sent_by = self.clock() - in_flight_s
+        return all(when > sent_by for when in missing)
 
 
 PUBLISHED = Published()

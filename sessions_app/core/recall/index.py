@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -302,6 +303,8 @@ class _RunMemo:
     summaries: dict[SessionKey, tuple[dict[str, Summary] | None, dict[str, Summary]]] = field(default_factory=dict)
     """By session: the run's own view of its summaries when they were read (None for
     another session), and what the index answered."""
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while reading: a step's tool calls run together, and the first read serves all."""
 
 
 class RunSummaries:
@@ -348,13 +351,14 @@ class _RunIndex:
         return getattr(self._inner, name)
 
     async def summaries(self, key: SessionKey) -> Mapping[str, Summary]:
-        own = dict(self._session.summaries) if key == self._session.key else None
-        kept = self._memo.summaries.get(key)
-        if kept is not None and kept[0] == own:
-            return dict(kept[1])
-        found = dict(await self._inner.summaries(key))
-        self._memo.summaries[key] = (own, found)
-        return dict(found)
+        async with self._memo.reading:
+            own = dict(self._session.summaries) if key == self._session.key else None
+            kept = self._memo.summaries.get(key)
+            if kept is not None and kept[0] == own:
+                return dict(kept[1])
+            found = dict(await self._inner.summaries(key))
+            self._memo.summaries[key] = (own, found)
+            return dict(found)
 
     async def search_events(self, request: EventSearchRequest) -> list[SearchHit]:
         return await self._inner.search_events(request)
