@@ -1,7 +1,7 @@
 """The session websocket over a real Daphne server, driven by the `websockets` client.
 
 The server's model is the real OpenAI provider talking to a local scripted
-OpenAI-compatible server (`tests/support/openai_server.py`): deterministic like the offline
+OpenAI-compatible server (`tests/support/openai_server/`): deterministic like the offline
 planner, but able to stream slowly, which a cancel and a mid-run disconnect need.
 """
 
