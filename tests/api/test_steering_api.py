@@ -40,7 +40,11 @@ def wait_until(check: Callable[[], Any], timeout_s: float = 10.0) -> Any:
 
 
 def finished(client: Any, run_id: str) -> dict[str, Any]:
-    return wait_until(lambda: (r := client.get(f"/api/runs/{run_id}/").json())["status"] != "running" and r)
+    # The slow step alone streams for several seconds: on a loaded machine (a parallel run)
+    # the run took over 10 s to end. A generous deadline costs nothing when it ends sooner.
+    return wait_until(
+        lambda: (r := client.get(f"/api/runs/{run_id}/").json())["status"] != "running" and r, timeout_s=60.0
+    )
 
 
 def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:

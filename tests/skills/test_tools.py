@@ -235,7 +235,9 @@ async def test_the_offline_planner_says_plainly_that_a_refused_skill_run_did_not
     from runs.core.llm.offline import OfflineModel
     from skills_app.core.workspace import WorkspaceConfig
 
-    no_sandbox = WorkspaceExecutor(WorkspaceConfig(root=tmp_path / "ws", bwrap=str(tmp_path / "no-bwrap")))
+    # A short missing path: the answer shortens a long error, and under pytest-xdist tmp_path
+    # is long enough to cut the hint off.
+    no_sandbox = WorkspaceExecutor(WorkspaceConfig(root=tmp_path / "ws", bwrap="/nonexistent/bwrap"))
     toolset = SkillToolset(SKILLS, config=SkillsConfig(profile="full"), executor=no_sandbox)
 
     events = await _run(_runner(OfflineModel(), toolset), "run the skill alpha")
