@@ -32,7 +32,7 @@ def table() -> str:
 
 HEADER = """# Settings
 
-Every environment variable Agentsite reads. Generated from `agentsite/config.py` by
+Every environment variable Agentsite reads. Generated from the package `agentsite/config/` by
 `python -m agentsite.config > docs/settings.md`; a test keeps this file equal to it. Each is
 read once, at start-up, and checked: a bad value stops the server with a message naming the
 variable and what it expects.
