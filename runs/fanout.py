@@ -150,6 +150,13 @@ PUBLISHED = Published()
 """This process's record of what its sinks published (`Published`)."""
 
 
+def publishes_here(runner: Runner) -> bool:
+    """Whether `runner` publishes its runs' events to the channel layer from this process: only
+    then may a socket count a run it started as one `PUBLISHED` can vouch for (a runner built
+    without the sink, e.g. in a test or an embedding, leaves its sockets to the ledger)."""
+    return any(isinstance(sink, ChannelLayerSink) for sink in runner.sinks)
+
+
 class ChannelLayerSink:
     """EventSink: publish every emitted event to its session's group, in batches.
 

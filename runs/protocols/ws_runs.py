@@ -17,7 +17,14 @@ from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
-from runs.fanout import PUBLISHED, RunUnreachableError, request_cancel, request_enqueue, request_withdraw
+from runs.fanout import (
+    PUBLISHED,
+    RunUnreachableError,
+    publishes_here,
+    request_cancel,
+    request_enqueue,
+    request_withdraw,
+)
 from runs.protocols.ws_input import FrameError, _checked_text, _frame_message
 from sessions_app.backends import db_call
 from sessions_app.core.events import Message
@@ -53,12 +60,12 @@ class RunFrames(AsyncWebsocketConsumer):
             raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
         user_id, session_id = str(self.user.pk), self.session_id
 
-        async def start(runner: Runner) -> RunRecord:
+        async def start(runner: Runner) -> tuple[RunRecord, bool]:
             handle = await runner.start(user_id=user_id, message=message, session_id=session_id, agent=agent)
-            return handle.record
+            return handle.record, publishes_here(runner)
 
         try:
-            record = await run_manager().acall(start)
+            record, published_here = await run_manager().acall(start)
         except AgentNotFoundError as exc:
             raise FrameError("unknown_agent", str(exc), "agent") from None
         except TooManyRunsError as exc:
@@ -68,7 +75,8 @@ class RunFrames(AsyncWebsocketConsumer):
         self.open_runs.add(record.id)  # open from now on, also before its first event comes
         # Known now: its user message, read from the ledger, needs no lookup of its run.
         self.runs_by_request[record.request_id] = record.id
-        PUBLISHED.run_here(session_id, record.id)  # this process runs it (issue 23: runs/consumers.py's watch)
+        if published_here:  # its events go out from this process (issue 23: runs/consumers.py's watch)
+            PUBLISHED.run_here(session_id, record.id)
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
 
     async def _cancel(self, frame: dict[str, Any]) -> None:
