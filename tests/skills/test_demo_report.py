@@ -58,6 +58,7 @@ def test_generate_the_report_loads_the_skill_runs_its_script_and_saves_the_repor
     body = b"".join(markdown.streaming_content).decode()
     assert "payments.internal.example.com" in body and "certificate expired on 2026-11-14" in body
     html = alice_api.get(result["artifact_files"][0]["url"])
+    html.close()  # its file, unread: the test client closes a streamed response only once it is read to the end
     assert html.status_code == 200 and html["Content-Type"].startswith("text/")
     assert "incident-report" in report["answer"]
 
