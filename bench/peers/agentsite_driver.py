@@ -32,7 +32,7 @@ EVENTS_PER_TURN = 1 + 2 * workload.LOOKUPS_PER_TURN + 2  # user, 3 x (call, resu
 class DjangoCounter:
     """Statements, rows fetched and rows changed through Django's cursors (PostgreSQL).
 
-    Patched on `CursorWrapper` at class level, as bench/turns.py does, so every connection
+    Patched on `CursorWrapper` at class level, as bench/turns_sql.py does, so every connection
     of every thread is counted; no per-statement labels, to keep the counting cheap.
     """
 
