@@ -61,9 +61,10 @@ test: lint
 	else echo "DATABASE_URL/REDIS_URL not set: skipped the PostgreSQL + Redis pass"; fi
 
 # The fast tier: the tests that need no database, no live server and no other process
-# (tests/conftest.py, --fast), on the embedded defaults; under a minute on 2 cores.
+# (tests/conftest.py, --fast), on the embedded defaults, on two xdist workers: 905 tests in
+# 43-54 s wall on a quiet 2-core machine (63 s on one worker).
 test-fast: setup
-	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q --fast
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q --fast -n 2
 
 test-embedded: setup js-client
 	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest -q
