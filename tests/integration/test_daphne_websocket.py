@@ -101,6 +101,20 @@ async def receive_until(ws: ClientConnection, event_type: str) -> list[dict[str,
     return frames
 
 
+async def receive_until_model_text(ws: ClientConnection) -> list[dict[str, Any]]:
+    """Frames up to the first text the model streams: the run's own user message comes first as
+    a user TEXT_MESSAGE, before the model is asked, so its content proves nothing was requested."""
+    frames: list[dict[str, Any]] = []
+    roles: dict[str, str] = {}
+    while True:
+        frame = await receive(ws)
+        frames.append(frame)
+        if frame["type"] == "TEXT_MESSAGE_START":
+            roles[frame["messageId"]] = frame.get("role", "assistant")
+        elif frame["type"] == "TEXT_MESSAGE_CONTENT" and roles.get(frame["messageId"]) == "assistant":
+            return frames
+
+
 def kinds(frames: list[dict[str, Any]]) -> list[str]:
     return [f["type"] for f in frames]
 
@@ -180,7 +194,7 @@ async def test_a_cancel_frame_stops_the_run(
     async with socket(server, session_id, token) as ws:
         await ws.send(json.dumps({"type": "run", "message": "Talk for a while."}))
         run_id = (await receive(ws))["run_id"]
-        await receive_until(ws, "TEXT_MESSAGE_CONTENT")
+        await receive_until_model_text(ws)  # the model's request is in: the scripted step is used
         await ws.send(json.dumps({"type": "cancel", "run_id": run_id}))
         rest = await receive_until(ws, "RUN_FINISHED")
     assert rest[-1] == {**rest[-1], "runId": run_id, "outcome": {"type": "cancelled"}}
