@@ -278,8 +278,10 @@ def workspace_config() -> Any:
             max_processes=settings.AGENTSITE_WORKSPACE_MAX_PROCESSES,
             output_limit_bytes=settings.AGENTSITE_WORKSPACE_OUTPUT_LIMIT_BYTES,
         ),
-        uid=settings.AGENTSITE_WORKSPACE_UID,
-        gid=settings.AGENTSITE_WORKSPACE_UID,
+        uid_pool=range(
+            settings.AGENTSITE_WORKSPACE_UID_BASE,
+            settings.AGENTSITE_WORKSPACE_UID_BASE + settings.AGENTSITE_WORKSPACE_UID_COUNT,
+        ),
         allowed_commands=tuple(settings.AGENTSITE_WORKSPACE_ALLOWED_COMMANDS),
         denied_commands=tuple(settings.AGENTSITE_WORKSPACE_DENIED_COMMANDS),
         max_artifacts=settings.AGENTSITE_WORKSPACE_MAX_ARTIFACTS,

@@ -86,7 +86,21 @@ SKILLS: tuple[Variable, ...] = (
         "policy mode: these programs may not run",
         shown="none",
     ),
-    declare("AGENTSITE_WORKSPACE_UID", "integer", 65534, _SKILLS, "user and group id sandboxed commands run as"),
+    declare(
+        "AGENTSITE_WORKSPACE_UID_BASE",
+        "integer",
+        2_000_000_000,
+        _SKILLS,
+        "first uid (and gid) of the pool sandboxed commands run as, one per live workspace (uids no account, "
+        "subordinate range or other deployment on the host uses)",
+    ),
+    declare(
+        "AGENTSITE_WORKSPACE_UID_COUNT",
+        "integer",
+        4096,
+        _SKILLS,
+        "uids in the pool: the most workspaces alive at once; past it a new workspace is refused",
+    ),
     declare("AGENTSITE_WORKSPACE_TTL_S", "integer", 24 * 3600, _SKILLS, "a workspace unused this long is swept"),
     declare(
         "AGENTSITE_WORKSPACE_MAX_BYTES",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from skills_app.core.workspace import SandboxLimits, WorkspaceConfig, WorkspaceExecutor
+from tests.support.sandbox_uids import TEST_UID_LOCKS
 
 DEMO_SKILLS = Path(__file__).resolve().parents[2] / "agentsite" / "demo" / "skills"
 
@@ -44,6 +45,7 @@ def executor(tmp_path: Path) -> WorkspaceExecutor:
     config = WorkspaceConfig(
         root=tmp_path / "workspaces",
         limits=SandboxLimits(timeout_s=3, cpu_s=3, memory_bytes=256 * 1024 * 1024, max_processes=32),
+        uid_locks=TEST_UID_LOCKS,
     )
     found = WorkspaceExecutor(config)
     isolation = found.isolation()

@@ -30,7 +30,8 @@ def _py(code: str) -> str:
     return f"python3 - <<'EOF'\n{code}\nEOF"
 
 
-SANDBOX_UID = 65534
+# Every workspace runs as a uid of its own from this pool.
+SANDBOX_UIDS = WorkspaceConfig(root=Path("/nonexistent")).uid_pool
 
 
 def _own_sandbox_processes() -> list[int]:
@@ -49,7 +50,7 @@ def _own_sandbox_processes() -> list[int]:
             continue
         pid = int(entry.name)
         parents[pid] = int(fields["PPid"])
-        if int(fields["Uid"].split()[0]) == SANDBOX_UID:
+        if int(fields["Uid"].split()[0]) in SANDBOX_UIDS:
             sandboxed.append(pid)
     me = os.getpid()
 
@@ -95,7 +96,8 @@ async def test_a_command_runs_as_an_unprivileged_user_in_the_workspace(executor:
     result = await executor.run(workspace, "id -u; pwd; echo hello > out/hello.txt; echo $OUTPUT_DIR")
 
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.split() == ["65534", "/workspace", "/workspace/out"]
+    assert result.stdout.split() == [str(workspace.uid), "/workspace", "/workspace/out"]
+    assert workspace.uid in SANDBOX_UIDS
     assert (workspace.files / "out" / "hello.txt").read_text() == "hello\n"
 
 

@@ -11,11 +11,20 @@ Each command is one subprocess, started as
       bwrap --unshare-net --unshare-pid --unshare-ipc --unshare-uts --die-with-parent \
             --ro-bind /usr /usr (+ /bin, /lib, /lib64, /sbin symlinks) --proc /proc --dev /dev \
             --tmpfs /tmp --bind ws /workspace --ro-bind ws/skills /workspace/skills --clearenv ... -- \
-      setpriv --reuid 65534 --regid 65534 --clear-groups --no-new-privs -- sh -c COMMAND
+      setpriv --reuid UID --regid UID --clear-groups --no-new-privs -- sh -c COMMAND
+
+where UID is the workspace's own: each live workspace leases one uid (gid the same number)
+of `WorkspaceConfig.uid_pool` (`uids`), so no two workspaces share one, whichever process
+of the host made them.
 
 Why this shape (facts checked on these machines): a process started by root inside bwrap
 still reads root-only files, so the command drops to an unprivileged uid (and RLIMIT_NPROC
-only binds a non-root uid); limits are set by the `prlimit` command because `preexec_fn`
+only binds a non-root uid). RLIMIT_NPROC counts every process of that uid on the machine,
+so a shared uid would let one workspace's command, holding its limit, stop every other
+workspace's commands from starting; hence a uid per workspace. The lease is a lock file
+per uid in `<root>/.uids` (root-only), held with `flock` while the workspace lives,
+given back when it is removed or its process dies; a full pool is a `WorkspaceError`
+naming the limit, never a shared uid. Limits are set by the `prlimit` command because `preexec_fn`
 is unsafe in threaded servers; only `/usr` (the system interpreter: a virtualenv under
 /root would be unreadable to that uid anyway), the workspace and a private /tmp exist
 inside; the new network namespace has nothing but a loopback of its own, so every
@@ -23,8 +32,8 @@ connection is refused or unreachable. The wall-clock timeout kills the whole pro
 group (and bwrap's pid namespace dies with it). Output is read incrementally and only the
 first 16 KiB of each stream is kept.
 
-`probe_isolation` checks once per process that all this works (uid dropped, no network
-interface but loopback); when it does not, `WorkspaceExecutor.run` refuses to run
+`probe_isolation` checks once per process that all this works (uid dropped to a leased
+one, no network interface but loopback); when it does not, `WorkspaceExecutor.run` refuses to run
 anything and says why.
 
 What a command leaves in `ws/` is the untrusted side of a trust boundary (issue 17): it
@@ -57,6 +66,7 @@ from skills_app.core.workspace.results import (
     logger,
     prepare_root,
 )
+from skills_app.core.workspace.uids import UidLease, lease_uid
 from skills_app.core.workspace.workspaces import Workspace, WorkspaceExecutor, run_confined
 from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
@@ -73,10 +83,12 @@ __all__ = [
     "IsolationUnavailableError",
     "OutputFile",
     "SandboxLimits",
+    "UidLease",
     "Workspace",
     "WorkspaceConfig",
     "WorkspaceError",
     "WorkspaceExecutor",
+    "lease_uid",
     "logger",
     "prepare_root",
     "probe_isolation",

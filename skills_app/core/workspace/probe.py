@@ -13,15 +13,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from skills_app.core.workspace.results import Isolation, WorkspaceConfig, logger, prepare_root
+from skills_app.core.workspace.uids import lease_uid
 from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
 # -- isolation probe -------------------------------------------------------------------------
 
 
 def sandbox_argv(
-    config: WorkspaceConfig, workspace: Path, *, cwd: str, env: Mapping[str, str], argv: Sequence[str]
+    config: WorkspaceConfig, workspace: Path, *, uid: int, cwd: str, env: Mapping[str, str], argv: Sequence[str]
 ) -> list[str]:
-    """The full command line that runs `argv` confined in `workspace` (see the module doc)."""
+    """The full command line that runs `argv` confined in `workspace` as `uid` (and the
+    gid of the same number: the workspace's lease, see `uids`; see the module doc)."""
     limits = config.limits
     line = [
         config.prlimit,
@@ -68,8 +70,8 @@ def sandbox_argv(
     line += [
         "--",
         config.setpriv,
-        f"--reuid={config.uid}",
-        f"--regid={config.gid}",
+        f"--reuid={uid}",
+        f"--regid={uid}",
         "--clear-groups",
         "--no-new-privs",
         "--",
@@ -100,20 +102,29 @@ def _probe(config: WorkspaceConfig) -> Isolation:
         return Isolation(
             available=False,
             mechanism=mechanism,
-            reason=f"the sandbox starts as root to drop to uid {config.uid}; this process runs as uid {os.geteuid()}",
+            reason=f"the sandbox starts as root to drop to a uid of its pool; this process runs as uid {os.geteuid()}",
         )
     try:
         prepare_root(config.root)
     except WorkspaceError as exc:
         return Isolation(available=False, mechanism=mechanism, reason=str(exc))
+    # The probe leases a uid of the pool like a workspace (another's could be at its process
+    # limit). A full pool is not a verdict on the sandbox: `probe_isolation` asks again later.
+    try:
+        lease = lease_uid(config.uid_lock_folder, config.uid_pool, holder=".probe")
+    except OSError as exc:
+        reason = f"the sandbox uids cannot be leased in {str(config.uid_lock_folder)!r}: {exc.strerror}"
+        return Isolation(available=False, mechanism=mechanism, reason=reason)
+    uid = lease.uid
     probe_dir = config.root / f".probe-{os.getpid()}-{threading.get_ident()}"
     try:
         workspace = probe_dir / "ws"
         workspace.mkdir(parents=True, exist_ok=True)
-        os.chown(workspace, config.uid, config.gid)
+        os.chown(workspace, uid, uid)
         argv = sandbox_argv(
             config,
             workspace,
+            uid=uid,
             cwd=SANDBOX_ROOT,
             env={"PATH": "/usr/bin:/bin"},
             argv=[config.python, "-c", _PROBE_SCRIPT],
@@ -123,11 +134,12 @@ def _probe(config: WorkspaceConfig) -> Isolation:
         return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox could not start: {exc}")
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
+        lease.release()
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip()[-400:]
         return Isolation(available=False, mechanism=mechanism, reason=f"the sandbox failed to start: {detail}")
     words = done.stdout.decode(errors="replace").split()
-    expected = [str(config.uid), str(config.gid)]
+    expected = [str(uid), str(uid)]
     if words[:2] != expected:
         return Isolation(
             available=False, mechanism=mechanism, reason=f"the sandbox runs as uid/gid {words[:2]!r}, not {expected!r}"
@@ -148,7 +160,13 @@ def _cached_probe(config: WorkspaceConfig) -> Isolation:
     with _probe_lock:
         isolation = _probe(config)
     if isolation.available:
-        logger.info("workspace sandbox ready (%s, uid %s, no network)", isolation.mechanism, config.uid)
+        pool = config.uid_pool
+        logger.info(
+            "workspace sandbox ready (%s, a uid per workspace from %s-%s, no network)",
+            isolation.mechanism,
+            pool[0],
+            pool[-1],
+        )
     else:
         logger.warning(
             "workspace sandbox UNAVAILABLE: %s. Code execution (skill_run, workspace_exec) is refused.",
@@ -158,5 +176,9 @@ def _cached_probe(config: WorkspaceConfig) -> Isolation:
 
 
 def probe_isolation(config: WorkspaceConfig) -> Isolation:
-    """Whether the sandbox works here; checked once per process and configuration."""
-    return _cached_probe(config)
+    """Whether the sandbox works here; checked once per process and configuration (but for
+    a full uid pool, which says nothing of the sandbox: asked again next time)."""
+    try:
+        return _cached_probe(config)
+    except WorkspaceError as exc:
+        return Isolation(available=False, mechanism="bwrap+setpriv+prlimit", reason=str(exc))

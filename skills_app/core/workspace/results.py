@@ -84,8 +84,18 @@ class WorkspaceConfig:
 
     root: Path
     limits: SandboxLimits = field(default_factory=SandboxLimits)
-    uid: int = 65534
-    gid: int = 65534
+    # Each live workspace runs its commands as a uid (and the gid of the same number) of its
+    # own, leased from this pool (`uids.lease_uid`), so the process limit binds each on its
+    # own. The default starts at 2,000,000,000: past login accounts (1000-60000), nobody
+    # (65534), the subordinate ranges useradd hands out (100000-600100000) and systemd's
+    # container range (524288-1879048191), below 2**31 (where signed uid_t bugs lurk).
+    # 4096 uids: more workspaces than one host serves at once (each may hold 64 processes
+    # and a tmpfs); a lock file is made only for a uid tried. Hosts whose user namespace
+    # maps fewer uids need a pool inside the map (the probe says so when it is not).
+    uid_pool: range = range(2_000_000_000, 2_000_000_000 + 4096)
+    # Where the leases are (lock files, one per uid): `<root>/.uids` unless set. Every
+    # process that leases from the pool must use the same folder.
+    uid_locks: Path | None = None
     allowed_commands: tuple[str, ...] = ()
     denied_commands: tuple[str, ...] = ()
     max_artifacts: int = 20
@@ -104,6 +114,15 @@ class WorkspaceConfig:
     python: str = "/usr/bin/python3"
     # Host paths bound read-only into the sandbox (the system's programs and libraries).
     ro_binds: tuple[str, ...] = ("/usr",)
+
+    def __post_init__(self) -> None:
+        pool = self.uid_pool
+        if not pool or pool.step != 1 or pool[0] < 1 or pool[-1] >= 2**32 - 1:
+            raise WorkspaceError(f"the sandbox uid pool {pool!r} must be consecutive uids between 1 and {2**32 - 2}")
+
+    @property
+    def uid_lock_folder(self) -> Path:
+        return self.uid_locks if self.uid_locks is not None else self.root / ".uids"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,6 +37,7 @@ from skills_app.core.workspace.results import (
     logger,
     prepare_root,
 )
+from skills_app.core.workspace.uids import UidLease, lease_uid
 from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
 # -- workspaces ------------------------------------------------------------------------------
@@ -51,21 +52,31 @@ class Workspace:
     with O_NOFOLLOW (`skills_app.core.workspace_fs`).
     """
 
-    def __init__(self, *, id: str, path: Path, config: WorkspaceConfig) -> None:
+    def __init__(self, *, id: str, path: Path, config: WorkspaceConfig, lease: UidLease | None = None) -> None:
         self.id = id
         self.path = path
         self.files = path / "ws"
         self.config = config
         self.quota: str = "none"
         self._manifest = path / "exported.json"
+        # The uid this workspace's commands run as, its own while the workspace lives (see `uids`).
+        self._lease = lease
+
+    @property
+    def uid(self) -> int:
+        """The workspace's own uid (also its gid); refused once the workspace is removed."""
+        if self._lease is None or not self._lease.held:
+            raise WorkspaceError(f"workspace {self.id!r} holds no sandbox uid (it was removed)")
+        return self._lease.uid
 
     @property
     def _owner(self) -> tuple[int, int]:
-        return (self.config.uid, self.config.gid)
+        return (self.uid, self.uid)
 
     def create(self, *, tmpfs: bool = True) -> None:
         """Make the folder and its layout; with `tmpfs`, try a size-limited tmpfs (the
         quota) and fall back to a checked quota where this process may not mount."""
+        reopened = os.path.isdir(self.files)
         os.makedirs(self.path, mode=0o700, exist_ok=True)
         os.makedirs(self.files, mode=0o755, exist_ok=True)
         self.quota = "checked"
@@ -77,8 +88,8 @@ class Workspace:
                     self.files,
                     max_bytes=self.config.max_bytes,
                     max_inodes=self.config.max_files + len(LAYOUT) + 1,
-                    uid=self.config.uid,
-                    gid=self.config.gid,
+                    uid=self.uid,
+                    gid=self.uid,
                 )
                 self.quota = "tmpfs"
             except OSError as exc:
@@ -88,6 +99,10 @@ class Workspace:
             # The sandbox user owns what it may write; staged skills stay root's (read-only bind anyway).
             with contextlib.suppress(PermissionError):
                 os.fchown(root, *self._owner)
+            if reopened:
+                # Left by another process (which died): what its commands wrote belongs to
+                # the uid it held, maybe another workspace's now. Give it to this one's.
+                _chown_tree(root, self._owner, keep=("skills",))
             for sub in LAYOUT:
                 os.close(
                     fs.open_dir(root, (sub,), relative=sub, create=True, owner=None if sub == "skills" else self._owner)
@@ -287,10 +302,13 @@ class Workspace:
             os.close(root)
 
     def destroy(self) -> None:
-        """Unmount and remove the whole workspace."""
+        """Unmount and remove the whole workspace, then give its uid back (none of its
+        processes is left: each command's pid namespace died with it)."""
         with contextlib.suppress(OSError):
             fs.unmount(self.files)
         shutil.rmtree(self.path, ignore_errors=True)
+        if self._lease is not None:
+            self._lease.release()
 
     def touch(self) -> None:
         """Mark the workspace used now (its age for the sweep; the sandbox cannot reach it)."""
@@ -343,8 +361,16 @@ class WorkspaceExecutor:
                 self._sweep()
             found = self._workspaces.get(workspace_id)
             if found is None:
-                found = Workspace(id=workspace_id, path=self.config.root / workspace_id, config=self.config)
-                found.create(tmpfs=self.config.tmpfs)
+                # A uid of its own (raises WorkspaceError naming the limit when the pool is full).
+                lease = lease_uid(self.config.uid_lock_folder, self.config.uid_pool, holder=workspace_id)
+                found = Workspace(
+                    id=workspace_id, path=self.config.root / workspace_id, config=self.config, lease=lease
+                )
+                try:
+                    found.create(tmpfs=self.config.tmpfs)
+                except BaseException:
+                    lease.release()
+                    raise
                 self._workspaces[workspace_id] = found
             found.touch()
             return found
@@ -359,6 +385,8 @@ class WorkspaceExecutor:
                 with contextlib.suppress(OSError):
                     if not entry.is_dir(follow_symlinks=False) or self._busy.get(entry.name):
                         continue
+                    if Path(entry.path) == self.config.uid_lock_folder:
+                        continue  # the uid leases, not a workspace
                     if entry.stat(follow_symlinks=False).st_mtime >= cutoff:
                         continue
                     mine = self._workspaces.pop(entry.name, None)
@@ -429,7 +457,14 @@ class WorkspaceExecutor:
         variables = self.sandbox_env(env, extra=extra_env)
         limits = self.config.limits
         timeout = min(float(timeout_s), limits.timeout_s) if timeout_s else limits.timeout_s
-        argv = sandbox_argv(self.config, workspace.files, cwd=directory, env=variables, argv=["/bin/sh", "-c", command])
+        argv = sandbox_argv(
+            self.config,
+            workspace.files,
+            uid=workspace.uid,
+            cwd=directory,
+            env=variables,
+            argv=["/bin/sh", "-c", command],
+        )
         with self._lock:
             self._busy[workspace.id] = self._busy.get(workspace.id, 0) + 1
         try:
@@ -453,6 +488,34 @@ class WorkspaceExecutor:
         # A checked workspace over its quota was emptied: whatever the command said, it failed.
         failed = result.exit_code if result.exit_code or result.timed_out or workspace.quota == "tmpfs" else 1
         return dataclasses.replace(result, exit_code=failed, warnings=(*result.warnings, *quota))
+
+
+def _chown_tree(folder_fd: int, owner: tuple[int, int], *, keep: tuple[str, ...] = ()) -> None:
+    """Give everything under a folder to `owner` without following anything (links
+    themselves are re-owned); the top-level names in `keep` are left as they are, and so
+    is a file with other hard links (it could be any file of that filesystem's)."""
+    stack = [os.dup(folder_fd)]
+    top = True
+    try:
+        while stack:
+            current = stack.pop()
+            try:
+                for name in os.listdir(current):
+                    if top and name in keep:
+                        continue
+                    with contextlib.suppress(OSError):
+                        found = os.stat(name, dir_fd=current, follow_symlinks=False)
+                        if not stat_module.S_ISDIR(found.st_mode) and found.st_nlink > 1:
+                            continue
+                        os.chown(name, *owner, dir_fd=current, follow_symlinks=False)
+                        if stat_module.S_ISDIR(found.st_mode) and len(stack) < 4 * fs.MAX_DEPTH:
+                            stack.append(os.open(name, fs.DIR_FLAGS, dir_fd=current))
+            finally:
+                os.close(current)
+                top = False
+    finally:
+        for fd in stack:
+            os.close(fd)
 
 
 def _destroy_all(workspaces: dict[str, Workspace]) -> None:
