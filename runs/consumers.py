@@ -409,11 +409,13 @@ class SessionConsumer(RunFrames, LedgerReplay):
             if not isinstance(kind, str):
                 raise FrameError("invalid_frame", "type must be a string", "type")
             if kind == "run":
-                await self._run(frame)
+                run_id, opening = await self._run(frame)
                 # Its user message is saved, not broadcast: shown now rather than at its first
-                # live event or a re-read (issue 23: the watch skips those for runs of this process).
+                # live event or a re-read (issue 23: the watch skips those for runs of this
+                # process); as the start saved it, without reading it back when it follows
+                # the last seq sent.
                 async with self.relay_lock:
-                    await self._catch_up(until=datetime.now(UTC))
+                    await self._send_saved(opening, run_id, until=datetime.now(UTC))
             elif kind == "cancel":
                 await self._cancel(frame)
             elif kind == "message":

@@ -105,6 +105,20 @@ class LedgerReplay(AsyncWebsocketConsumer):
                 return
             self.replay_page = min(REPLAY_PAGE, 2 * size)
 
+    async def _send_saved(self, events: list[Event], run_id: str, *, until: datetime) -> None:
+        """Send `events`, saved just now on this socket's session by a run it started, as
+        they are when they are the next seqs the socket lacks (issue 23: no ledger read for
+        a run's user message); otherwise catch up from the ledger up to `until`."""
+        first = self.last_seq + 1
+        if not events or self._behind() or [e.seq for e in events] != list(range(first, first + len(events))):
+            await self._catch_up(until=until)
+            return
+        for event in events:
+            if self._behind():
+                return  # the rest comes from the ledger when the client reads again
+            await self._send_event(event, run_id)
+            self.last_seq = event.seq or self.last_seq
+
     async def _run_id(self, event: Event) -> str:
         request_id = event.request_id
         if request_id and request_id not in self.runs_by_request:

@@ -15,7 +15,7 @@ from runs.attachment_input import rest_parts
 from runs.core.attachments import AttachmentError
 from runs.core.errors import AgentNotFoundError, TooManyRunsError, UsageError
 from runs.core.records import RunRecord
-from runs.core.runner import Runner
+from runs.core.runner import RunHandle, Runner
 from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.fanout import (
     PUBLISHED,
@@ -27,7 +27,7 @@ from runs.fanout import (
 )
 from runs.protocols.ws_input import FrameError, _checked_text, _frame_message
 from sessions_app.backends import db_call
-from sessions_app.core.events import Message
+from sessions_app.core.events import Event, Message
 from sessions_app.core.session import SessionNotFoundError
 
 
@@ -39,6 +39,19 @@ def _run_of_session(session_id: str, user_id: int, run_id: str) -> RunRecord | N
     return record_from_row(row) if row is not None else None
 
 
+def _opening_events(handle: RunHandle) -> list[Event]:
+    """The events `Runner.start` saved for the run (its user message, a routing note), in seq
+    order, as the session service returned them: the newest saved events of the run's
+    request (an earlier run's completion that the start wrote is not among them)."""
+    opening: list[Event] = []
+    for event in reversed(handle.invocation.session.events):
+        if event.seq is None or event.request_id != handle.record.request_id:
+            break
+        opening.append(event)
+    opening.reverse()
+    return opening
+
+
 class RunFrames(AsyncWebsocketConsumer):
     """The frames that act on the session's runs; `SessionConsumer.receive` dispatches to them."""
 
@@ -47,7 +60,9 @@ class RunFrames(AsyncWebsocketConsumer):
     open_runs: set[str]
     runs_by_request: dict[str, str]
 
-    async def _run(self, frame: dict[str, Any]) -> None:
+    async def _run(self, frame: dict[str, Any]) -> tuple[str, list[Event]]:
+        """Start a run on the socket's session: its id, and the events its start saved (its
+        user message), as saved, for the socket to show without reading them back."""
         message: str | Message = _frame_message(frame, empty_ok=bool(frame.get("attachments")))
         if frame.get("attachments"):  # images and files, as on REST (issue 20): checked before anything is stored
             try:
@@ -60,12 +75,12 @@ class RunFrames(AsyncWebsocketConsumer):
             raise FrameError("invalid_frame", "agent must be a non-empty string", "agent")
         user_id, session_id = str(self.user.pk), self.session_id
 
-        async def start(runner: Runner) -> tuple[RunRecord, bool]:
+        async def start(runner: Runner) -> tuple[RunRecord, bool, list[Event]]:
             handle = await runner.start(user_id=user_id, message=message, session_id=session_id, agent=agent)
-            return handle.record, publishes_here(runner)
+            return handle.record, publishes_here(runner), _opening_events(handle)
 
         try:
-            record, published_here = await run_manager().acall(start)
+            record, published_here, opening = await run_manager().acall(start)
         except AgentNotFoundError as exc:
             raise FrameError("unknown_agent", str(exc), "agent") from None
         except TooManyRunsError as exc:
@@ -78,6 +93,7 @@ class RunFrames(AsyncWebsocketConsumer):
         if published_here:  # its events go out from this process (issue 23: runs/consumers.py's watch)
             PUBLISHED.run_here(session_id, record.id)
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
+        return record.id, opening
 
     async def _cancel(self, frame: dict[str, Any]) -> None:
         run_id = await self._live_run(frame)

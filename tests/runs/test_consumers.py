@@ -384,3 +384,89 @@ async def test_a_frame_sent_after_the_client_went_away_is_dropped_not_raised() -
     await consumer.send(text_data='{"type": "RUN_STARTED"}')  # does not raise
     await consumer.send(text_data='{"type": "RUN_FINISHED"}')  # not even tried: the client is gone
     assert [m["text"] for m in sent] == ['{"type": "RUN_STARTED"}']
+
+
+# -- the run's user message (issue 23) ---------------------------------------------------------
+
+
+def _count_ledger_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The `after_seq` of every ledger page the sockets read from now on."""
+    from runs.protocols import ws_replay
+
+    reads: list[int] = []
+    read = ws_replay._events_after
+
+    async def counted(session_id: str, after_seq: int, limit: int) -> Any:
+        reads.append(after_seq)
+        return await read(session_id, after_seq, limit)
+
+    monkeypatch.setattr(ws_replay, "_events_after", counted)
+    return reads
+
+
+def _user_frames(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ids = {f["messageId"] for f in frames if f["type"] == "TEXT_MESSAGE_START" and f["role"] == "user"}
+    return [f for f in frames if f.get("messageId") in ids]
+
+
+async def test_a_run_started_on_the_socket_shows_its_user_message_without_reading_it_back(
+    alice_cookie: bytes, alice_session: str, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user message the start saved goes out as saved, no ledger read for it, and as
+    the ledger replays it."""
+    reads = _count_ledger_reads(monkeypatch)
+    use_model(tool_then_answer())
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    await socket.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    await receive(socket)
+    shown = await receive_until(socket, "TEXT_MESSAGE_END")
+    assert reads == [0]  # the connect's catch-up only (the frames are handled after it): not read back
+    frames = shown + await receive_until(socket, "RUN_FINISHED")
+    await socket.disconnect()
+    replay = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    replayed = await receive_until(replay, "RUN_FINISHED")
+    await replay.disconnect()
+
+    user = _user_frames(frames)
+    assert kinds(user) == ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END"]
+    assert user[1]["delta"] == "Why does TLS fail?" and seqs(user) == {1}
+    assert user == _user_frames(replayed)
+
+
+async def test_a_saved_event_the_socket_lacks_before_its_run_comes_from_the_ledger_in_order(
+    alice: Any,
+    alice_cookie: bytes,
+    alice_session: str,
+    use_model: Callable[[Model], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An event saved on the session after the socket's catch-up and never published: the
+    run's user message does not follow the last seq sent, so the socket reads the ledger
+    and shows both, in seq order."""
+    from django.conf import settings
+
+    from sessions_app.backends import DjangoSessionService
+    from sessions_app.core.events import Event, Message
+    from sessions_app.core.session import SessionKey
+
+    reads = _count_ledger_reads(monkeypatch)
+    use_model(tool_then_answer())
+    socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    service = DjangoSessionService()
+    key = SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=alice_session)
+    session = await service.get_session(key)
+    assert session is not None
+    note = Event(author="support", message=Message(role="assistant", content="Noted before the run."))
+    await service.append_events(session, [note])
+    read_before_run = len(reads)
+    await socket.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    await receive(socket)
+    frames = await receive_until(socket, "RUN_FINISHED")
+    await socket.disconnect()
+
+    assert len(reads) > read_before_run
+    shown = [(f["type"], f["metadata"]["seq"]) for f in frames if f["type"] == "TEXT_MESSAGE_END"]
+    assert shown[:2] == [("TEXT_MESSAGE_END", 1), ("TEXT_MESSAGE_END", 2)]
+    assert _user_frames(frames)[1]["delta"] == "Why does TLS fail?"
+    seen = [f["metadata"]["seq"] for f in frames if "seq" in (f.get("metadata") or {})]
+    assert seen == sorted(seen)

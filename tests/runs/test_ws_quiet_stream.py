@@ -77,9 +77,10 @@ async def test_a_quiet_run_of_this_process_costs_no_ledger_re_read(
     await socket.disconnect()
 
     assert "TEXT_MESSAGE_CONTENT" in [f["type"] for f in frames]
-    # The replay at connect, then the run's user message (saved, not broadcast) once; the
-    # quiet pause, several polls long, reads nothing (before: re-reads after 1, 3 and 6 polls).
-    assert ledger_reads == [0, 0]
+    # The replay at connect only: the run's user message (saved, not broadcast) goes out as
+    # its start saved it (issue 23: before, read back once); the quiet pause, several polls
+    # long, reads nothing (before: re-reads after 1, 3 and 6 polls).
+    assert ledger_reads == [0]
 
 
 async def test_a_completion_the_layer_drops_is_caught_up_at_the_normal_pace(
