@@ -4,6 +4,8 @@ issue 18; one statement on PostgreSQL) and listing them."""
 from __future__ import annotations
 
 import copy
+import functools
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,40 +107,25 @@ def _run_joined(cursor: Any, joined: Sequence[JoinedWrite]) -> None:
         cursor.execute(sql, list(params))
 
 
-def _cast(field: Any) -> str:
-    """A VALUES list's parameter is text unless cast; text goes into a varchar column by
-    the INSERT's own assignment (its length checked), the other types are cast here."""
-    internal = field.get_internal_type()
-    if internal in {"CharField", "TextField", "ForeignKey"}:
-        return ""
-    return f"::{field.db_type(connection)}"
+def _recordset_type(field: Any) -> str:
+    """A column's type in the row set the one-statement append reads its rows from."""
+    return str(field.db_type(connection))
 
 
-def _append_one_statement(
-    key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite]
-) -> list[tuple[Event, bool]]:
-    """PostgreSQL: the seq counter's UPDATE, the joined writes and the INSERT of the rows as
-    one statement (data-modifying CTEs), atomic in autocommit. The rows take their seqs
-    from the UPDATE's RETURNING; no row comes back when the session is not the key's."""
+@functools.lru_cache(maxsize=256)
+def _one_statement_sql(count: int, joined: tuple[str, ...]) -> str:
+    """The SQL of `_append_one_statement` for `count` rows and the joined writes' statements,
+    made once per shape. The rows come as one JSON array parameter (`jsonb_to_recordset`):
+    the statement's text and its number of parameters do not grow with the rows, so the
+    driver parses it once (issue 23: it parsed each append of over 50 parameters anew, and
+    quoted every value of every row apart)."""
     session_table, event_table = orm.Session._meta.db_table, orm.Event._meta.db_table
-    count = len(events)
     parts = [
         f'"s" AS (UPDATE "{session_table}" SET "last_seq" = "last_seq" + %s, "updated_at" = %s '
         'WHERE "id" = %s AND "app" = %s AND "user_id" = %s RETURNING "last_seq")'
     ]
-    params: list[Any] = [count, utcnow(), key.session_id, key.app, _user_pk(key.user_id)]
-    for index, write in enumerate(joined):
-        sql, joined_params = write('EXISTS (SELECT 1 FROM "s")')
-        parts.append(f'"j{index}" AS ({sql})')
-        params.extend(joined_params)
-    columns = _EVENT_COLUMNS
-    row_sql = "(" + ", ".join(f"%s{_cast(f)}" for f in _EVENT_FIELDS) + ")"
-    rows: list[str] = []
-    for offset, event in enumerate(events, start=1):
-        # The payload holds the event's seq, known only once the counter moved: each row's
-        # offset goes in its place and the INSERT sets it from the counter.
-        params.extend(_row_values(event, session_id=key.session_id, seq=offset))
-        rows.append(row_sql)
+    parts.extend(f'"j{index}" AS ({sql})' for index, sql in enumerate(joined))
+    record = ", ".join(f'"{f.column}" {_recordset_type(f)}' for f in _EVENT_FIELDS)
     select = ", ".join(
         f'"s"."last_seq" - {count} + "v"."seq"'
         if f.column == "seq"
@@ -147,10 +134,38 @@ def _append_one_statement(
         else f'"v"."{f.column}"'
         for f in _EVENT_FIELDS
     )
-    sql = (
-        f'WITH {", ".join(parts)} INSERT INTO "{event_table}" ({columns}) '
-        f'SELECT {select} FROM "s", (VALUES {", ".join(rows)}) AS "v" ({columns}) RETURNING "seq"'
+    return (
+        f'WITH {", ".join(parts)} INSERT INTO "{event_table}" ({_EVENT_COLUMNS}) '
+        f'SELECT {select} FROM "s", jsonb_to_recordset(%s::jsonb) AS "v" ({record}) RETURNING "seq"'
     )
+
+
+def _row_json(event: Event, *, session_id: str, seq: int) -> dict[str, Any]:
+    """One ledger row's column values for the JSON row set (a time as ISO 8601 text)."""
+    row = mapping.event_to_row(event, session_id=session_id, seq=seq, tokens=count_text(event.text))
+    values = {f.column: getattr(row, f.attname) for f in _EVENT_FIELDS}
+    values["created_at"] = values["created_at"].isoformat()
+    return values
+
+
+def _append_one_statement(
+    key: SessionKey, events: Sequence[Event], joined: Sequence[JoinedWrite]
+) -> list[tuple[Event, bool]]:
+    """PostgreSQL: the seq counter's UPDATE, the joined writes and the INSERT of the rows as
+    one statement (data-modifying CTEs), atomic in autocommit. The rows take their seqs
+    from the UPDATE's RETURNING; no row comes back when the session is not the key's."""
+    count = len(events)
+    params: list[Any] = [count, utcnow(), key.session_id, key.app, _user_pk(key.user_id)]
+    joined_sql: list[str] = []
+    for write in joined:
+        sql, joined_params = write('EXISTS (SELECT 1 FROM "s")')
+        joined_sql.append(sql)
+        params.extend(joined_params)
+    # The payload holds the event's seq, known only once the counter moved: each row's
+    # offset goes in its place and the INSERT sets it from the counter.
+    rows = [_row_json(event, session_id=key.session_id, seq=offset) for offset, event in enumerate(events, start=1)]
+    params.append(json.dumps(rows))
+    sql = _one_statement_sql(count, tuple(joined_sql))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchall()
