@@ -19,12 +19,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from agentsite.config import read
+from agentsite.config import read, refuse_retired
 from agentsite.env import database_from_url, sqlite_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 VAR_DIR.mkdir(exist_ok=True)
+
+refuse_retired()
 
 DEBUG = read("DJANGO_DEBUG")
 SECRET_KEY = read("DJANGO_SECRET_KEY")

@@ -19,14 +19,26 @@ The package, by concern:
   the model endpoint, the processes, the demo), `limits.py` (agents, surfaces and what a
   request, run or user may use; memory, recall and attachments), `context.py` (the default
   context policy), `skills.py` (skills, the workspace sandbox, evolution);
-- `reading.py`: `VARIABLES` in table order, `BY_NAME` and `read`, the parsing and checking;
+- `reading.py`: `VARIABLES` in table order, `BY_NAME` and `read`, the parsing and checking,
+  and `RETIRED` (variables no longer read: setting one stops start-up, naming what replaced it);
 - `docs.py`: the Markdown of docs/settings.md (`table`, `document`), printed by `__main__.py`.
 """
 
 from __future__ import annotations
 
 from agentsite.config.docs import HEADER, document, table
-from agentsite.config.reading import BY_NAME, VARIABLES, read
+from agentsite.config.reading import BY_NAME, RETIRED, VARIABLES, read, refuse_retired
 from agentsite.config.variable import Kind, Variable
 
-__all__ = ["BY_NAME", "HEADER", "VARIABLES", "Kind", "Variable", "document", "read", "table"]
+__all__ = [
+    "BY_NAME",
+    "HEADER",
+    "RETIRED",
+    "VARIABLES",
+    "Kind",
+    "Variable",
+    "document",
+    "read",
+    "refuse_retired",
+    "table",
+]

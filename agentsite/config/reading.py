@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from agentsite.config.context import CONTEXT
 from agentsite.config.deployment import DEMO, DJANGO, MODEL, PROCESSES, STORES
 from agentsite.config.limits import MEMORY, RUNS
@@ -28,7 +30,25 @@ VARIABLES: tuple[Variable, ...] = (
 
 BY_NAME: Mapping[str, Variable] = {variable.name: variable for variable in VARIABLES}
 
+# Variables Agentsite no longer reads, with what replaced them. A deployment that still sets
+# one is stopped at start-up: a silently ignored setting would leave it running on a default
+# it never chose.
+RETIRED: Mapping[str, str] = {
+    "AGENTSITE_WORKSPACE_UID": (
+        "each workspace now runs as a uid of its own: set the pool with AGENTSITE_WORKSPACE_UID_BASE "
+        "and AGENTSITE_WORKSPACE_UID_COUNT (docs/skills.md)"
+    ),
+}
+
 _UNSET: Any = object()
+
+
+def refuse_retired(environ: Mapping[str, str] | None = None) -> None:
+    """Raise ImproperlyConfigured naming every retired variable that is set, and its replacement."""
+    env = Env(environ)
+    found = [f"{name} is no longer read: {why}" for name, why in RETIRED.items() if env.raw(name) is not None]
+    if found:
+        raise ImproperlyConfigured("; ".join(found))
 
 
 def read(name: str, *, default: Any = _UNSET, environ: Mapping[str, str] | None = None) -> Any:

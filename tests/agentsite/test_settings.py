@@ -50,6 +50,16 @@ def test_a_bad_environment_value_stops_start_up_naming_the_variable(name: str, v
     assert name in result.stderr and repr(value) in result.stderr
 
 
+def test_a_retired_variable_stops_start_up_naming_its_replacement() -> None:
+    # The sandbox's single uid became a pool: a deployment still setting the old variable must
+    # learn it, not run on a pool it never chose.
+    result = start_django(AGENTSITE_WORKSPACE_UID="1000")
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "AGENTSITE_WORKSPACE_UID is no longer read" in result.stderr
+    assert "AGENTSITE_WORKSPACE_UID_BASE" in result.stderr and "AGENTSITE_WORKSPACE_UID_COUNT" in result.stderr
+
+
 def test_embedded_defaults_start() -> None:
     result = start_django()
     assert result.returncode == 0, result.stderr
