@@ -126,7 +126,8 @@ def main() -> int:
     # The profiled rounds are slower: their results and logs go apart from the benchmark's.
     stream.RESULTS = out.parent
     out.parent.mkdir(parents=True, exist_ok=True)
-    sys.argv = ["stream.py", *sys.argv[1:]]
+    # Its own unprofiled warm-up (above) stands for the benchmark's.
+    sys.argv = ["stream.py", "--warm-up", "0", *sys.argv[1:]]
     return stream.main()
 
 
