@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,13 +24,22 @@ from sessions_app.core.events import (
     EventError,
     should_persist,
 )
-from sessions_app.core.session import Session, SessionNotFoundError, Summary
-from sessions_app.core.summary import SummaryJob, should_enqueue_summary, summary_gate, tool_round_complete
+from sessions_app.core.session import Session, SessionKey, SessionNotFoundError, Summary
+from sessions_app.core.summary import (
+    SummaryGate,
+    SummaryJob,
+    should_enqueue_summary,
+    summary_gate,
+    tool_round_complete,
+)
 
 if TYPE_CHECKING:
     from runs.core.runner.runner import Runner
 
 logger = logging.getLogger(__name__)
+
+# Sessions whose summary gate a runner keeps between runs (least recently used first out).
+MAX_KEPT_GATES = 256
 
 
 class RunWriter:
@@ -37,6 +47,9 @@ class RunWriter:
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
+        # The summary gate of each session this runner wrote to lately (issue 18, item 6),
+        # by session key and creation time (a session made anew under its id starts afresh).
+        self._gates: OrderedDict[tuple[SessionKey, datetime], SummaryGate] = OrderedDict()
 
     def over_event_limit(self, event: Event, persisted: set[str], held: Sequence[Event]) -> bool:
         """Whether persisting this event would exceed `max_events_per_run` (checked before
@@ -161,7 +174,7 @@ class RunWriter:
         if not should_enqueue_summary(event, sync_intra_run=sync, round_complete=complete):
             return False
         if handle._summary_gate is None:
-            handle._summary_gate = summary_gate(self.runner.summary_scheduler)
+            handle._summary_gate = self.session_gate(invocation.session)
         gate = handle._summary_gate
         # Issue 18: most jobs would read the events after the boundary only to find their
         # trigger short; the gate's counts, kept as events arrive, spare those.
@@ -187,6 +200,33 @@ class RunWriter:
         except Exception:  # a summary is maintenance: it never fails a run
             logger.debug("run %s: summary job not enqueued", handle.run_id, exc_info=True)
         return True
+
+    def session_gate(self, session: Session) -> SummaryGate | None:
+        """The summary gate for a run of `session`, kept between its runs (issue 18, item 6):
+        its backlogs advance over each run's new events instead of being rebuilt from the
+        loaded window at every run's first write. A backlog that proves nothing (a gap in
+        what it saw: a concurrent run's append), or whose events after its boundary this run
+        did not load (a window cut), is dropped and rebuilt from this run's events, as
+        before; one whose summary moved is rebuilt by the gate itself."""
+        scheduler = self.runner.summary_scheduler
+        if scheduler is None:
+            return None
+        key = (session.key, session.created_at)
+        gate = self._gates.get(key)
+        if gate is not None:
+            self._gates.move_to_end(key)
+            # The gate checks a backlog near its threshold on the loaded events after its
+            # boundary: kept only when this run loaded all of them.
+            loaded_from = min((e.seq for e in session.events if e.seq), default=session.last_seq + 1)
+            gate.backlogs = {k: b for k, b in gate.backlogs.items() if b.complete and loaded_from <= b.boundary_seq + 1}
+            return gate
+        gate = summary_gate(scheduler)
+        if gate is None:
+            return None
+        self._gates[key] = gate
+        while len(self._gates) > MAX_KEPT_GATES:
+            self._gates.popitem(last=False)
+        return gate
 
     def newest_summaries(self, session: Session) -> dict[str, Summary] | None:
         """The loaded summaries, with those the scheduler's jobs advanced since in their
