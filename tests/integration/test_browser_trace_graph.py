@@ -61,8 +61,11 @@ def node(page: Any, name: str) -> Any:
 
 
 def open_trace(page: Any) -> Any:
-    """The trace page of the newest answer, opened from its link in the chat."""
-    page.get_by_role("link", name="Trace of the run that wrote this answer").last.click()
+    """The trace page of the newest answer, opened from its link in the chat. The link is
+    added to the last answer when its run ends, after the answer's text shows: the click waits
+    for it there (the last link on the page may still be an earlier run's)."""
+    newest = page.locator(".msg-assistant").last
+    newest.get_by_role("link", name="Trace of the run that wrote this answer").click()
     page.wait_for_url("**/trace/")
     return page
 
