@@ -29,7 +29,7 @@ def test_the_test_database_and_artifacts_live_outside_the_checkout() -> None:
 
 @pytest.mark.skipif(
     not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL")),
-    reason="only under pytest-xdist (make test-parallel) with REDIS_URL",
+    reason="only under pytest-xdist (make test, make test-fast) with REDIS_URL",
 )
 def test_each_xdist_worker_has_redis_databases_of_its_own(settings: Any) -> None:
     """The worker's environment names them before Django reads its settings (tests/conftest.py)."""
