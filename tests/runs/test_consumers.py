@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -390,15 +391,17 @@ async def test_a_frame_sent_after_the_client_went_away_is_dropped_not_raised() -
 
 
 def _count_ledger_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The `after_seq` of every ledger page the sockets read from now on."""
+    """The `after_seq` of every ledger page the sockets read from now on, recorded once the
+    page is read."""
     from runs.protocols import ws_replay
 
     reads: list[int] = []
     read = ws_replay._events_after
 
     async def counted(session_id: str, after_seq: int, limit: int) -> Any:
+        page = await read(session_id, after_seq, limit)
         reads.append(after_seq)
-        return await read(session_id, after_seq, limit)
+        return page
 
     monkeypatch.setattr(ws_replay, "_events_after", counted)
     return reads
@@ -452,6 +455,12 @@ async def test_a_saved_event_the_socket_lacks_before_its_run_comes_from_the_ledg
     reads = _count_ledger_reads(monkeypatch)
     use_model(tool_then_answer())
     socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
+    # The note must come after the connect's catch-up, which runs once the socket is open:
+    # saved before it, the catch-up would show it and the run would have nothing to read.
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while not reads:
+        assert asyncio.get_running_loop().time() < deadline, "the socket never caught up"
+        await asyncio.sleep(0.01)
     service = DjangoSessionService()
     key = SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=alice_session)
     session = await service.get_session(key)
