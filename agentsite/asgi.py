@@ -25,14 +25,14 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from agentsite.runtime import run_manager  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 from runs.surfaces.a2a.server import a2a_application, serves  # noqa: E402
-from runs.ws_auth import TokenAuthMiddleware  # noqa: E402
+from runs.surfaces.websocket.auth import TokenAuthMiddleware  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
         # Daphne serves no static files; with DEBUG on (`make run`, browser tests) Django does.
         "http": ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app,
         # The session cookie, then a handshake token; without a token the Origin must be this
-        # site's (runs/ws_auth.py).
+        # site's (runs/surfaces/websocket/auth.py).
         "websocket": AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -11,10 +11,10 @@ from agentsite.health import healthz
 from evolution_app import apis as evolution_apis
 from runs import trace_views as run_trace_views
 from runs import views as run_views
-from runs.protocols import agui_views
-from runs.rest_wait import awaiting_run
 from runs.surfaces import apis as run_apis
 from runs.surfaces import openai_compat, openai_responses, turn_apis
+from runs.surfaces.agui import views as agui_views
+from runs.surfaces.rest_wait import awaiting_run
 from sessions_app import apis as session_apis
 from sessions_app import artifact_apis, memory_apis
 from sessions_app import views as session_views

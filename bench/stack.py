@@ -202,7 +202,7 @@ def balanced(stack: Stack, *, web: int, log: Path, ready_timeout_s: float = 180.
         "AGENTSITE_STACK_ACCESS_LOG": "/dev/null",  # a log line per request costs CPU
         # Each thread keeps a PostgreSQL connection: 2 x (8 + 16) with the defaults, beside
         # other test runs, overran the shared server's max_connections of 100 here. A REST
-        # wait no longer holds a view thread (runs/rest_wait.py), so 8 are plenty.
+        # wait no longer holds a view thread (runs/surfaces/rest_wait.py), so 8 are plenty.
         "AGENTSITE_VIEW_THREADS": os.environ.get("AGENTSITE_VIEW_THREADS", "8"),
     }
     with log.open("w") as out:

@@ -5,7 +5,7 @@ the OpenAI-compatible and A2A ones included; the browser's session cookie, CSRF-
 is taken by the REST API and by the views that enforce CSRF themselves. The token lookup
 and the checks on its user live here (`token_user`, `bearer_key`); each framework gets a
 thin adapter that calls them: the DRF authentication classes below, `authenticate` for
-the async Django views (`/v1`), `runs.ws_auth` (Channels middleware) and `runs.surfaces.a2a.auth`
+the async Django views (`/v1`), `runs.surfaces.websocket.auth` (Channels middleware) and `runs.surfaces.a2a.auth`
 (the A2A SDK's call context).
 """
 

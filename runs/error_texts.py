@@ -42,7 +42,7 @@ CORE_TEXTS: Mapping[str, str] = {
 
 TEMPLATES: tuple[str, ...] = (
     *CORE_TEXTS.values(),
-    # The socket's own (runs/consumers.py).
+    # The socket's own (runs/surfaces/websocket/consumers.py).
     gettext_noop("live updates are unavailable; this socket follows the saved events instead"),
     gettext_noop("%(field)s contains a NUL character (U+0000) at index %(index)s"),
     gettext_noop("%(field)s contains a lone surrogate (U+%(codepoint)s) at index %(index)s"),
@@ -62,7 +62,7 @@ TEMPLATES: tuple[str, ...] = (
     gettext_noop("run %(run)s is running, but the process that runs it did not answer"),
     gettext_noop("message is %(length)s characters; the limit is %(limit)s"),
     gettext_noop("message is empty"),
-    # The redo frames (runs/surfaces/turn_frames.py, runs/turns.py: the same msgids).
+    # The redo frames (runs/surfaces/websocket/turn_frames.py, runs/turns.py: the same msgids).
     gettext_noop("session %(value)s not found"),
     gettext_noop("%(field)s contains a NUL character (U+0000)"),
     gettext_noop("%(field)s contains a lone surrogate"),
@@ -85,7 +85,7 @@ TEMPLATES: tuple[str, ...] = (
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _ERROR_FRAME_PREFIX = '{"type": "error"'
-_RUN_ERROR_PREFIX = '{"type":"RUN_ERROR"'  # AG-UI's, as pydantic writes it (runs.protocols.frames)
+_RUN_ERROR_PREFIX = '{"type":"RUN_ERROR"'  # AG-UI's, as pydantic writes it (runs.surfaces.websocket.frames)
 
 
 def _pattern(template: str) -> re.Pattern[str]:

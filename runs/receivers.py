@@ -4,7 +4,7 @@ Deleting a session stops its runs first (cancel, then delete: nothing writes to 
 that is going), then closes the sockets that follow it. Revoking an API token closes the
 sockets it opened; deactivating or deleting a user closes all of theirs. Both go out on the
 channel layer after the change commits, so they reach every process; the sockets also
-re-check their credential on every client frame (`runs/consumers.py`), which covers a
+re-check their credential on every client frame (`runs/surfaces/websocket/consumers.py`), which covers a
 change made without signals (a queryset `update`).
 """
 

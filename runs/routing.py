@@ -7,7 +7,7 @@ from typing import Any
 
 from django.urls import path
 
-from runs.consumers import SessionConsumer
+from runs.surfaces.websocket.consumers import SessionConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/sessions/<str:session_id>/", SessionConsumer.as_asgi()),

@@ -7,10 +7,10 @@ from agentsite.api.fields import ObjectJSONParser
 from agentsite.demo.factories import general_agent, support_agent, troubleshoot_agent
 from agentsite.errors import json_404, json_500
 from agentsite.middleware import malformed_request_middleware
-from runs.consumers import SessionConsumer
 from runs.core.agents.graph.builder import StateGraph
-from runs.protocols.backpressure import SendWindow
 from runs.surfaces.a2a.auth import AgentsiteCallContextBuilder
+from runs.surfaces.websocket.backpressure import SendWindow
+from runs.surfaces.websocket.consumers import SessionConsumer
 from sessions_app.artifact_apis import _AnyAccept
 
 USED_BY_FRAMEWORKS = (

@@ -31,7 +31,7 @@ from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.error_texts import translated_error
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
 from runs.graph_progress import earlier_node_states, graph_progress
-from runs.rest_wait import wait_for_run
+from runs.surfaces.rest_wait import wait_for_run
 from sessions_app import selectors as session_selectors
 from sessions_app.artifact_backends import DjangoArtifactService
 from sessions_app.core.artifacts import ArtifactScope, ArtifactVersion, InvalidArtifactNameError
@@ -202,7 +202,7 @@ class RunCreateApi(APIView):
         record = manager.call(start)
         response = Response(run_data(record), status=status.HTTP_201_CREATED)
         if data["wait"]:
-            # Waited for on the event loop once this thread is free (runs/rest_wait.py).
+            # Waited for on the event loop once this thread is free (runs/surfaces/rest_wait.py).
             wait_for_run(response, record.id, run_data)
         return response
 

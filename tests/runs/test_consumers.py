@@ -1,4 +1,4 @@
-"""The session websocket (`runs/consumers.py`), through the ASGI application with Channels'
+"""The session websocket (`runs/surfaces/websocket/consumers.py`), through the ASGI application with Channels'
 `WebsocketCommunicator`: authentication, close codes, client frames, fan-out and replay."""
 
 from __future__ import annotations
@@ -342,8 +342,8 @@ async def test_a_completion_the_channel_layer_drops_still_ends_the_run_on_the_so
 ) -> None:
     """A full inbox or a Redis blip loses live messages, and nothing comes after the last
     one to reveal the gap: the socket re-reads the ledger once the stream goes quiet."""
-    from runs import consumers
     from runs.fanout import ChannelLayerSink
+    from runs.surfaces.websocket import consumers
 
     publish = ChannelLayerSink.publish
     dropped: list[int | None] = []
@@ -372,7 +372,7 @@ async def test_a_completion_the_channel_layer_drops_still_ends_the_run_on_the_so
 
 
 async def test_a_frame_sent_after_the_client_went_away_is_dropped_not_raised() -> None:
-    from runs.consumers import SessionConsumer
+    from runs.surfaces.websocket.consumers import SessionConsumer
 
     consumer = SessionConsumer()
     sent: list[dict[str, Any]] = []
@@ -393,7 +393,7 @@ async def test_a_frame_sent_after_the_client_went_away_is_dropped_not_raised() -
 def _count_ledger_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The `after_seq` of every ledger page the sockets read from now on, recorded once the
     page is read."""
-    from runs.protocols import ws_replay
+    from runs.surfaces.websocket import replay as ws_replay
 
     reads: list[int] = []
     read = ws_replay._events_after

@@ -1,4 +1,4 @@
-"""The work a process's websockets share (runs/protocols/frames.py): each live event parsed
+"""The work a process's websockets share (runs/surfaces/websocket/frames.py): each live event parsed
 once, each frame rendered once, and a socket whose translation differs still gets its own."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from runs.core.protocols.agui import AguiTranslator
-from runs.protocols.frames import SharedFrames
+from runs.surfaces.websocket.frames import SharedFrames
 from sessions_app.core.events import Event, Message, ToolCall
 
 

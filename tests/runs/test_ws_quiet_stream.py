@@ -38,7 +38,7 @@ def alice_session(alice: Any) -> str:
 @pytest.fixture
 def ledger_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The after_seq of each ledger read a socket makes (its catch-ups)."""
-    from runs import consumers
+    from runs.surfaces.websocket import consumers
 
     reads: list[int] = []
     read = session_selectors.events_after
@@ -64,7 +64,7 @@ async def test_a_quiet_run_of_this_process_costs_no_ledger_re_read(
     ledger_reads: list[int],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runs import consumers
+    from runs.surfaces.websocket import consumers
 
     # However slow this machine makes the pause, it stays short of the re-read every vouched
     # stream still gets.

@@ -1,4 +1,4 @@
-"""The session websocket's run frames (runs/consumers.py): `run` starts a run on the socket's
+"""The session websocket's run frames (runs/surfaces/websocket/consumers.py): `run` starts a run on the socket's
 session, `cancel` cancels one of its runs, `message` steers one (SPEC 1.5) and `withdraw` takes
 back the messages still queued for it."""
 
@@ -25,7 +25,7 @@ from runs.fanout import (
     request_enqueue,
     request_withdraw,
 )
-from runs.protocols.ws_input import FrameError, _checked_text, _frame_message
+from runs.surfaces.websocket.input import FrameError, _checked_text, _frame_message
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event, Message
 from sessions_app.core.session import SessionNotFoundError
@@ -90,7 +90,9 @@ class RunFrames(AsyncWebsocketConsumer):
         self.open_runs.add(record.id)  # open from now on, also before its first event comes
         # Known now: its user message, read from the ledger, needs no lookup of its run.
         self.runs_by_request[record.request_id] = record.id
-        if published_here:  # its events go out from this process (issue 23: runs/consumers.py's watch)
+        if (
+            published_here
+        ):  # its events go out from this process (issue 23: runs/surfaces/websocket/consumers.py's watch)
             PUBLISHED.run_here(session_id, record.id)
         await self.send(text_data=json.dumps({"type": "run.accepted", "run_id": record.id}))
         return record.id, opening

@@ -8,7 +8,7 @@ client that stops reading would make that buffer grow by every frame of its sess
 control) with the transport's buffer size set to `limit_bytes`: Twisted pauses it when the
 buffer holds more than that and resumes it once the buffer has drained to nothing. The
 consumer stops writing while paused and, on resume, catches up from the ledger
-(runs/consumers.py), so at most `limit_bytes` plus the frames of one event wait in the
+(runs/surfaces/websocket/consumers.py), so at most `limit_bytes` plus the frames of one event wait in the
 process for a client that never reads.
 
 The transport is Daphne's: the ASGI `send` callable Daphne hands an application is

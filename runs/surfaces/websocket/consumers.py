@@ -9,7 +9,7 @@ Connecting
     `ws[s]://<host>/ws/sessions/<session_id>/?after_seq=<n>` (`after_seq` defaults to 0).
     Authentication: an API token as `Authorization: Bearer <token>` or `?token=<token>`
     (no `Origin` needed), or the Django session cookie with an `Origin` of this site
-    (runs/ws_auth.py; else the handshake is refused with 403). After the handshake the
+    (runs/surfaces/websocket/auth.py; else the handshake is refused with 403). After the handshake the
     socket is closed with 4401 (not authenticated), 4404 (no such session, or someone
     else's: the same answer, as in REST) or 4400 (`after_seq` is not a non-negative
     integer). Later, 4401 when its token is revoked or its user deactivated, and 4404 when
@@ -32,7 +32,7 @@ Client frames (JSON text)
     {"type": "regenerate"} and {"type": "edit", "event_id": str, "message": str}
         redo a turn as REST does (issue 21): answered with `run.accepted` (plus
         `turn_event_id` and `regenerates` or `edit_of`) or an error frame with REST's codes;
-        runs/surfaces/turn_frames.py.
+        runs/surfaces/websocket/turn_frames.py.
     A bad frame (not JSON, not an object, unknown `type`, missing or empty `message`,
     wrong types, unknown agent or run) is answered with
     `{"type": "error", "error": {"code": str, "message": str, "field"?: str}}` and the
@@ -87,7 +87,7 @@ When the layer cannot be joined at all, the socket says so with an error frame
 stops a run.
 
 Back-pressure: a client that does not read is not buffered for without bound. Past
-`AGENTSITE_WS_SEND_BUFFER_BYTES` unsent (runs/protocols/backpressure.py) the socket drops live
+`AGENTSITE_WS_SEND_BUFFER_BYTES` unsent (runs/surfaces/websocket/backpressure.py) the socket drops live
 events; when its client has read everything sent, it catches up from the ledger and goes live
 again (saved events once each, in order; dropped deltas come back as whole messages).
 """
@@ -109,13 +109,13 @@ from runs import error_texts
 from runs import models as run_orm
 from runs.core.protocols.agui import AguiTranslator
 from runs.fanout import EVENT_MESSAGE, PUBLISHED, session_group, token_digest, user_group
-from runs.protocols.backpressure import SendWindow
-from runs.protocols.frames import SHARED
-from runs.protocols.ws_input import FrameError, _error_frame
-from runs.protocols.ws_replay import MIN_REPLAY_PAGE, REPLAY_PAGE, LedgerReplay
-from runs.protocols.ws_runs import RunFrames
-from runs.surfaces import turn_frames
-from runs.ws_auth import TOKEN_KEY, still_authorised
+from runs.surfaces.websocket import turn_frames
+from runs.surfaces.websocket.auth import TOKEN_KEY, still_authorised
+from runs.surfaces.websocket.backpressure import SendWindow
+from runs.surfaces.websocket.frames import SHARED
+from runs.surfaces.websocket.input import FrameError, _error_frame
+from runs.surfaces.websocket.replay import MIN_REPLAY_PAGE, REPLAY_PAGE, LedgerReplay
+from runs.surfaces.websocket.run_frames import RunFrames
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 
@@ -422,7 +422,7 @@ class SessionConsumer(RunFrames, LedgerReplay):
                 await self._steer(frame)
             elif kind == "withdraw":
                 await self._withdraw(frame)
-            elif kind in turn_frames.KINDS:  # regenerate, edit (issue 21): runs/surfaces/turn_frames.py
+            elif kind in turn_frames.KINDS:  # regenerate, edit (issue 21): runs/surfaces/websocket/turn_frames.py
                 reply = await turn_frames.answer(kind, frame, user=self.user, session_id=self.session_id)
                 if reply["type"] == "run.accepted":
                     self.open_runs.add(reply["run_id"])  # as for `run`: open before its first event

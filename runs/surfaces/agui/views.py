@@ -58,15 +58,15 @@ from runs.core.invocation import RunOptions
 from runs.core.protocols.agui import text_of
 from runs.core.runner import Runner
 from runs.fanout import request_cancel
-from runs.protocols.agui_input import AguiRequestError, AguiTurn, _invalid, _load_json, authenticate, parse_run_input
-from runs.protocols.agui_steering import (
+from runs.surfaces.agui.input import AguiRequestError, AguiTurn, _invalid, _load_json, authenticate, parse_run_input
+from runs.surfaces.agui.steering import (
     STEER_CONSUMED_EVENT,
     STEER_DROPPED_EVENT,
     STEER_QUEUED_EVENT,
     _steer,
     wants_steering,
 )
-from runs.protocols.agui_stream import (
+from runs.surfaces.agui.stream import (
     _check_agent,
     _check_thread,
     _Deadline,

@@ -1,4 +1,4 @@
-"""AG-UI over HTTP, the request (runs/protocols/agui_views.py): the caller authenticated, the
+"""AG-UI over HTTP, the request (runs/surfaces/agui/views.py): the caller authenticated, the
 body read as a `RunAgentInput` and checked, and the run's input found in it (`AguiTurn`); a
 request refused here is answered in the API envelope before any stream starts."""
 

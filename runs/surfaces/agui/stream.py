@@ -1,4 +1,4 @@
-"""AG-UI over HTTP, the run (runs/protocols/agui_views.py): the thread's active run and the
+"""AG-UI over HTTP, the run (runs/surfaces/agui/views.py): the thread's active run and the
 checks before a run starts, the run's deadline, and the `text/event-stream` of its AG-UI
 events (RUN_STARTED, the tool results sent in, the run translated, its end)."""
 
@@ -26,7 +26,7 @@ from runs.core.tools.client import (
     check_clashes,
     takes_client_tools,
 )
-from runs.protocols.agui_input import AguiRequestError, AguiTurn
+from runs.surfaces.agui.input import AguiRequestError, AguiTurn
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event, EventError

@@ -1,4 +1,4 @@
-"""AG-UI over HTTP, steering (SPEC 1.5; runs/protocols/agui_views.py): an input that opts in
+"""AG-UI over HTTP, steering (SPEC 1.5; runs/surfaces/agui/views.py): an input that opts in
 goes into the thread's active run, queued for its next model step, and the answer streams that
 run from then on, from the run's own events or, when another process runs it, from the ledger."""
 
@@ -30,8 +30,8 @@ from runs.core.steering import (
     RunNotActiveError,
 )
 from runs.fanout import RunUnreachableError, request_enqueue
-from runs.protocols.agui_input import AguiRequestError, AguiTurn, _invalid
-from runs.protocols.agui_stream import _finish_from_record, active_run
+from runs.surfaces.agui.input import AguiRequestError, AguiTurn, _invalid
+from runs.surfaces.agui.stream import _finish_from_record, active_run
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event

@@ -1,4 +1,4 @@
-"""The session websocket's client frames, checked (runs/consumers.py): a bad frame is
+"""The session websocket's client frames, checked (runs/surfaces/websocket/consumers.py): a bad frame is
 answered with an error frame and the socket stays open (docs/websocket.md)."""
 
 from __future__ import annotations

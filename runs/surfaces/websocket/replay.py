@@ -1,6 +1,6 @@
-"""The session websocket's catch-up and replay path (runs/consumers.py): the ledger after the
+"""The session websocket's catch-up and replay path (runs/surfaces/websocket/consumers.py): the ledger after the
 last seq sent, in order and in pages, and each live event relayed in its place among them
-(docs/websocket.md, "Order and completeness" and "Back-pressure" in runs/consumers.py)."""
+(docs/websocket.md, "Order and completeness" and "Back-pressure" in runs/surfaces/websocket/consumers.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from runs import models as run_orm
 from runs.core.protocols.agui import AguiTranslator
 from runs.core.steering import DROPPED, QUEUED, QUEUED_ID
-from runs.protocols.backpressure import SendWindow
-from runs.protocols.frames import SHARED
+from runs.surfaces.websocket.backpressure import SendWindow
+from runs.surfaces.websocket.frames import SHARED
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
 from sessions_app.core.events import Event

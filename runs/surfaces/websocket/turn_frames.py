@@ -9,7 +9,7 @@ Each is answered with `{"type": "run.accepted", "run_id", "turn_event_id", "rege
 `code` and `field` are REST's (`runs.turns` decides both): `nothing_to_regenerate`,
 `not_editable` and `not_found` naming `event_id`, `run_active`; the frame's own shape errors
 use the socket's codes (`invalid_frame`, `message_too_large`, naming the field).
-`runs/consumers.py` hands these frames here; the protocol is in docs/websocket.md.
+`runs/surfaces/websocket/consumers.py` hands these frames here; the protocol is in docs/websocket.md.
 """
 
 from __future__ import annotations
