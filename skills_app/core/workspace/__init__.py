@@ -49,6 +49,8 @@ A workspace is removed when its run ends (`SkillToolset.release`), and any unuse
 
 from __future__ import annotations
 
+from skills_app.core.workspace.confined import run_confined
+from skills_app.core.workspace.executor import WorkspaceExecutor
 from skills_app.core.workspace.policy import CommandPolicy
 from skills_app.core.workspace.probe import probe_isolation, sandbox_argv
 from skills_app.core.workspace.results import (
@@ -67,7 +69,7 @@ from skills_app.core.workspace.results import (
     prepare_root,
 )
 from skills_app.core.workspace.uids import UidLease, lease_uid
-from skills_app.core.workspace.workspaces import Workspace, WorkspaceExecutor, run_confined
+from skills_app.core.workspace.workspaces import Workspace
 from skills_app.core.workspace_fs import SANDBOX_ROOT, WorkspaceError
 
 __all__ = [
