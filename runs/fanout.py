@@ -3,7 +3,10 @@
 Every emitted event of a run goes to the session's group, so each socket or stream
 watching that session (in any process) sees it; events queued together travel as one
 message (`items`), which the channel layer serializes once per receiving process, whatever
-the number of sockets there. The message names the run's user, and a socket relays only its own user's (a session id a client chose can change hands when its
+the number of sockets there. The sockets of the publishing process itself get each event
+straight from the sink (`LocalSockets`, issue 23): no Redis round trip, no serialization,
+no wait behind the channel layer's receive loop; the layer's copy of a message names its
+origin (`PROCESS_ORIGIN`), and those sockets skip it. The message names the run's user, and a socket relays only its own user's (a session id a client chose can change hands when its
 session is deleted). A cancel that reaches a process that does not own the run is
 broadcast on a control group; the owning process acts on it. A message queued for a run
 of another process (SPEC 1.5) goes the same way, with a reply channel: the owner alone
@@ -20,12 +23,13 @@ import contextlib
 import hashlib
 import logging
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, channel_layers, get_channel_layer
@@ -150,6 +154,162 @@ PUBLISHED = Published()
 """This process's record of what its sinks published (`Published`)."""
 
 
+PROCESS_ORIGIN = new_id()
+"""Names this process's publications on the channel layer (`origin`): its own sockets had
+them from `LOCAL` already."""
+
+
+class LocalReceiver(Protocol):
+    """A socket of this process that takes its session's events straight from the sink."""
+
+    def take(self, batch: LocalBatch) -> None:
+        """A new batch of events published on the socket's session (more may join it until
+        a socket seals it). Called on the publisher's thread: it must not block, and it
+        keeps the order of calls."""
+
+
+class LocalBatch:
+    """Events of one user's runs on a session, published here one after another and handed
+    as one to the session's sockets here (issue 23).
+
+    A socket relays a batch whole: the first to relay it seals it, later events go to a new
+    batch, and every socket relays the same events with the same deltas merged, so sockets
+    of one session show the same frames (as with the layer's batches)."""
+
+    def __init__(self, user_id: str, receivers: tuple[LocalReceiver, ...], lock: threading.RLock) -> None:
+        self.user_id = user_id
+        self.receivers = receivers
+        self._lock = lock
+        self._items: list[tuple[str, Event]] = []
+        self._sealed: list[tuple[str, Event]] | None = None
+
+    def add(self, run_id: str, event: Event) -> bool:
+        """Add `event` of `run_id` unless the batch is sealed (the caller holds the lock)."""
+        if self._sealed is not None:
+            return False
+        self._items.append((run_id, event))
+        return True
+
+    def seal(self) -> list[tuple[str, Event]]:
+        """The batch's (run id, event) pairs in order, deltas merged; nothing joins it after."""
+        with self._lock:
+            if self._sealed is None:
+                self._sealed, self._items = merge_deltas(self._items), []
+            return self._sealed
+
+
+class LocalSockets:
+    """This process's sockets per session: the sink hands every event it publishes to them
+    directly (issue 23), on its way to the channel layer for the other processes.
+
+    A socket adds itself when it joins its session's group and discards itself when it
+    leaves. `deliver` runs on the publisher's loop, in publication order: an event joins
+    the session's open batch, or opens a new one that each socket takes (`LocalBatch`). A
+    socket on another thread (a test's loop) seals batches while a run delivers: the lock
+    keeps an event from joining a batch already relayed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # a socket may seal a batch as it takes it
+        self._sessions: dict[str, tuple[LocalReceiver, ...]] = {}
+        self._open: dict[str, LocalBatch] = {}
+
+    def add(self, session_id: str, receiver: LocalReceiver) -> None:
+        """`receiver` takes `session_id`'s events from now on."""
+        with self._lock:
+            found = self._sessions.get(session_id, ())
+            if receiver not in found:
+                self._sessions[session_id] = (*found, receiver)
+
+    def discard(self, session_id: str, receiver: LocalReceiver) -> None:
+        """`receiver` takes no more of `session_id`'s events."""
+        with self._lock:
+            found = tuple(r for r in self._sessions.get(session_id, ()) if r is not receiver)
+            if found:
+                self._sessions[session_id] = found
+            else:
+                self._sessions.pop(session_id, None)
+                self._open.pop(session_id, None)
+
+    def receivers(self, session_id: str) -> tuple[LocalReceiver, ...]:
+        """The sockets of this process on `session_id`."""
+        return self._sessions.get(session_id, ())
+
+    def deliver(self, record: RunRecord, event: Event) -> int:
+        """Hand `event` of `record`'s run to the session's sockets here; how many took it."""
+        session_id = record.session_id
+        with self._lock:
+            receivers = self._sessions.get(session_id, ())
+            if not receivers:
+                return 0
+            batch = self._open.get(session_id)
+            if (
+                batch is not None
+                and batch.receivers is receivers  # a socket that came since takes the next batch
+                and batch.user_id == record.user_id
+                and batch.add(record.id, event)
+            ):
+                return len(receivers)
+            batch = self._open[session_id] = LocalBatch(record.user_id, receivers, self._lock)
+            batch.add(record.id, event)
+            for receiver in receivers:
+                try:
+                    receiver.take(batch)
+                except Exception:  # one broken socket must not keep the event from the others
+                    logger.exception("session %s: a local socket refused an event", session_id)
+        return len(receivers)
+
+
+LOCAL = LocalSockets()
+"""This process's sockets per session (`LocalSockets`)."""
+
+
+def merge_deltas(items: Sequence[tuple[str, Event]]) -> list[tuple[str, Event]]:
+    """`items` ((run id, event), in order) with each stretch of plain text deltas of one
+    message merged into one delta, as `batch_messages` merges them for the channel layer: a
+    client renders the same text, with fewer frames."""
+    out: list[tuple[str, Event]] = []
+    pieces: list[str] = []  # the texts of the stretch of deltas that out[-1] begins
+
+    def close_stretch() -> None:
+        if len(pieces) > 1:
+            run_id, first = out[-1]
+            assert first.message is not None  # a plain delta
+            out[-1] = (run_id, first.replace(message=replace(first.message, content="".join(pieces))))
+
+    for run_id, event in items:
+        if not _plain_delta_event(event):
+            close_stretch()
+            out.append((run_id, event))
+            pieces = []
+            continue
+        assert event.message is not None  # a plain delta
+        if (
+            pieces
+            and out[-1][0] == run_id
+            and all(getattr(out[-1][1], key) == getattr(event, key) for key in _DELTA_SAME)
+        ):
+            pieces.append(event.message.content)
+            continue
+        close_stretch()
+        out.append((run_id, event))
+        pieces = [event.message.content]
+    close_stretch()
+    return out
+
+
+def _plain_delta_event(event: Event) -> bool:
+    message = event.message
+    return (
+        event.partial
+        and message is not None
+        and message.role == "assistant"
+        and not (message.tool_calls or message.tool_call_id is not None or message.tool_name or message.parts)
+        and not event.state_delta
+        and event.error is None
+        and event.usage is None
+    )
+
+
 def publishes_here(runner: Runner) -> bool:
     """Whether `runner` publishes its runs' events to the channel layer from this process: only
     then may a socket count a run it started as one `PUBLISHED` can vouch for (a runner built
@@ -204,6 +364,9 @@ class ChannelLayerSink:
 
     async def publish(self, record: RunRecord, event: Event) -> None:
         PUBLISHED.note(record.session_id, record.id, event)
+        # This process's sockets first, directly: a saved event reaches them before the run
+        # goes on to make the next (issue 23); the channel layer is for the other processes.
+        LOCAL.deliver(record, event)
         layer = self.layer
         group = session_group(record.session_id)
         if layer is None:
@@ -294,7 +457,13 @@ def batch_messages(batch: Sequence[tuple[RunRecord, Event]]) -> list[dict[str, A
     for record, event in batch:
         last = messages[-1] if messages else None
         if last is None or last["user_id"] != record.user_id:
-            last = {"type": EVENT_MESSAGE, "session_id": record.session_id, "user_id": record.user_id, "items": []}
+            last = {
+                "type": EVENT_MESSAGE,
+                "session_id": record.session_id,
+                "user_id": record.user_id,
+                "origin": PROCESS_ORIGIN,
+                "items": [],
+            }
             messages.append(last)
         items: list[list[Any]] = last["items"]
         data = event.to_dict()

@@ -99,6 +99,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -108,7 +109,17 @@ from django.conf import settings
 from runs import error_texts
 from runs import models as run_orm
 from runs.core.protocols.agui import AguiTranslator
-from runs.fanout import EVENT_MESSAGE, PUBLISHED, session_group, token_digest, user_group
+from runs.fanout import (
+    EVENT_MESSAGE,
+    LOCAL,
+    MAX_QUEUED_EVENTS,
+    PROCESS_ORIGIN,
+    PUBLISHED,
+    LocalBatch,
+    session_group,
+    token_digest,
+    user_group,
+)
 from runs.surfaces.websocket import turn_frames
 from runs.surfaces.websocket.auth import TOKEN_KEY, still_authorised
 from runs.surfaces.websocket.backpressure import SendWindow
@@ -118,6 +129,7 @@ from runs.surfaces.websocket.replay import MIN_REPLAY_PAGE, REPLAY_PAGE, LedgerR
 from runs.surfaces.websocket.run_frames import RunFrames
 from sessions_app import selectors as session_selectors
 from sessions_app.backends import db_call
+from sessions_app.core.events import Event
 
 __all__ = [
     "CLOSE_BAD_REQUEST",
@@ -189,6 +201,14 @@ class SessionConsumer(RunFrames, LedgerReplay):
         self.ledger_watch: asyncio.Task[None] | None = None
         self.resuming: asyncio.Task[None] | None = None
         self.live_down = False
+        # Events this process published on the session, taken straight from its sink
+        # (issue 23: runs.fanout.LOCAL), waiting for `_drain_local`; relayed only once the
+        # socket has caught up (`live_ready`), as a channel-layer message waits in its queue.
+        self.loop = asyncio.get_running_loop()
+        self.inbox: deque[LocalBatch] = deque()
+        self.inbox_overflow = False
+        self.draining: asyncio.Task[None] | None = None
+        self.live_ready = False
         # Accept first: a close code only reaches the client after the handshake.
         await self.accept()
         # Back-pressure (issue 23): past this many unsent bytes the socket stops taking live
@@ -212,6 +232,7 @@ class SessionConsumer(RunFrames, LedgerReplay):
         # Join first, so nothing emitted from now on is missed; it waits in our queue
         # while the ledger is replayed (Channels hands us one message at a time).
         self.group = session_group(self.session_id)
+        LOCAL.add(self.session_id, self)  # this process's runs on the session: straight from their sink
         try:
             await self.channel_layer.group_add(self.group, self.channel_name)
             # Told when the user's token is revoked or the user deactivated (runs/receivers.py).
@@ -248,6 +269,8 @@ class SessionConsumer(RunFrames, LedgerReplay):
         self.last_seq = after_seq
         async with self.relay_lock:
             await self._catch_up()
+        self.live_ready = True
+        self._start_draining()
         self.ledger_watch = asyncio.create_task(self._watch_ledger())
 
     async def send(self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False) -> None:
@@ -272,7 +295,10 @@ class SessionConsumer(RunFrames, LedgerReplay):
 
     async def disconnect(self, code: int) -> None:
         self.client_gone = True
-        for name in ("ledger_watch", "resuming"):
+        if hasattr(self, "inbox"):
+            LOCAL.discard(self.session_id, self)
+            self.inbox.clear()
+        for name in ("ledger_watch", "resuming", "draining"):
             task = getattr(self, name, None)
             if task is not None:
                 task.cancel()
@@ -341,34 +367,82 @@ class SessionConsumer(RunFrames, LedgerReplay):
         touches no database on its way (the relay's reads use their own pool), so it skips
         that thread hop, once per delta per socket before (issue 23)."""
         if message.get("type") == EVENT_MESSAGE:
+            if message.get("origin") == PROCESS_ORIGIN:
+                return  # published by this process: the socket took it from the sink (LOCAL)
             await self.run_event(message)
             return
         await super().dispatch(message)
 
     async def run_event(self, message: dict[str, Any]) -> None:
-        """Live events from the session's group (`runs.fanout`): `items` of [run id, event]."""
+        """Live events of other processes from the session's group (`runs.fanout`): `items`
+        of [run id, event]."""
+        items: list[list[Any]] = message.get("items") or []
+        await self._relay_live(
+            str(message.get("user_id")),
+            [(str(run_id or ""), SHARED.event(data)) for run_id, data in items],
+            gap=[str(run_id) for run_id in message.get("gap") or ()],
+        )
+
+    async def _relay_live(self, user_id: str, items: list[tuple[str, Event]], *, gap: list[str]) -> None:
+        """Relay live events (of one user's runs), in order, unless the client is behind."""
         if getattr(self, "client_gone", False):
             return
-        if str(message.get("user_id")) != str(self.user.pk):
+        if user_id != str(self.user.pk):
             # The session id now names another user's session (a client-chosen id reused
             # after a delete): this socket's session is gone, and so is the socket.
             await self._end(CLOSE_NOT_FOUND)
             return
         self.last_live_at = time.monotonic()
-        items: list[list[Any]] = message.get("items") or []
-        if gap := message.get("gap"):
-            # The sink dropped events of these runs before this message: their deltas would
-            # leave a hole in a message; from a run's next saved event on, it comes whole.
-            self.joined_mid_run.update(str(run_id) for run_id in gap)
+        if gap:
+            # Events of these runs were dropped before these: their deltas would leave a hole
+            # in a message; from a run's next saved event on, it comes whole.
+            self.joined_mid_run.update(gap)
         if self._behind():
-            self._skip(items)
+            self._skip([[run_id, {"partial": event.partial}] for run_id, event in items])
             return
         async with self.relay_lock:
-            for index, (run_id, data) in enumerate(items):
+            for index, (run_id, event) in enumerate(items):
                 if self._behind():
-                    self._skip(items[index:])
+                    self._skip([[r, {"partial": e.partial}] for r, e in items[index:]])
                     return
-                await self._relay(SHARED.event(data), str(run_id or ""))
+                await self._relay(event, run_id)
+
+    # -- events of this process's runs, straight from the sink (runs.fanout.LOCAL) -------------
+
+    def take(self, batch: LocalBatch) -> None:
+        """`LocalReceiver`: events a run of this process published on the session."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self._take(batch)
+        elif not self.loop.is_closed():  # a run on another loop (the run manager's own thread)
+            self.loop.call_soon_threadsafe(self._take, batch)
+
+    def _take(self, batch: LocalBatch) -> None:
+        if getattr(self, "client_gone", False):
+            return
+        if len(self.inbox) >= MAX_QUEUED_EVENTS:
+            # This far behind, the socket drops what comes and relays no more deltas of its
+            # open runs until their next saved event (a seq gap or the ledger watch brings
+            # back the saved ones).
+            self.inbox_overflow = True
+            return
+        self.inbox.append(batch)
+        self._start_draining()
+
+    def _start_draining(self) -> None:
+        if self.live_ready and self.inbox and (self.draining is None or self.draining.done()):
+            self.draining = self.loop.create_task(self._drain_local())
+
+    async def _drain_local(self) -> None:
+        """Relay the batches the inbox holds, in order, until it is empty."""
+        while self.inbox and not getattr(self, "client_gone", False):
+            batch = self.inbox.popleft()
+            gap = sorted(self.open_runs) if self.inbox_overflow else []
+            self.inbox_overflow = False
+            await self._relay_live(batch.user_id, batch.seal(), gap=gap)
 
     async def session_deleted(self, message: dict[str, Any]) -> None:
         """The session was deleted (`runs.receivers`)."""
@@ -409,12 +483,14 @@ class SessionConsumer(RunFrames, LedgerReplay):
             if not isinstance(kind, str):
                 raise FrameError("invalid_frame", "type must be a string", "type")
             if kind == "run":
-                run_id, opening = await self._run(frame)
-                # Its user message is saved, not broadcast: shown now rather than at its first
-                # live event or a re-read (issue 23: the watch skips those for runs of this
-                # process); as the start saved it, without reading it back when it follows
-                # the last seq sent.
+                # Under the relay lock from the start: the run's first events, taken straight
+                # from its sink, wait until run.accepted and its user message have gone.
                 async with self.relay_lock:
+                    run_id, opening = await self._run(frame)
+                    # Its user message is saved, not broadcast: shown now rather than at its
+                    # first live event or a re-read (issue 23: the watch skips those for runs
+                    # of this process); as the start saved it, without reading it back when
+                    # it follows the last seq sent.
                     await self._send_saved(opening, run_id, until=datetime.now(UTC))
             elif kind == "cancel":
                 await self._cancel(frame)
@@ -423,10 +499,11 @@ class SessionConsumer(RunFrames, LedgerReplay):
             elif kind == "withdraw":
                 await self._withdraw(frame)
             elif kind in turn_frames.KINDS:  # regenerate, edit (issue 21): runs/surfaces/websocket/turn_frames.py
-                reply = await turn_frames.answer(kind, frame, user=self.user, session_id=self.session_id)
-                if reply["type"] == "run.accepted":
-                    self.open_runs.add(reply["run_id"])  # as for `run`: open before its first event
-                await self.send(text_data=json.dumps(reply))
+                async with self.relay_lock:  # as for `run`: run.accepted before the run's events
+                    reply = await turn_frames.answer(kind, frame, user=self.user, session_id=self.session_id)
+                    if reply["type"] == "run.accepted":
+                        self.open_runs.add(reply["run_id"])  # as for `run`: open before its first event
+                    await self.send(text_data=json.dumps(reply))
             else:
                 raise FrameError(
                     "unknown_type",
