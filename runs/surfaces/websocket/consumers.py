@@ -65,8 +65,11 @@ Server frames (JSON text)
 
 Order and completeness: the socket joins the session's channel-layer group first (live
 events wait in its queue), then replays the ledger after `after_seq`, then relays the live
-events, skipping persisted ones whose seq it already sent and fetching from the ledger any
-seq it missed (a user message is persisted but not broadcast). Deltas carry no seq and
+events: those of this process's runs straight from their sink, in batches shared with the
+session's other sockets here (issue 23, `runs.fanout.LOCAL`: no Redis round trip; the
+layer's copy, named by its origin, is skipped), those of other processes from the layer;
+skipping persisted ones whose seq it already sent and fetching from the ledger any seq it
+missed (a user message is persisted but not broadcast). Deltas carry no seq and
 pass through; the translator drops a delta of a message already sent whole. While a run
 it has shown is open and the live stream has been quiet for `LEDGER_POLL_S`, the socket
 re-reads the ledger (less and less often while that finds nothing, down to every
