@@ -10,6 +10,9 @@ threads the run needs for its own database work).
 
 from __future__ import annotations
 
+import select
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -18,27 +21,67 @@ from agentsite.config import read
 
 T = TypeVar("T")
 
+IDLE_CHECK_S = 1.0
+"""A kept connection idle longer than this is checked (one round trip) before a task uses it.
+Under load a thread's tasks follow each other within milliseconds, and checking before every
+task was a round trip per database call (issue 23)."""
+
 
 class DatabaseThreadPool(ThreadPoolExecutor):
     """Worker threads that keep their database connections between tasks.
 
-    Django checks a kept connection at the start of each request; these threads serve no
-    requests, so each task starts with that check instead (`CONN_HEALTH_CHECKS`: one
-    round trip before the task's first query). Without it, a connection the database
-    dropped meanwhile (a restart, a failover) failed the next task of every thread.
+    Django checks a kept connection at the start of each request (`CONN_HEALTH_CHECKS`,
+    one round trip); these threads serve no requests, so a task has its thread's
+    connections checked before their first query instead, when one may be dead: it sat
+    idle longer than `idle_check_s`, an error (not a constraint's) occurred on it, or its
+    socket has something to read. An idle connection has nothing to read: a database that
+    drops it (a restart, a failover, `pg_terminate_backend`, an idle timeout) sends its
+    farewell and closes the socket, which a zero-timeout poll sees without a round trip.
+    A dropped connection is thus replaced before the task's query, even one dropped a
+    moment after its last use; a connection that just answered costs nothing.
     """
 
+    def __init__(self, max_workers: int, thread_name_prefix: str, *, idle_check_s: float = IDLE_CHECK_S) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self.idle_check_s = idle_check_s
+        self._last_task = threading.local()  # when this thread's last task ended (monotonic)
+
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        return super().submit(_with_checked_connections, fn, *args, **kwargs)
+        return super().submit(self._with_checked_connections, fn, *args, **kwargs)
+
+    def _with_checked_connections(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        from django.db import connections
+
+        ended: float | None = getattr(self._last_task, "ended", None)
+        idle = ended is None or time.monotonic() - ended > self.idle_check_s
+        for connection in connections.all(initialized_only=True):
+            if idle or connection.errors_occurred or _socket_readable(connection.connection):
+                # Django runs the check before the next query and closes the connection
+                # when it fails; the query then runs on a new one.
+                connection.health_check_done = False
+                connection.errors_occurred = False
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._last_task.ended = time.monotonic()
 
 
-def _with_checked_connections(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    from django.db import connections
+def _socket_readable(driver_connection: Any) -> bool:
+    """Whether the database sent anything on an idle connection (a closed socket reads as
+    end of file): what a dropped connection looks like. False for a driver without a
+    socket (SQLite) or no open connection."""
+    fileno = getattr(driver_connection, "fileno", None)
+    if fileno is None:
+        return False
+    try:
+        fd = fileno()
+    except Exception:  # a closed driver connection has no socket: the check will tell
+        return True
+    # poll, not select: a web process with many sockets has descriptors above select's 1024.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
-    for connection in connections.all(initialized_only=True):
-        connection.health_check_done = False
-    return fn(*args, **kwargs)
 
-
-DB_EXECUTOR = DatabaseThreadPool(max_workers=read("AGENTSITE_DB_THREADS"), thread_name_prefix="agentsite-db")
-VIEW_EXECUTOR = DatabaseThreadPool(max_workers=read("AGENTSITE_VIEW_THREADS"), thread_name_prefix="agentsite-view")
+DB_EXECUTOR = DatabaseThreadPool(read("AGENTSITE_DB_THREADS"), "agentsite-db")
+VIEW_EXECUTOR = DatabaseThreadPool(read("AGENTSITE_VIEW_THREADS"), "agentsite-view")
