@@ -15,7 +15,6 @@ from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from runs.core.llm.base import Model
-from runs.core.records import RunRecord
 from runs.fanout import (
     EVENT_MESSAGE,
     LOCAL,
@@ -26,28 +25,18 @@ from runs.fanout import (
     session_group,
 )
 from sessions_app import selectors as session_selectors
-from sessions_app import services as session_services
 from sessions_app.core.events import Event, Message
-from tests.runs.test_consumers import (
+from tests.runs.test_consumers import (  # noqa: F401  # fixtures, used by name
     TIMEOUT,
     _count_ledger_reads,
+    alice_session,
+    alice_token,
     open_socket,
     receive,
     receive_until,
     tool_then_answer,
 )
-
-RECORD = RunRecord(id="r1", app="agentsite", user_id="7", session_id="s1", agent="support", request_id="q1")
-
-
-def delta(text: str, message_id: str = "m1") -> Event:
-    return Event(
-        author="support",
-        partial=True,
-        message=Message(role="assistant", content=text),
-        extensions={"message_id": message_id},
-    )
-
+from tests.runs.test_fanout_batches import RECORD, delta
 
 # -- the registry and the sink (no database) ----------------------------------------------------
 
@@ -161,18 +150,6 @@ def test_deltas_that_waited_together_merge_per_message_and_nothing_else_does() -
 # -- through the socket ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def alice_token(alice: Any) -> str:
-    from rest_framework.authtoken.models import Token
-
-    return Token.objects.get_or_create(user=alice)[0].key
-
-
-@pytest.fixture
-def alice_session(alice: Any) -> str:
-    return session_services.session_create(user=alice, agent="support").id
-
-
 def silence_the_layer_for_sessions(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """The channel layer carries no session event any more (as if every message were lost):
     what the sockets of this process get, they got from the sink. Returns what was sent."""
@@ -197,7 +174,10 @@ def saved_seqs(frames: list[dict[str, Any]]) -> list[int]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_every_socket_here_gets_each_event_once_in_order_from_the_sink_alone(
-    alice_token: str, alice_session: str, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch
+    alice_token: str,  # noqa: F811
+    alice_session: str,  # noqa: F811
+    use_model: Callable[[Model], None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reads = _count_ledger_reads(monkeypatch)
     sent = silence_the_layer_for_sessions(monkeypatch)
@@ -236,7 +216,10 @@ async def test_every_socket_here_gets_each_event_once_in_order_from_the_sink_alo
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_layer_message_of_another_process_is_relayed_and_one_of_this_process_is_skipped(
-    alice: Any, alice_token: str, alice_session: str, monkeypatch: pytest.MonkeyPatch
+    alice: Any,
+    alice_token: str,  # noqa: F811
+    alice_session: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reads = _count_ledger_reads(monkeypatch)
     socket = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}", origin=False)
