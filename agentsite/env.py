@@ -143,8 +143,9 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL", base_dir: Path) -
             "PORT": str(port or ""),
             "OPTIONS": options,
             "CONN_MAX_AGE": 0,
-            # Worker threads keep their connections (agentsite/threads.py): check one before
-            # reusing it, so a database restart costs a reconnect, not a failed request.
+            # Worker threads keep their connections (agentsite/threads.py): one that may be dead
+            # (its socket readable, idle over a second, or an error on it) is checked before it
+            # is reused, so a database restart costs a reconnect, not a failed request.
             "CONN_HEALTH_CHECKS": True,
             "TEST": {"NAME": f"test_{db}"},
         }
