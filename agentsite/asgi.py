@@ -22,6 +22,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from agentsite.health import LIVEZ_PATH, livez  # noqa: E402
 from agentsite.runtime import run_manager  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 from runs.surfaces.a2a.server import a2a_application, serves  # noqa: E402
@@ -42,6 +43,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     manager = run_manager()
     manager.adopt(asyncio.get_running_loop())
     _ = manager.runner
+    if scope["type"] == "http" and scope["path"] == LIVEZ_PATH:
+        await livez(scope, receive, send)  # the balancer's check: never behind Django's thread
+        return
     if scope["type"] == "http" and serves(scope["path"]):
         # A2A (its agents, their directory and the root agent card) is served by the a2a-sdk's
         # Starlette routes (runs/surfaces/a2a/server.py), not by Django.

@@ -95,12 +95,22 @@ def stack_env(args: argparse.Namespace, web_ports: list[int], state_dir: Path) -
 
 
 def write_haproxy_config(*, state_dir: Path, host: str, port: int, web_ports: list[int], stats_port: int) -> Path:
-    """deploy/haproxy.cfg with the balancer's address and one server line per web process."""
+    """deploy/haproxy.cfg with the balancer's address, one checked server line per web process
+    and the same process again as an unchecked backup (`open-webN`, used only while every
+    checked one is down: the balancer fails open)."""
     template = Template((ROOT / "deploy" / "haproxy.cfg").read_text())
-    servers = "\n".join(f"    server web{i} 127.0.0.1:{p}" for i, p in enumerate(web_ports, start=1))
+    nodes = list(enumerate(web_ports, start=1))
+    servers = "\n".join(
+        [f"    server web{i} 127.0.0.1:{p}" for i, p in nodes]
+        + [f"    server open-web{i} 127.0.0.1:{p} backup no-check" for i, p in nodes]
+    )
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     path = state_dir / "haproxy.cfg"
-    path.write_text(template.substitute(bind=bind, servers=servers, stats_bind=f"127.0.0.1:{stats_port}"))
+    path.write_text(
+        template.substitute(
+            bind=bind, servers=servers, stats_bind=f"127.0.0.1:{stats_port}", errors=ROOT / "deploy" / "errors"
+        )
+    )
     return path
 
 
