@@ -50,15 +50,18 @@ def _create(app: str, user_id: str, session_id: str, agent: str, title: str, sta
 def get_session_sync(
     key: SessionKey, *, event_limit: int | None = None, after_summary: str | None = None
 ) -> Session | None:
-    """`DjangoSessionService.get_session` for synchronous callers (views, tasks)."""
-    row = with_scoped_state(_owned(key)).first()
-    if row is None:
-        return None
-    # A summary row without text is only the database lock's lease holder (sessions_app.locks).
-    summaries = {s.filter_key: mapping.summary_from_row(s) for s in row.summaries.all() if s.text}
-    events = orm.Event.objects.filter(session=row)
+    """`DjangoSessionService.get_session` for synchronous callers (views, tasks).
+
+    The session, its state view and its summaries come from the head statement (one
+    statement, written out once); the window is a second one, skipped when the ledger is
+    empty (issue 23: a new session's first run read its row, its summaries and its empty
+    ledger through the ORM, three statements and most of a run's session load)."""
+    session = get_session_head_sync(key)
+    if session is None or session.last_seq == 0:
+        return session
+    events = orm.Event.objects.filter(session_id=key.session_id)
     if after_summary is not None:
-        start = _turn_start(row, summaries, after_summary)
+        start = _turn_start(key.session_id, session.summaries, after_summary)
         if start is not None:
             events = events.filter(seq__gt=start)
     # Only the columns an Event is rebuilt from: building full model rows (text, JSON
@@ -68,9 +71,7 @@ def get_session_sync(
         rows = rows[:event_limit]
     loaded = [mapping.event_from_values(payload, seq, event_id) for payload, seq, event_id in rows]
     loaded.reverse()
-    session = mapping.session_from_row(row, loaded)
-    session.state = _view(row.state, row.app_state_view, row.user_state_view)
-    session.summaries = summaries
+    session.events = loaded
     return session
 
 
@@ -205,7 +206,7 @@ def _converted(value: Any, converter: _Converter) -> Any:
     return value
 
 
-def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: str) -> Expression | None:
+def _turn_start(session_id: str, summaries: Mapping[str, Summary], filter_key: str) -> Expression | None:
     """The seq after which a turn's window starts: the boundary, or just before the user
     message of the turn the boundary cuts. An expression of two scalar subqueries (index
     scans on (session, seq), stopping at the first match), so that the window is one
@@ -215,13 +216,15 @@ def _turn_start(row: orm.Session, summaries: Mapping[str, Summary], filter_key: 
         return None
     boundary = Value(chosen.last_seq)
     following = Subquery(
-        orm.Event.objects.filter(session=row, seq__gt=chosen.last_seq)
+        orm.Event.objects.filter(session_id=session_id, seq__gt=chosen.last_seq)
         .exclude(role="system")
         .order_by("seq")
         .values("role")[:1]
     )
     head = Subquery(
-        orm.Event.objects.filter(session=row, seq__lte=chosen.last_seq, role="user").order_by("-seq").values("seq")[:1]
+        orm.Event.objects.filter(session_id=session_id, seq__lte=chosen.last_seq, role="user")
+        .order_by("-seq")
+        .values("seq")[:1]
     )
     return Case(
         # The boundary ends a turn (or nothing follows it): nothing to anchor.
