@@ -35,6 +35,7 @@ from runs.core.output import (
     OutputSpec,
     feedback_message,
 )
+from runs.core.pacing import setup_done
 from runs.core.steering import consume_queued
 from runs.core.steps import continued, ending
 from runs.core.tools.ask_user import AskUserTool, asked_question, question_event
@@ -359,6 +360,7 @@ class LLMAgent:
                 final = ModelResponse(id=message_id, partial=False, message=gate.response)
             if gate.response is None:  # images and files: their bytes, for this call only (issue 20)
                 request = await with_attachment_bytes(request, invocation)
+            setup_done(invocation)  # issue 23: the model's I/O never holds a setup place
             try:
                 async for response in self.model.generate(request) if gate.response is None else _nothing():
                     if response.partial:

@@ -32,6 +32,7 @@ from runs.core.callbacks import (
 )
 from runs.core.errors import AgentNotFoundError, EventLimitError
 from runs.core.invocation import SPAWN_SERVICE, Invocation, RunOptions
+from runs.core.pacing import DEFAULT_MAX_SETTING_UP, SETUP_SLOT_SERVICE, SetupGate, setup_done
 from runs.core.records import REQUIRES_ACTION, InMemoryRunStore, RunRecord, RunStatusName, RunStore
 from runs.core.rewriting import REWRITTEN, RewriteContext, UserMessageRewriter, rewrite_user_message
 from runs.core.routing import resolve_route
@@ -105,6 +106,7 @@ class Runner:
         max_queued_messages: int = DEFAULT_MAX_QUEUED,
         user_message_rewriter: UserMessageRewriter | None = None,
         persist_interrupted_assistant: bool = False,
+        max_setting_up: int = DEFAULT_MAX_SETTING_UP,
     ) -> None:
         self.app = app
         self.owner = owner
@@ -140,6 +142,8 @@ class Runner:
         # SPEC 1.10: keep a cancelled streaming answer as a marked message (a run's
         # RunOptions.persist_interrupted_assistant overrides it).
         self.persist_interrupted_assistant = persist_interrupted_assistant
+        # Issue 23: runs that set up at once (runs.core.pacing); the others wait their turn.
+        self.setup_gate = SetupGate(max_setting_up)
         self._active: dict[str, _Registered] = {}
         self._active_requests: set[tuple[str, str]] = set()  # (user id, request id)
         self._starting: set[str] = set()  # run ids registered whose user message is not saved yet
@@ -203,8 +207,14 @@ class Runner:
             # Before anything is written: a refused run leaves no session and no message.
             await self.admission(user_id)
 
+        # Issue 23: the setup waits for a place in the gate, left before the first model call.
+        slot = await self.setup_gate.enter()
         # 1. get or create the session
-        session, created = await self._opening.open_session(user_id=user_id, session_id=session_id, agent=agent)
+        try:
+            session, created = await self._opening.open_session(user_id=user_id, session_id=session_id, agent=agent)
+        except BaseException:
+            slot.release()
+            raise
         try:
             if tool_results:
                 # Issue 20: a new session's seeded history may hold the calls they answer.
@@ -249,7 +259,7 @@ class Runner:
                 message=msg,
                 options=options,
                 cancel_event=asyncio.Event(),
-                services={**self.services, STEERING_SERVICE: steering},
+                services={**self.services, STEERING_SERVICE: steering, SETUP_SLOT_SERVICE: slot},
             )
             # 3. register the run (or claim the paused one); a request id may run once per user.
             # Issue 18: when nothing is written before the user message, the run's row is
@@ -262,6 +272,7 @@ class Runner:
             )
             self._steering[record.id] = steering
         except BaseException:
+            slot.release()
             if created:
                 # A refused start leaves no session behind (a duplicate request id, a bad agent).
                 await self._opening.drop_session(session)
@@ -325,6 +336,7 @@ class Runner:
             written = len(opening) - (1 if abandoned is not None else 0)  # the ended run's completion is its own
             handle.record = handle.record.replace(event_count=handle.record.event_count + written)
         except BaseException as exc:
+            slot.release()
             if join and not await self._opening.row_after_failed_start(handle, created=created):
                 raise
             # The run row exists: end it here, or it stays `running` for good (this process
@@ -459,6 +471,7 @@ class Runner:
         agen = _only(stopped) if stopped is not None else agent.run(invocation)
         try:
             async for event in agen:
+                setup_done(invocation)  # an agent that calls no model leaves the gate here
                 event, continues, ends = take_mark(invocation.stamp(event))
                 event = repair_error(event)
                 if self.callbacks.on_event:
@@ -516,6 +529,7 @@ class Runner:
                 held.extend(self._completion.interrupted_answers(handle))
             except Exception:  # the completion must still go out
                 logger.exception("run %s: could not keep its interrupted answer", handle.run_id)
+        setup_done(invocation)  # a run that made no event
         # Events still held (the run's last step, or what a cancel cut short) are written
         # with the completion event.
         return await self._completion.complete(handle, status, final_error, held=held, persisted=persisted)
