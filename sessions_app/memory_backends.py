@@ -220,19 +220,9 @@ class DjangoMemoryStore:
             params.append(_like_pattern(query.phrase))
         if not clauses:
             return [], CorpusStats(documents=0, average_length=0.0, document_frequency={})
-        rows = (
-            self._bounded(self._mine(key), query)
-            .filter(RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField()))
-            .only(*_COLUMNS, "search_tokens")
-        )
-        if tsquery:
-            rows = rows.order_by(
-                RawSQL(f"ts_rank({_TSVECTOR}, %s::tsquery)", [tsquery], output_field=FloatField()).desc()
-            )
-        candidates = [
-            Candidate(entry=entry_from_row(r), tokens=tuple(r.search_tokens.split())) for r in rows[: query.limit]
-        ]
-        # One pass over the user's memories for BM25's statistics.
+        # One pass over the user's memories for BM25's statistics, first: a user without
+        # memories (most runs' users) costs this one statement and no candidate query
+        # (issue 23: the ORM-built query was most of a run's memory search).
         frequency_columns = "".join(f", count(*) FILTER (WHERE {_TSVECTOR} @@ %s::tsquery)" for _ in query.tokens)
         with connection.cursor() as cursor:
             cursor.execute(
@@ -246,6 +236,20 @@ class DjangoMemoryStore:
             average_length=float(average),
             document_frequency=dict(zip(query.tokens, (int(f) for f in frequencies), strict=True)),
         )
+        if not total:
+            return [], stats
+        rows = (
+            self._bounded(self._mine(key), query)
+            .filter(RawSQL("(" + " OR ".join(clauses) + ")", params, output_field=BooleanField()))
+            .only(*_COLUMNS, "search_tokens")
+        )
+        if tsquery:
+            rows = rows.order_by(
+                RawSQL(f"ts_rank({_TSVECTOR}, %s::tsquery)", [tsquery], output_field=FloatField()).desc()
+            )
+        candidates = [
+            Candidate(entry=entry_from_row(r), tokens=tuple(r.search_tokens.split())) for r in rows[: query.limit]
+        ]
         return candidates, stats
 
     def vectors(self, key: Any, query: CandidateQuery) -> list[tuple[MemoryEntry, list[float]]]:
