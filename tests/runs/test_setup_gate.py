@@ -117,6 +117,28 @@ async def test_a_refused_start_gives_its_place_back() -> None:
     assert (await asyncio.wait_for(handle.wait(), GUARD_S)).status == "completed"
 
 
+async def test_a_run_its_admission_refuses_gives_its_place_back() -> None:
+    refused: list[str] = []
+
+    async def admission(user_id: str) -> None:
+        if not refused:
+            refused.append(user_id)
+            raise RuntimeError("too many runs")
+
+    runner = Runner(
+        app=APP,
+        agents=[LLMAgent(name="support", model=ScriptedModel.of("fine"))],
+        session_service=InMemorySessionService(),
+        admission=admission,
+        max_setting_up=1,
+    )
+    with pytest.raises(RuntimeError):
+        await runner.start(user_id="alice", message="hi")
+    assert refused == ["alice"] and runner.setup_gate.inside == 0
+    handle = await asyncio.wait_for(runner.start(user_id="alice", message="hi"), GUARD_S)
+    assert (await asyncio.wait_for(handle.wait(), GUARD_S)).status == "completed"
+
+
 async def test_the_gate_hands_places_out_in_arrival_order() -> None:
     gate = SetupGate(1)
     held = await gate.enter()

@@ -203,14 +203,13 @@ class Runner:
         msg = turn[-1]
         options = options or RunOptions()
         request_id = request_id or new_id()
-        if self.admission is not None:
-            # Before anything is written: a refused run leaves no session and no message.
-            await self.admission(user_id)
-
         # Issue 23: the setup waits for a place in the gate, left before the first model call.
         slot = await self.setup_gate.enter()
-        # 1. get or create the session
         try:
+            if self.admission is not None:
+                # Before anything is written: a refused run leaves no session and no message.
+                await self.admission(user_id)
+            # 1. get or create the session
             session, created = await self._opening.open_session(user_id=user_id, session_id=session_id, agent=agent)
         except BaseException:
             slot.release()
