@@ -324,12 +324,20 @@ async def test_deactivating_a_user_closes_their_sockets(alice: Any, alice_token:
     assert await close_code(socket) == 4401
 
 
-async def test_a_socket_whose_user_was_deactivated_without_signals_starts_no_run(
-    alice: Any, alice_token: str, alice_session: str, use_model: Callable[[Model], None]
+async def test_a_socket_whose_user_was_deactivated_without_signals_starts_no_run_once_its_check_is_due(
+    alice: Any,
+    alice_token: str,
+    alice_session: str,
+    use_model: Callable[[Model], None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from runs.surfaces.websocket import consumers
+
+    monkeypatch.setattr(consumers, "CREDENTIAL_CHECK_S", 0.2)  # 5 s in production
     use_model(ScriptedModel.of("Should not run."))
     socket = await open_socket(f"/ws/sessions/{alice_session}/", alice_token)
     await sync_to_async(lambda: type(alice).objects.filter(pk=alice.pk).update(is_active=False))()
+    await asyncio.sleep(0.3)  # no signal told the socket: its next check is due after the interval
 
     await socket.send_to(text_data=json.dumps({"type": "run", "message": "hi"}))
 

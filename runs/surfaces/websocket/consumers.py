@@ -155,6 +155,12 @@ LEDGER_POLL_S = 2.0
 LEDGER_POLL_MAX_S = 16.0
 VOUCHED_POLLS = 8
 """A stream this process vouches for is re-read after this many `LEDGER_POLL_S` of quiet."""
+CREDENTIAL_CHECK_S = 5.0
+"""How long a check of the socket's credential holds for its client frames. A revoke or a
+deactivation through the ORM (the admin, the API) closes the socket at once (the user
+group's `socket.revoked`); one that sent no signal (a bulk update, SQL) is honoured at the
+first frame past this long after the last check. A socket that could not join its user
+group checks on every frame. (Issue 23: a check per frame was a statement per run.)"""
 _LIVE = ("queued", "running")
 
 
@@ -183,6 +189,8 @@ class SessionConsumer(RunFrames, LedgerReplay):
     user_group: str | None = None
     user: Any = None
     token: str | None = None
+    authorised_at = float("-inf")
+    """When the credential was last found to hold (`time.monotonic()`)."""
     window: SendWindow | None = None
 
     # -- connection --------------------------------------------------------------------------
@@ -253,6 +261,7 @@ class SessionConsumer(RunFrames, LedgerReplay):
         if not await still_authorised(self.user.pk, self.token):
             await self._end(CLOSE_UNAUTHENTICATED)
             return
+        self.authorised_at = time.monotonic()
         if self.live_down:
             await self.send(
                 text_data=json.dumps(
@@ -466,10 +475,22 @@ class SessionConsumer(RunFrames, LedgerReplay):
 
     # -- client frames ----------------------------------------------------------------------
 
+    async def _credential_holds(self) -> bool:
+        """Whether the socket's credential still holds: checked again once the last check is
+        `CREDENTIAL_CHECK_S` old, or on every frame without the user group's revocations."""
+        now = time.monotonic()
+        told = self.user_group is not None and not self.live_down  # revocations reach this socket
+        if told and now - self.authorised_at < CREDENTIAL_CHECK_S:
+            return True
+        if not await still_authorised(self.user.pk, self.token):
+            return False
+        self.authorised_at = now
+        return True
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if getattr(self, "client_gone", False):
             return
-        if not await still_authorised(self.user.pk, self.token):
+        if not await self._credential_holds():
             # Revoked since the handshake: no frame of this socket is acted on again.
             await self._end(CLOSE_UNAUTHENTICATED)
             return
