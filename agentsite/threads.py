@@ -6,18 +6,25 @@ loop (each request of the synchronous test client, each test) would start thread
 connections of their own and PostgreSQL would run out. Two bounded pools instead: one for
 ORM calls, one for views that wait on runs (a view waiting on a run must never occupy the
 threads the run needs for its own database work).
+
+Work of runs already streaming (`runs.core.pacing.STREAMING`: their appends, their record
+saves) is taken before the rest, so that the events a run has made wait behind no new run's
+session load (issue 23).
 """
 
 from __future__ import annotations
 
+import queue
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from agentsite.config import read
+from runs.core.pacing import STREAMING
 
 T = TypeVar("T")
 
@@ -27,8 +34,36 @@ Under load a thread's tasks follow each other within milliseconds, and checking 
 task was a round trip per database call (issue 23)."""
 
 
+class _Lanes:
+    """The pool's work queue: work submitted while `STREAMING` is set first, each lane in
+    the order it came. It stands in for ThreadPoolExecutor's queue (put, get, get_nowait);
+    `put` runs in the submitter's context, so it reads the mark there."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition(threading.Lock())
+        self._first: deque[Any] = deque()
+        self._rest: deque[Any] = deque()
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        with self._ready:
+            # None tells a thread to stop (shutdown): after the work already queued.
+            (self._first if item is not None and STREAMING.get() else self._rest).append(item)
+            self._ready.notify()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        with self._ready:
+            while not (self._first or self._rest):
+                if not block or not self._ready.wait(timeout):
+                    raise queue.Empty
+            return (self._first or self._rest).popleft()
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+
 class DatabaseThreadPool(ThreadPoolExecutor):
-    """Worker threads that keep their database connections between tasks.
+    """Worker threads that keep their database connections between tasks; streaming runs'
+    work first (`_Lanes`).
 
     Django checks a kept connection at the start of each request (`CONN_HEALTH_CHECKS`,
     one round trip); these threads serve no requests, so a task has its thread's
@@ -43,6 +78,7 @@ class DatabaseThreadPool(ThreadPoolExecutor):
 
     def __init__(self, max_workers: int, thread_name_prefix: str, *, idle_check_s: float = IDLE_CHECK_S) -> None:
         super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._work_queue = _Lanes()  # type: ignore[assignment]  # the same three methods, two lanes
         self.idle_check_s = idle_check_s
         self._last_task = threading.local()  # when this thread's last task ended (monotonic)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
 SETUP_SLOT_SERVICE = "setup_slot"
 """`Invocation.services[SETUP_SLOT_SERVICE]`: the run's `SetupSlot`, released by the agent
 before its first model call (`setup_done`)."""
+
+STREAMING: ContextVar[bool] = ContextVar("run_streaming", default=False)
+"""Set in a run's task once its setup is over (`setup_done`): what it asks of a queue of work
+from then on (its appends, its record saves) delivers events it has made, and a queue may
+serve it first (agentsite.threads.DatabaseThreadPool does)."""
 
 DEFAULT_MAX_SETTING_UP = 2
 """Runs of one runner that set up at once (`Runner(max_setting_up=...)`; 0: no limit). A
@@ -95,7 +101,9 @@ class SetupGate:
 
 
 def setup_done(invocation: Invocation) -> None:
-    """The run's setup is over (its first model call is next): its slot goes to the next run."""
+    """The run's setup is over (its first model call is next): its slot goes to the next run,
+    and the work the calling task asks for from now on is a streaming run's (`STREAMING`)."""
+    STREAMING.set(True)
     slot = invocation.services.get(SETUP_SLOT_SERVICE)
     if isinstance(slot, SetupSlot):
         slot.release()

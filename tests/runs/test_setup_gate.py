@@ -14,9 +14,9 @@ from runs.core.agents.llm import LLMAgent
 from runs.core.errors import AgentNotFoundError
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse
 from runs.core.llm.scripted import ScriptedModel
-from runs.core.pacing import SetupGate
+from runs.core.pacing import STREAMING, SetupGate
 from runs.core.runner import Runner
-from sessions_app.core.events import Message
+from sessions_app.core.events import Event, Message
 from sessions_app.core.inmemory import InMemorySessionService
 from sessions_app.core.session import Session
 
@@ -54,6 +54,18 @@ class SlowSessions(InMemorySessionService):
         self.creating += 1
         await self.go.wait()
         return await super().create_session(**kwargs)
+
+
+class MarkedAppends(InMemorySessionService):
+    """Records, per append, whether the task that asked was a streaming run's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: list[tuple[str, bool]] = []
+
+    async def append_events(self, session: Session, events: Any) -> list[Event]:
+        self.marks.extend((e.role or e.object, STREAMING.get()) for e in events)
+        return await super().append_events(session, events)
 
 
 async def _until(check: Any) -> None:
@@ -137,6 +149,21 @@ async def test_a_run_its_admission_refuses_gives_its_place_back() -> None:
     assert refused == ["alice"] and runner.setup_gate.inside == 0
     handle = await asyncio.wait_for(runner.start(user_id="alice", message="hi"), GUARD_S)
     assert (await asyncio.wait_for(handle.wait(), GUARD_S)).status == "completed"
+
+
+async def test_a_runs_writes_after_its_setup_are_marked_streaming_and_its_setups_are_not() -> None:
+    service = MarkedAppends()
+    runner = Runner(
+        app=APP,
+        agents=[LLMAgent(name="support", model=ScriptedModel.of("fine"))],
+        session_service=service,
+    )
+    handle = await runner.start(user_id="alice", message="hi")
+    await asyncio.wait_for(handle.wait(), GUARD_S)
+    # The user message is written by the start (setup); the answer and the completion by
+    # the run once it streams (agentsite.threads serves those first).
+    assert service.marks == [("user", False), ("assistant", True), ("system", True)]
+    assert not STREAMING.get()  # the caller's context is not the run's
 
 
 async def test_the_gate_hands_places_out_in_arrival_order() -> None:
