@@ -9,9 +9,11 @@ then for N in (50, 200) (`--sizes`, 1000 for the issue's largest row): creates N
 socket at the same time and records every frame with its arrival time. Per N it reports total
 frames, wall time, frames/s, frames per run, lost and reordered events (both must be 0),
 latency p50/p99 from the AG-UI `timestamp` (ms, set by the translator from the ledger event's
-`created_at`, or "now" for frames made at translation time) to arrival on the socket, and the
-server's CPU: the web processes' user + system time (`/proc/<pid>/stat`) from the start frames
-to the last RUN_FINISHED, per run and per frame.
+`created_at`, or "now" for frames made at translation time) to arrival on the socket, the turn
+as each client sees it (from its `run` frame to its first frame and to its RUN_FINISHED: a
+run that waits for a setup place, runs.core.pacing, waits there), and the server's CPU: the
+web processes' user + system time (`/proc/<pid>/stat`) from the start frames to the last
+RUN_FINISHED, per run and per frame.
 Lost is measured against the ledger (`GET /api/sessions/<id>/events/`) after the round: a
 ledger seq that never reached the socket in an AG-UI frame, or an assistant text whose deltas
 and whole messages on the socket do not add up to the ledger's text. (How many
@@ -74,6 +76,8 @@ CPU_SETTLE_S = 0.5  # after the last RUN_FINISHED: a run's completion work ends 
 WARM_UP_RUNS = 10
 """Runs before the measured rounds, not counted: a fresh process loads its tokenizer, schemas
 and connections on its first runs (about 0.4 s of CPU, 2 ms per run of a 200-run round)."""
+SENT = "bench.run_sent"
+"""Not a frame: when the socket sent its `run` frame (the start of its turn), kept with its frames."""
 
 
 def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -163,6 +167,7 @@ async def _one_socket(
         ready.append(session_id)
         await start.wait()
         await ws.send(json.dumps({"type": "run", "message": PROMPT}))
+        frames.append((time.time(), {"type": SENT}))
         async with asyncio.timeout(timeout_s):
             async for raw in ws:
                 now = time.time()
@@ -194,9 +199,11 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
     reorder_examples: list[str] = []
     ts_latency_ms: list[float] = []
     acc_latency_ms: list[float] = []
+    first_frame_ms: list[float] = []
+    turn_ms: list[float] = []
     no_ts = 0
     for frames, ledger in zip(per_socket, ledgers, strict=True):
-        accepted_at = None
+        accepted_at = sent_at = None
         events = []
         last_seq = -1
         ended_text: set[str] = set()
@@ -205,6 +212,9 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
         error = False
         for now, f in frames:
             t = f.get("type")
+            if t == SENT:
+                sent_at = now
+                continue
             if t == "run.accepted":
                 accepted_at = now
                 continue
@@ -212,8 +222,12 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
                 error = True
                 continue
             events.append(t)
+            if sent_at is not None and len(events) == 1:
+                first_frame_ms.append((now - sent_at) * 1000)
             if t == "RUN_FINISHED":
                 finished = True
+                if sent_at is not None:
+                    turn_ms.append((now - sent_at) * 1000)
             if t == "RUN_ERROR":
                 error = True
             ts = f.get("timestamp")
@@ -277,6 +291,12 @@ def _analyse(per_socket: list[list[tuple[float, dict]]], ledgers: list[list[dict
         "frames_without_timestamp": no_ts,
         "since_accepted_ms_p50": percentile(acc_latency_ms, 50),
         "since_accepted_ms_p99": percentile(acc_latency_ms, 99),
+        # The whole turn as its client sees it, from its `run` frame: a run that waits to set
+        # up (runs.core.pacing) waits here, not in the ledger-to-socket latency.
+        "first_frame_ms_p50": percentile(first_frame_ms, 50),
+        "first_frame_ms_p99": percentile(first_frame_ms, 99),
+        "turn_ms_p50": percentile(turn_ms, 50),
+        "turn_ms_p99": percentile(turn_ms, 99),
     }
 
 
@@ -590,6 +610,8 @@ def main() -> int:
         print(
             f"N={r['n']}: frames without timestamp {r['frames_without_timestamp']}; "
             f"since run.accepted p50/p99 {r['since_accepted_ms_p50'] or 0:.0f}/{r['since_accepted_ms_p99'] or 0:.0f} ms; "
+            f"from the run frame: first frame p50/p99 {r['first_frame_ms_p50'] or 0:.0f}/{r['first_frame_ms_p99'] or 0:.0f} ms, "
+            f"RUN_FINISHED p50/p99 {r['turn_ms_p50'] or 0:.0f}/{r['turn_ms_p99'] or 0:.0f} ms; "
             f"run errors {r['runs_error']}; frames per finished run {r['events_per_finished_run']}; "
             f"ledger events per run {r['ledger_events_per_run']}"
         )
