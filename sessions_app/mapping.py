@@ -32,24 +32,30 @@ def event_from_values(payload: dict[str, Any], seq: int, event_id: str) -> Event
     return Event.from_dict({**payload, "seq": seq, "id": event_id})
 
 
+def event_row_values(event: Event, *, session_id: str, seq: int, tokens: int) -> dict[str, Any]:
+    """A ledger row's field values by attribute name (`event_to_row`'s, without building
+    the model instance: issue 23, the one-statement append sends them as JSON)."""
+    return {
+        "session_id": session_id,
+        "seq": seq,
+        "event_id": event.id,
+        "invocation_id": event.invocation_id,
+        "request_id": event.request_id,
+        "author": event.author,
+        "branch": event.branch,
+        "filter_key": event.filter_key,
+        "object": event.object,
+        "role": event.role,
+        "text": event.text,
+        "payload": event.replace(seq=seq).to_dict(),
+        "has_state_delta": bool(event.state_delta),
+        "tokens": tokens,
+        "created_at": event.created_at,
+    }
+
+
 def event_to_row(event: Event, *, session_id: str, seq: int, tokens: int) -> orm.Event:
-    return orm.Event(
-        session_id=session_id,
-        seq=seq,
-        event_id=event.id,
-        invocation_id=event.invocation_id,
-        request_id=event.request_id,
-        author=event.author,
-        branch=event.branch,
-        filter_key=event.filter_key,
-        object=event.object,
-        role=event.role,
-        text=event.text,
-        payload=event.replace(seq=seq).to_dict(),
-        has_state_delta=bool(event.state_delta),
-        tokens=tokens,
-        created_at=event.created_at,
-    )
+    return orm.Event(**event_row_values(event, session_id=session_id, seq=seq, tokens=tokens))
 
 
 def summary_from_row(row: orm.Summary) -> Summary:

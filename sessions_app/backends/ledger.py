@@ -142,8 +142,8 @@ def _one_statement_sql(count: int, joined: tuple[str, ...]) -> str:
 
 def _row_json(event: Event, *, session_id: str, seq: int) -> dict[str, Any]:
     """One ledger row's column values for the JSON row set (a time as ISO 8601 text)."""
-    row = mapping.event_to_row(event, session_id=session_id, seq=seq, tokens=count_text(event.text))
-    values = {f.column: getattr(row, f.attname) for f in _EVENT_FIELDS}
+    row = mapping.event_row_values(event, session_id=session_id, seq=seq, tokens=count_text(event.text))
+    values = {f.column: row[f.attname] for f in _EVENT_FIELDS}
     values["created_at"] = values["created_at"].isoformat()
     return values
 
