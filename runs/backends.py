@@ -177,8 +177,21 @@ def _abandon(run_id: str, user_id: str, at: datetime, reason: str) -> RunRecord 
     return _get(run_id) if won else None
 
 
+@functools.lru_cache(maxsize=4)
+def _active_runs_sql(vendor: str) -> str:
+    """`_active_runs_of`'s count, written once (issue 23: the ORM built it for every run)."""
+    del vendor  # part of the cache key: quoting is the same on both backends
+    meta = orm.Run._meta
+    user, status = meta.get_field("user").column, meta.get_field("status").column
+    live = ", ".join(["%s"] * len(_LIVE))
+    return f'SELECT COUNT(*) FROM "{meta.db_table}" WHERE "{user}" = %s AND "{status}" IN ({live})'
+
+
 def _active_runs_of(user_id: str) -> int:
-    return orm.Run.objects.filter(user_id=user_id, status__in=_LIVE).count()
+    with connection.cursor() as cursor:
+        cursor.execute(_active_runs_sql(connection.vendor), [int(user_id), *_LIVE])
+        (count,) = cursor.fetchone()
+    return int(count)
 
 
 def active_runs_admission(limit: int) -> Any:
