@@ -35,6 +35,7 @@ from django.db.models import Q, QuerySet
 
 from sessions_app import mapping
 from sessions_app import models as orm
+from sessions_app.backends.reads import session_summaries_sync
 from sessions_app.core.events import Event
 from sessions_app.core.recall import (
     RECALL_ROLES,
@@ -408,11 +409,7 @@ def find_tool_call(key: SessionKey, tool_call_id: str, before_seq: int | None) -
 
 
 def summaries(key: SessionKey) -> dict[str, Summary]:
-    user = _user_pk(key.user_id)
-    rows = orm.Summary.objects.filter(
-        session_id=key.session_id, session__app=key.app, session__user_id=user if user is not None else -1
-    )
-    return {row.filter_key: mapping.summary_from_row(row) for row in rows}
+    return session_summaries_sync(key)
 
 
 def scan_events(

@@ -180,6 +180,43 @@ def _head_sql(vendor: str, known: int | None) -> str:
     )
 
 
+def session_summaries_sync(key: SessionKey) -> dict[str, Summary]:
+    """Every summary row of the session, by filter key, the database lock's lease holders
+    (rows without text) included; {} when the session is not the key's. One statement,
+    written once, its columns converted as the ORM converts them (issue 23: recall reads
+    them once per run, and building the query through the ORM took most of the read)."""
+    if not (key.user_id.isascii() and key.user_id.isdigit()):
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_summaries_sql(connection.vendor), [key.session_id, key.app, int(key.user_id)])
+        rows = cursor.fetchall()
+    convert = _head_converters(connection.vendor)[len(_HEAD_FIELDS) + 2 :]
+    found: dict[str, Summary] = {}
+    for row in rows:
+        values = [_converted(value, converter) for value, converter in zip(row, convert, strict=True)]
+        columns = dict(zip(_HEAD_SUMMARY_FIELDS, values, strict=True))
+        found[columns["filter_key"]] = mapping.summary_from_row(orm.Summary(**columns))
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def _summaries_sql(vendor: str) -> str:
+    """`session_summaries_sync`'s statement; parameters: session id, app, user pk."""
+    del vendor  # part of the cache key: quoting and types are the same on both backends
+    session, summary = orm.Session._meta, orm.Summary._meta
+
+    def column(meta: Any, name: str) -> str:
+        return '"' + str(meta.get_field(name).column) + '"'
+
+    selected = ", ".join(f'"m".{column(summary, name)}' for name in _HEAD_SUMMARY_FIELDS)
+    return (
+        f'SELECT {selected} FROM "{summary.db_table}" "m"'
+        f' INNER JOIN "{session.db_table}" "s" ON ("m".{column(summary, "session")} = "s".{column(session, "id")})'
+        f' WHERE "m".{column(summary, "session")} = %s AND "s".{column(session, "app")} = %s'
+        f' AND "s".{column(session, "user")} = %s'
+    )
+
+
 _Converter = tuple[list[Any], Any]
 
 
