@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max, Min, OuterRef, QuerySet, Subquery
 
 from sessions_app import models as orm
@@ -93,12 +95,39 @@ def request_user_event_id(*, session_id: str, request_id: str) -> str | None:
     return found
 
 
+@functools.lru_cache(maxsize=4)
+def _page_sql(vendor: str) -> tuple[str, list[Any], Any]:
+    """`events_after`'s statement without a request id, written once (issue 23: every live
+    socket reads pages while runs stream, and the ORM built each anew), and the converters
+    the ORM applies to its payload column."""
+    del vendor  # part of the cache key: quoting is the same on both backends
+    meta = orm.Event._meta
+    payload = meta.get_field("payload")
+    session, seq, event_id = (meta.get_field(name).column for name in ("session", "seq", "event_id"))
+    sql = (
+        f'SELECT "{payload.column}", "{seq}", "{event_id}" FROM "{meta.db_table}"'
+        f' WHERE "{session}" = %s AND "{seq}" > %s ORDER BY "{seq}" ASC LIMIT %s'
+    )
+    col = payload.get_col(meta.db_table)
+    return sql, [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)], col
+
+
 def events_after(*, session_id: str, after_seq: int, limit: int, request_id: str | None = None) -> list[Event]:
     """Up to `limit` of the session's ledger events after `after_seq`, oldest first (only
     request `request_id`'s when given): a replay page, read as payload, seq and id alone."""
+    if request_id is None:
+        sql, converters, col = _page_sql(connection.vendor)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [session_id, after_seq, limit])
+            found = cursor.fetchall()
+        page: list[Event] = []
+        for payload, seq, event_id in found:
+            for convert in converters:
+                payload = convert(payload, col, connection)
+            page.append(event_from_values(payload, seq, event_id))
+        return page
     rows = orm.Event.objects.filter(session_id=session_id, seq__gt=after_seq)
-    if request_id is not None:
-        rows = rows.filter(request_id=request_id)
+    rows = rows.filter(request_id=request_id)
     values = rows.order_by("seq").values_list("payload", "seq", "event_id")[:limit]
     return [event_from_values(payload, seq, event_id) for payload, seq, event_id in values]
 

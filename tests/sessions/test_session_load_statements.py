@@ -75,3 +75,24 @@ def test_a_session_of_another_user_loads_as_none(alice: Any, bob: Any) -> None:
     async_to_sync(service.append_events)(session, [_user("mine")])
     key = session.key.__class__(app=APP, user_id=str(bob.pk), session_id=session.id)
     assert get_session_sync(key) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_page_is_the_ledger_after_the_seq_in_order_and_one_statement(alice: Any) -> None:
+    from sessions_app import selectors
+    from sessions_app.backends import DjangoSessionService
+
+    service = DjangoSessionService()
+    session = async_to_sync(service.create_session)(app=APP, user_id=str(alice.pk))
+    saved = async_to_sync(service.append_events)(
+        session, [_user("first"), _agent("one ✓"), _user("second"), _agent("two")]
+    )
+    with CaptureQueriesContext(connection) as reads:
+        page = selectors.events_after(session_id=session.id, after_seq=1, limit=2)
+    assert page == saved[1:3]
+    assert [e.text for e in page] == ["one ✓", "second"] and [e.seq for e in page] == [2, 3]
+    assert len(reads) == 1
+    assert selectors.events_after(session_id=session.id, after_seq=4, limit=10) == []
+    assert selectors.events_after(session_id="no-such-session", after_seq=0, limit=10) == []
+    own = selectors.events_after(session_id=session.id, after_seq=0, limit=10, request_id="")
+    assert own == saved  # the request filter: these events carry no request id
