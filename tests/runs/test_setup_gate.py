@@ -5,13 +5,14 @@ holds a place; a refused start gives its place back."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
 
 from runs.core.agents.llm import LLMAgent
 from runs.core.errors import AgentNotFoundError
+from runs.core.invocation import Invocation
 from runs.core.llm.base import ModelInfo, ModelRequest, ModelResponse
 from runs.core.llm.scripted import ScriptedModel
 from runs.core.pacing import STREAMING, SetupGate
@@ -90,6 +91,37 @@ async def test_a_run_waiting_on_its_model_holds_no_setup_place() -> None:
     await _until(lambda: model.calls == 2)
     assert runner.setup_gate.inside == 0
     model.answer.set()
+    assert (await asyncio.wait_for(first.wait(), GUARD_S)).status == "completed"
+    assert (await asyncio.wait_for(second.wait(), GUARD_S)).status == "completed"
+
+
+class RemoteLike:
+    """An agent that is not an LLMAgent and waits on I/O before its first event (a remote
+    agent's exchange)."""
+
+    name = "remote"
+    description = ""
+    kind = "remote"
+    model_name = None
+
+    def __init__(self) -> None:
+        self.answer = asyncio.Event()
+        self.asked = 0
+
+    async def run(self, invocation: Invocation) -> AsyncGenerator[Event, None]:
+        self.asked += 1
+        await self.answer.wait()
+        yield invocation.stamp(Event(author=self.name, message=Message(role="assistant", content="done")))
+
+
+async def test_a_run_of_another_agent_waiting_on_io_holds_no_setup_place() -> None:
+    agent = RemoteLike()
+    runner = Runner(app=APP, agents=[agent], session_service=InMemorySessionService(), max_setting_up=1)
+    first = await runner.start(user_id="alice", message="one")
+    await _until(lambda: agent.asked == 1)
+    second = await asyncio.wait_for(runner.start(user_id="alice", message="two"), GUARD_S)
+    await _until(lambda: agent.asked == 2)
+    agent.answer.set()
     assert (await asyncio.wait_for(first.wait(), GUARD_S)).status == "completed"
     assert (await asyncio.wait_for(second.wait(), GUARD_S)).status == "completed"
 

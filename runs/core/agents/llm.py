@@ -104,6 +104,9 @@ class LLMAgent:
     """
 
     kind = "llm"
+    paces_setup = True
+    """It leaves the runner's setup gate itself, just before its first model call (issue 23,
+    runs.core.pacing): its preloads and first request are setup."""
 
     def __init__(
         self,

@@ -466,6 +466,9 @@ class Runner:
         held: list[Event] = []
         status: RunStatusName = "completed"
         final_error: EventError | None = None
+        if not getattr(agent, "paces_setup", False):
+            # Issue 23: its setup was the start's; what it does first may be I/O (a remote agent).
+            setup_done(invocation)
         stopped = await self._opening.before_run(handle)
         agen = _only(stopped) if stopped is not None else agent.run(invocation)
         try:
