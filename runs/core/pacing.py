@@ -7,9 +7,10 @@ together, their setups fill the event loop and the database threads, and the run
 streaming wait behind them: every event they make sits in the loop's queue for as long as
 one pass over all that work takes. A `SetupGate` lets `limit` runs set up at once; the
 others wait their turn before any of their work starts. A run leaves the gate as soon as
-its setup is over: just before its first model call (a real model answers after seconds of
-I/O, which must never hold a place), or at its first event or its end, whichever comes
-first. So the gate bounds the work in progress, never the runs waiting on a model.
+its setup is over: an LLM agent's (`paces_setup`) just before its first model call (a real
+model answers after seconds of I/O, which must never hold a place), any other agent's as
+its run begins (a remote agent's first event is I/O too); at the latest at its first event
+or its end. So the gate bounds the work in progress, never the runs waiting on a model.
 """
 
 from __future__ import annotations
