@@ -14,7 +14,12 @@ The final audit reads every session's ledger and every run from the database:
   socket;
 - duplicated: an event id twice in a ledger, a completion event twice for a run, or the
   same frame (type, seq, tool call or message id) twice on a socket.
-Both must be 0: the exit status is 1 otherwise. Prints a report and writes
+Both must be 0: the exit status is 1 otherwise. Requests answered with an error (or that
+raised) are counted as failed and reported beside them in the targets' row.
+
+Users are a closed loop without think time: each sends its next turn when the last is
+answered, so by Little's law the mean turn takes users / turns per second; the run prints
+that figure beside the targets (a 1 s turn at 200 users needs 200 turns per second). Prints a report and writes
 `bench/results/load.json`. Skips (exit 0) when PostgreSQL or Redis do not answer.
 
 `--stack` runs against the production topology instead (`make stack`, bench/stack.py
@@ -348,6 +353,8 @@ def targets(report: dict[str, Any], *, one_web: dict[str, Any] | None = None) ->
     shape = f"{report['users']} users x {report['seconds']:.0f} s"
     note = "" if (report["users"], report["seconds"]) == (200, 120) else "the target is for 200 users x 120 s"
     lost, duplicated = sum(audit["lost"].values()), sum(audit["duplicated"].values())
+    errors: dict[str, int] = report.get("errors", {})
+    failed = sum(errors.values())
 
     def p50(kind: str) -> float | None:
         return latency[kind]["p50"]
@@ -369,10 +376,12 @@ def targets(report: dict[str, Any], *, one_web: dict[str, Any] | None = None) ->
             note=note,
         ),
         Target(
-            measure=f"load, {shape}: lost / duplicated",
-            target="0 / 0",
-            value=f"{lost} / {duplicated}",
-            met=lost == 0 and duplicated == 0,
+            measure=f"load, {shape}: lost / duplicated / failed requests",
+            target="0 / 0 / 0",
+            value=f"{lost} / {duplicated} / {failed}",
+            met=lost == 0 and duplicated == 0 and failed == 0,
+            note="failed: a turn or session request answered with an error, or that raised"
+            + (f" ({', '.join(f'{k} {v}' for k, v in sorted(errors.items()))})" if errors else ""),
         ),
     ]
     if one_web is not None:
@@ -427,6 +436,15 @@ def main() -> int:
     for row in rows:
         print(row.line())
     runs = result.get("runs", [result])
+    last = runs[-1]
+    if last["turns_per_s"]:
+        # Users send their next turn as soon as the last is answered (no think time): by
+        # Little's law a turn takes about users / throughput, whatever the server does.
+        print(
+            f"Closed loop, no think time: {last['users']} users / {last['turns_per_s']} turns/s = "
+            f"{last['users'] / last['turns_per_s']:.1f} s per turn on average; a 1 s turn at "
+            f"{last['users']} users needs {last['users']} turns/s"
+        )
     return 1 if any(r["audit"]["lost"] or r["audit"]["duplicated"] for r in runs) else 0
 
 
