@@ -126,6 +126,33 @@ async def test_a_run_of_another_agent_waiting_on_io_holds_no_setup_place() -> No
     assert (await asyncio.wait_for(second.wait(), GUARD_S)).status == "completed"
 
 
+async def test_a_rewriter_waiting_on_io_holds_no_setup_place() -> None:
+    release = asyncio.Event()
+    rewriting = 0
+
+    async def rewriter(context: Any, message: Message) -> list[Message]:
+        nonlocal rewriting
+        rewriting += 1
+        await release.wait()  # a rewriter that calls a model: seconds of I/O
+        return [message]
+
+    runner = Runner(
+        app=APP,
+        agents=[LLMAgent(name="support", model=ScriptedModel.of("done", "done"))],
+        session_service=InMemorySessionService(),
+        user_message_rewriter=rewriter,
+        max_setting_up=1,
+    )
+    starts = [asyncio.ensure_future(runner.start(user_id="alice", message=m)) for m in ("one", "two")]
+    # Both rewrites wait at once: the first holds no place while its rewriter waits.
+    await _until(lambda: rewriting == 2)
+    release.set()
+    handles = await asyncio.wait_for(asyncio.gather(*starts), GUARD_S)
+    for handle in handles:
+        assert (await asyncio.wait_for(handle.wait(), GUARD_S)).status == "completed"
+    assert runner.setup_gate.inside == 0
+
+
 async def test_runs_beyond_the_limit_wait_before_any_setup_work() -> None:
     service = SlowSessions()
     runner = Runner(

@@ -225,7 +225,9 @@ class Runner:
             options = routed.options(options)
             if self.user_message_rewriter is not None and not tool_results:
                 # SPEC 1.2 step 8: the rewritten messages are the current turn; the last
-                # is the invocation message.
+                # is the invocation message. A rewriter may call a model: its I/O holds no
+                # setup place, and the run queues again for one afterwards.
+                slot.release()
                 turn = await rewrite_user_message(
                     self.user_message_rewriter,
                     RewriteContext(
@@ -238,6 +240,7 @@ class Runner:
                 )
                 msg = turn[-1]
                 turn_extensions = {**dict(turn_extensions or {}), REWRITTEN: True}
+                slot = await self.setup_gate.enter()
             paused = (
                 await self._opening.paused_run(session, turn, agent=chosen.name)
                 if tool_results and not created
