@@ -82,10 +82,20 @@ class Invocation:
         return self.agent_state.setdefault(agent_name, AgentRunState())
 
     def stamp(self, event: Event) -> Event:
-        """Inject the invocation's identity into an event (SPEC 11.1 `InjectIntoEvent`)."""
+        """Inject the invocation's identity into an event (SPEC 11.1 `InjectIntoEvent`).
+
+        An event that carries it already (an agent stamps what it yields, and the runner
+        stamps every event again) is returned as it is: events are immutable, and the copy
+        would equal it (issue 23: a copy per streamed delta)."""
+        branch = event.branch or self.branch
+        filter_key = event.filter_key or self.filter_key
+        if (
+            event.invocation_id == self.invocation_id
+            and event.request_id == self.request_id
+            and event.branch == branch
+            and event.filter_key == filter_key
+        ):
+            return event
         return event.replace(
-            invocation_id=self.invocation_id,
-            request_id=self.request_id,
-            branch=event.branch or self.branch,
-            filter_key=event.filter_key or self.filter_key,
+            invocation_id=self.invocation_id, request_id=self.request_id, branch=branch, filter_key=filter_key
         )

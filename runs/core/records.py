@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from runs.core.errors import DuplicateRequestError
-from sessions_app.core.events import utcnow
+from sessions_app.core.events import replaced, utcnow
 
 RunStatusName = Literal["queued", "running", "requires_action", "completed", "failed", "cancelled", "interrupted"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
@@ -52,7 +52,11 @@ class RunRecord:
         return self.status in TERMINAL_STATUSES or self.status == REQUIRES_ACTION
 
     def replace(self, **changes: Any) -> RunRecord:
-        return replace(self, **changes)
+        # Without `__init__` (sessions_app.core.events.replaced): the runner makes one per event.
+        return replaced(self, _RECORD_FIELDS, changes)
+
+
+_RECORD_FIELDS = frozenset(f.name for f in fields(RunRecord))
 
 
 @runtime_checkable
