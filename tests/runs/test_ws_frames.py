@@ -91,3 +91,12 @@ def test_the_cache_keeps_only_the_newest_events() -> None:
     render(events[3])  # two newer events: the first is gone
     again = render(events[0])
     assert again == first and again[1] is not first[1]
+
+
+def test_a_websocket_write_styles_no_debug_arguments_once_the_consumer_is_loaded() -> None:
+    # autobahn builds its per-write debug line's arguments whether or not it is logged.
+    import autobahn.util
+
+    import runs.surfaces.websocket.consumers  # noqa: F401  # its import turns the styling off
+
+    assert autobahn.util.hl("sent", bold=True) == "sent"

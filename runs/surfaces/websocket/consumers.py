@@ -107,6 +107,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
 
+import autobahn.util
 from django.conf import settings
 
 from runs import error_texts
@@ -162,6 +163,12 @@ group's `socket.revoked`); one that sent no signal (a bulk update, SQL) is honou
 first frame past this long after the last check. A socket that could not join its user
 group checks on every frame. (Issue 23: a check per frame was a statement per run.)"""
 _LIVE = ("queued", "running")
+
+# Every websocket write under Daphne (autobahn's `sendData`) builds the arguments of a debug
+# line, logged or not: with click installed (Celery needs it) that styles three strings with
+# click per frame, about 5 us of CPU each write, 36 frames a run (issue 23). Plain strings:
+# the same debug line when it is logged, without its colours.
+autobahn.util._HAS_CLICK = False
 
 
 # -- database reads (each in a worker thread) ------------------------------------------------
