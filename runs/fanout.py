@@ -306,6 +306,7 @@ def batch_messages(batch: Sequence[tuple[RunRecord, Event]]) -> list[dict[str, A
     consecutive events of one user (a session id can change hands), with adjacent text
     deltas of one message merged."""
     messages: list[dict[str, Any]] = []
+    last_plain = False  # whether the last item of messages[-1] is a plain text delta
     for record, event in batch:
         last = messages[-1] if messages else None
         if last is None or last["user_id"] != record.user_id:
@@ -317,23 +318,26 @@ def batch_messages(batch: Sequence[tuple[RunRecord, Event]]) -> list[dict[str, A
                 "items": [],
             }
             messages.append(last)
+            last_plain = False
         items: list[list[Any]] = last["items"]
         data = event.to_dict()
-        if items and items[-1][0] == record.id and _merged(items[-1][1], data):
+        # Each event's dict is checked once, as it comes (issue 23: a delta was checked again
+        # as the previous one of the next, field by field).
+        plain = _plain_delta(data)
+        if plain and last_plain and items[-1][0] == record.id and _same_message(items[-1][1], data):
+            items[-1][1]["message"]["content"] += data["message"]["content"]
             continue
         items.append([record.id, data])
+        last_plain = plain
     return messages
 
 
-def _merged(previous: dict[str, Any], data: dict[str, Any]) -> bool:
-    """Append `data`'s text to `previous` (event dicts) when both are plain text deltas of
-    the same message; whether it did."""
-    if not (_plain_delta(previous) and _plain_delta(data)):
-        return False
-    if any(previous.get(key) != data.get(key) for key in DELTA_SAME):
-        return False
-    previous["message"]["content"] += data["message"]["content"]
-    return True
+def _same_message(previous: dict[str, Any], data: dict[str, Any]) -> bool:
+    """Whether two plain text deltas (event dicts) are parts of one message's text."""
+    return list(map(previous.get, DELTA_SAME)) == list(map(data.get, DELTA_SAME))
+
+
+_DELTA_MESSAGE_KEYS = frozenset({"role", "content"})
 
 
 def _plain_delta(data: dict[str, Any]) -> bool:
@@ -343,7 +347,7 @@ def _plain_delta(data: dict[str, Any]) -> bool:
         and isinstance(message, dict)
         and message.get("role") == "assistant"
         and isinstance(message.get("content"), str)
-        and set(message) <= {"role", "content"}
+        and message.keys() <= _DELTA_MESSAGE_KEYS
         and not data.get("state_delta")
         and data.get("error") is None
         and data.get("usage") is None
