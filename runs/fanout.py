@@ -130,6 +130,11 @@ class Published:
     def note(self, session_id: str, run_id: str, event: Event) -> None:
         """`event` of `run_id` is being published on `session_id`'s group."""
         found = self._sessions.get(session_id) or _Publications()
+        if event.seq is None and run_id in found.runs and not event.is_runner_completion:
+            # A delta of a run already noted changes nothing but the session's recency (issue
+            # 23: most of a run's events).
+            self._put(session_id, found)
+            return
         runs = found.runs - {run_id} if event.is_runner_completion else found.runs | {run_id}
         recent, truncated = found.recent, found.truncated
         if event.seq is not None:

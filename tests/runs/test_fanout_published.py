@@ -99,6 +99,19 @@ def test_only_the_most_recent_sessions_are_kept() -> None:
     assert vouches(published, "s3", 1, {"r"})
 
 
+def test_a_delta_notes_its_run_and_keeps_its_session_among_the_most_recent() -> None:
+    published = Published(max_sessions=2)
+    published.note("s1", "r1", delta("The "))  # the run's first event: the run is noted
+    published.note("s2", "r2", saved(1))
+    assert vouches(published, "s1", 0, {"r1"})
+    published.note("s1", "r1", delta("chain "))  # a later delta of a noted run: s1 is recent again
+    published.note("s3", "r3", saved(1))  # s2 goes, the least recently published
+
+    assert vouches(published, "s1", 0, {"r1"})
+    assert not vouches(published, "s2", 1, {"r2"})
+    assert not vouches(published, "s1", 0, {"r1", "r9"})  # a run nothing published here
+
+
 async def test_the_sink_notes_an_event_even_when_it_drops_it() -> None:
     class Down(InMemoryChannelLayer):
         async def group_send(self, group: str, message: dict[str, object]) -> None:
