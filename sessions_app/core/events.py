@@ -404,8 +404,9 @@ def replaced(obj: _T, fields: frozenset[str], changes: Mapping[str, Any]) -> _T:
     """A copy of the frozen dataclass `obj` (its fields named by `fields`, none of them
     `init=False`, the class without `__post_init__`) with `changes`: what
     `dataclasses.replace` returns, built without a call of `__init__`."""
-    if not fields.issuperset(changes):
-        return dataclasses.replace(obj, **changes)  # type: ignore[type-var]  # raises on the unknown name
+    if not fields.issuperset(changes) or hasattr(obj, "__post_init__"):
+        # An unknown name raises there; a class that gains a __post_init__ keeps its checks.
+        return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
     copy = object.__new__(type(obj))
     values = copy.__dict__
     values.update(obj.__dict__)

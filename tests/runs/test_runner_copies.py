@@ -178,3 +178,18 @@ async def test_a_streamed_runs_record_counts_its_stored_events_calls_and_tokens(
         assert seen.event_count == count
     stored_seen = [count for _, count, event in sink.seen if event.seq is not None and not event.is_runner_completion]
     assert stored_seen == list(range(stored_seen[0], stored_seen[0] + len(stored_seen)))
+
+
+def test_a_dataclass_with_a_post_init_keeps_its_checks_through_replaced() -> None:
+    from sessions_app.core.events import replaced
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        size: int
+
+        def __post_init__(self) -> None:
+            if self.size < 0:
+                raise ValueError("size must not be negative")
+
+    with pytest.raises(ValueError, match="negative"):
+        replaced(Checked(1), frozenset({"size"}), {"size": -1})
