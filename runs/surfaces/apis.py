@@ -31,7 +31,7 @@ from runs.core.steering import QueueFullError, RunNotActiveError
 from runs.error_texts import translated_error
 from runs.fanout import RunUnreachableError, request_cancel, request_enqueue, request_queued, request_withdraw
 from runs.graph_progress import earlier_node_states, graph_progress
-from runs.surfaces.rest_wait import wait_for_run
+from runs.surfaces.rest_wait import start_then
 from sessions_app import selectors as session_selectors
 from sessions_app.artifact_backends import DjangoArtifactService
 from sessions_app.core.artifacts import ArtifactScope, ArtifactVersion, InvalidArtifactNameError
@@ -199,12 +199,9 @@ class RunCreateApi(APIView):
             )
             return handle.record
 
-        record = manager.call(start)
-        response = Response(run_data(record), status=status.HTTP_201_CREATED)
-        if data["wait"]:
-            # Waited for on the event loop once this thread is free (runs/surfaces/rest_wait.py).
-            wait_for_run(response, record.id, run_data)
-        return response
+        # Started (and, with `wait`, waited for) on the event loop once this thread is free
+        # (runs/surfaces/rest_wait.py): the start may queue for a setup place.
+        return start_then(Response(None, status=status.HTTP_201_CREATED), start, run_data, wait=data["wait"])
 
 
 def _attachments(request: Request, data: dict[str, Any], session_id: str | None) -> tuple[ContentPart, ...]:

@@ -23,6 +23,7 @@ from asgiref.sync import sync_to_async
 from rest_framework.authtoken.models import Token
 
 from agentsite.asgi import application
+from agentsite.runtime import run_manager
 from agentsite.threads import VIEW_EXECUTOR
 from runs.core.llm.base import Model, ModelInfo, ModelRequest, ModelResponse
 from sessions_app.core.events import Message, Usage
@@ -141,3 +142,53 @@ async def test_a_rest_wait_past_its_timeout_answers_the_run_still_going(
             assert time.monotonic() < deadline, run
             await asyncio.sleep(0.05)
         assert (run["status"], run["answer"]) == ("completed", "done")
+
+
+async def test_rest_starts_queued_for_a_setup_place_hold_no_view_thread(
+    alice: Any, use_model: Callable[[Model], None], settings: Any
+) -> None:
+    settings.AGENTSITE_MEMORY_AUTO = False
+    model = HeldModel()
+    model.release.set()  # answers at once
+    use_model(model)
+    headers = {"Authorization": f"Bearer {await _token(alice)}"}
+    starts = VIEW_THREADS + 4
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application), base_url="http://localhost", headers=headers, timeout=120
+    ) as http:
+        assert (await http.get("/api/runs/")).status_code == 200  # the run manager adopts this loop
+        manager = run_manager()
+        gate = manager.runner.setup_gate
+        # Every setup place is taken: each start queues in the gate.
+        slots = [await manager.acall(lambda runner: runner.setup_gate.enter()) for _ in range(gate.limit)]
+        posts = [
+            asyncio.create_task(http.post("/api/runs/", json={"message": f"question {i}"})) for i in range(starts)
+        ]
+        # More starts wait for a place than there are view threads: none holds one while
+        # it waits, else the seventeenth would still queue for a thread, short of the gate.
+        await _until(lambda: gate.waiting == starts or any(p.done() for p in posts), 60)
+        assert gate.waiting == starts, f"{gate.waiting} of {starts} starts reached the gate"
+        for slot in slots:
+            slot.release()
+        replies = await asyncio.gather(*posts)
+    assert [r.status_code for r in replies] == [201] * starts
+    assert all(r.json()["id"] and r.json()["status"] in ("running", "completed") for r in replies)
+
+
+async def test_a_rest_start_refused_on_the_loop_answers_in_the_envelope(
+    alice: Any, use_model: Callable[[Model], None], settings: Any
+) -> None:
+    settings.AGENTSITE_MEMORY_AUTO = False
+    model = HeldModel()
+    model.release.set()
+    use_model(model)
+    headers = {"Authorization": f"Bearer {await _token(alice)}"}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application), base_url="http://localhost", headers=headers, timeout=60
+    ) as http:
+        first = await http.post("/api/runs/", json={"message": "once", "request_id": "req-1", "wait": True})
+        again = await http.post("/api/runs/", json={"message": "once", "request_id": "req-1", "wait": True})
+    assert first.status_code == 201
+    assert again.status_code == 409, again.text
+    assert again.headers["content-type"].startswith("application/json")
+    assert again.json()["error"]["code"]
