@@ -6,26 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import get_channel_layer
 
 from runs.surfaces.websocket import consumers
+from tests.runs.test_consumers import _fresh_channel_layer  # noqa: F401  # a fixture, used by name
 from tests.security.support import close_code, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-BAD_FRAME = json.dumps({"type": "no-such-frame"})  # answered with an error frame, the socket stays open
-
-
-@pytest.fixture
-def alice_token(alice: Any) -> str:
-    from rest_framework.authtoken.models import Token
-
-    return str(Token.objects.get_or_create(user=alice)[0].key)
 
 
 @pytest.fixture
@@ -35,14 +26,14 @@ def alice_session(alice: Any) -> str:
     return str(services.session_create(user=alice, agent="support").id)
 
 
-@pytest.fixture(autouse=True)
-async def _fresh_channel_layer() -> AsyncIterator[None]:
-    layer = get_channel_layer()
-    if isinstance(layer, InMemoryChannelLayer):
-        await layer.flush()
-    yield
-    if isinstance(layer, InMemoryChannelLayer):
-        await layer.flush()
+BAD_FRAME = json.dumps({"type": "no-such-frame"})  # answered with an error frame, the socket stays open
+
+
+@pytest.fixture
+def alice_token(alice: Any) -> str:
+    from rest_framework.authtoken.models import Token
+
+    return str(Token.objects.get_or_create(user=alice)[0].key)
 
 
 @pytest.fixture
