@@ -161,9 +161,7 @@ async def test_rest_starts_queued_for_a_setup_place_hold_no_view_thread(
         gate = manager.runner.setup_gate
         # Every setup place is taken: each start queues in the gate.
         slots = [await manager.acall(lambda runner: runner.setup_gate.enter()) for _ in range(gate.limit)]
-        posts = [
-            asyncio.create_task(http.post("/api/runs/", json={"message": f"question {i}"})) for i in range(starts)
-        ]
+        posts = [asyncio.create_task(http.post("/api/runs/", json={"message": f"question {i}"})) for i in range(starts)]
         # More starts wait for a place than there are view threads: none holds one while
         # it waits, else the seventeenth would still queue for a thread, short of the gate.
         await _until(lambda: gate.waiting == starts or any(p.done() for p in posts), 60)
