@@ -170,7 +170,7 @@ if REDIS_URL:
     AGENTSITE_CACHE_REDIS_DB = read("AGENTSITE_CACHE_REDIS_DB")
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "agentsite.cache.SharedRedisCache",
             "LOCATION": _redis_db_url(REDIS_URL, AGENTSITE_CACHE_REDIS_DB),
             "KEY_PREFIX": read("AGENTSITE_CACHE_KEY_PREFIX"),
             # A Redis that stops answering costs a request at most this long (the throttles then

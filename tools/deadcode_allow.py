@@ -4,6 +4,7 @@ Each line says who calls the name; anything else unused is dead code and goes.
 """
 
 from agentsite.api.fields import ObjectJSONParser
+from agentsite.cache import SharedRedisCache
 from agentsite.demo.factories import general_agent, support_agent, troubleshoot_agent
 from agentsite.errors import json_404, json_500
 from agentsite.middleware import malformed_request_middleware
@@ -18,6 +19,7 @@ USED_BY_FRAMEWORKS = (
     json_404,
     json_500,  # agentsite.urls handler404/handler500, by dotted path
     malformed_request_middleware,  # settings.MIDDLEWARE, by dotted path
+    SharedRedisCache,  # settings.CACHES["default"]["BACKEND"], by dotted path
     AgentsiteCallContextBuilder.build_user,  # a2a-sdk's CallContextBuilder hook
     SessionConsumer.run_event,
     SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"

@@ -118,7 +118,7 @@ def _decide_in_another_process(user_pk: int) -> str:
 def test_the_api_rate_counted_here_holds_in_another_process(
     monkeypatch: pytest.MonkeyPatch, alice: Any, alice_api: Any, bob: Any
 ) -> None:
-    assert django_settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert django_settings.CACHES["default"]["BACKEND"] == "agentsite.cache.SharedRedisCache"
     monkeypatch.setitem(UserRateThrottle.THROTTLE_RATES, "user", "3/min")
 
     assert [alice_api.get("/api/sessions/").status_code for _ in range(3)] == [200, 200, 200]
