@@ -38,15 +38,22 @@ def alice_token(alice: Any) -> str:
 
 @pytest.fixture
 def checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every credential check the consumers make (user ids)."""
+    """Every credential check the consumers make (user ids): a frame's, and the connect's
+    (made with the other reads of a socket that has joined)."""
     made: list[Any] = []
     real = consumers.still_authorised
+    real_in_thread = consumers.credential_holds
 
     async def counted(user_id: Any, token: str | None) -> bool:
         made.append(user_id)
         return bool(await real(user_id, token))
 
+    def counted_in_thread(user_id: Any, token: str | None) -> bool:
+        made.append(user_id)
+        return real_in_thread(user_id, token)
+
     monkeypatch.setattr(consumers, "still_authorised", counted)
+    monkeypatch.setattr(consumers, "credential_holds", counted_in_thread)
     return made
 
 

@@ -52,8 +52,7 @@ def user_for_token(key: str) -> Any:
     return token_user(key) or AnonymousUser()
 
 
-@db_call
-def still_authorised(user_id: Any, token: str | None) -> bool:
+def credential_holds(user_id: Any, token: str | None) -> bool:
     """Whether the socket's credential still holds: its token exists and names the user, or
     (cookie) the user is still active."""
     if token is not None:
@@ -62,6 +61,10 @@ def still_authorised(user_id: Any, token: str | None) -> bool:
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+
+
+still_authorised = db_call(credential_holds)
+"""`credential_holds` from async code, in a database thread."""
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

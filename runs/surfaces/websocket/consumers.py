@@ -103,6 +103,7 @@ import json
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs
@@ -125,7 +126,7 @@ from runs.fanout import (
     user_group,
 )
 from runs.surfaces.websocket import turn_frames
-from runs.surfaces.websocket.auth import TOKEN_KEY, still_authorised
+from runs.surfaces.websocket.auth import TOKEN_KEY, credential_holds, still_authorised
 from runs.surfaces.websocket.backpressure import SendWindow
 from runs.surfaces.websocket.frames import SHARED
 from runs.surfaces.websocket.input import FrameError, _error_frame
@@ -179,13 +180,40 @@ def _session_owner(session_id: str) -> int | None:
     return session_selectors.session_owner_id(session_id=session_id)
 
 
+@dataclass(frozen=True)
+class _Joined:
+    """What a socket reads once it has joined its groups."""
+
+    owned: bool
+    authorised: bool
+    runs: dict[str, str] = field(default_factory=dict)
+    """request id -> run id of the session's runs"""
+    live: dict[str, str] = field(default_factory=dict)
+    """...of those still queued or running"""
+    resumed: set[str] = field(default_factory=set)
+    """Request ids of runs the client saw start (at or before its `after_seq`): they get no
+    second RUN_STARTED."""
+
+
 @db_call
-def _runs_and_live(session_id: str) -> tuple[dict[str, str], dict[str, str]]:
-    """request id -> run id of the session's runs, and of those still queued or running
-    (one read for both, when a socket connects)."""
+def _joined(session_id: str, user_id: Any, token: str | None, after_seq: int) -> _Joined:
+    """The reads of a socket that has just joined, in one trip to the database threads
+    (issue 23: as five trips, each queued behind every other socket's and run's under load,
+    they held the client's first frame for seconds): the owner and the credential again,
+    the session's runs, and the runs the client saw start."""
+    if session_selectors.session_owner_id(session_id=session_id) != user_id:
+        return _Joined(owned=False, authorised=False)
+    if not credential_holds(user_id, token):
+        return _Joined(owned=True, authorised=False)
     rows = list(run_orm.Run.objects.filter(session_id=session_id).values_list("request_id", "id", "status"))
     runs = {request_id: run_id for request_id, run_id, _status in rows}
-    return runs, {request_id: run_id for request_id, run_id, status in rows if status in _LIVE}
+    live = {request_id: run_id for request_id, run_id, status in rows if status in _LIVE}
+    resumed: set[str] = set()
+    if after_seq > 0:
+        resumed = session_selectors.requests_spanning(session_id=session_id, after_seq=after_seq)
+        first = session_selectors.requests_first_seq(session_id=session_id, request_ids=list(live))
+        resumed.update(request for request, seq in first.items() if seq <= after_seq)
+    return _Joined(owned=True, authorised=True, runs=runs, live=live, resumed=resumed)
 
 
 class SessionConsumer(RunFrames, LedgerReplay):
@@ -262,10 +290,11 @@ class SessionConsumer(RunFrames, LedgerReplay):
             self.live_down = True
         # Checked again now that the groups would tell us: a delete or a revoke that came
         # between the first check and the join went to groups we were not in yet.
-        if await _session_owner(self.session_id) != self.user.pk:
+        joined = await _joined(self.session_id, self.user.pk, self.token, after_seq)
+        if not joined.owned:
             await self._end(CLOSE_NOT_FOUND)
             return
-        if not await still_authorised(self.user.pk, self.token):
+        if not joined.authorised:
             await self._end(CLOSE_UNAUTHENTICATED)
             return
         self.authorised_at = time.monotonic()
@@ -278,13 +307,13 @@ class SessionConsumer(RunFrames, LedgerReplay):
                     )
                 )
             )
-        self.runs_by_request, live = await _runs_and_live(self.session_id)
+        self.runs_by_request = joined.runs
         # Deltas already streamed before we joined are lost to us: of a run in progress,
         # relay no delta until its next persisted event; its message then comes whole.
-        self.joined_mid_run = set(live.values())
-        self.open_runs.update(live.values())
-        if after_seq > 0:
-            await self._resume_runs_seen_before(after_seq, live)
+        self.joined_mid_run = set(joined.live.values())
+        self.open_runs.update(joined.live.values())
+        for request_id in joined.resumed:
+            self.translator.resume_run(self.runs_by_request.get(request_id, request_id))
         self.last_seq = after_seq
         async with self.relay_lock:
             await self._catch_up()

@@ -42,18 +42,6 @@ def _runs_by_request(session_id: str) -> dict[str, str]:
     return dict(run_orm.Run.objects.filter(session_id=session_id).values_list("request_id", "id"))
 
 
-@db_call
-def _requests_spanning(session_id: str, after_seq: int) -> set[str]:
-    """Request ids with ledger events at or before `after_seq` and after it (runs the client
-    saw start before it disconnected and that went on after)."""
-    return session_selectors.requests_spanning(session_id=session_id, after_seq=after_seq)
-
-
-@db_call
-def _first_seq(session_id: str, request_ids: list[str]) -> dict[str, int]:
-    return session_selectors.requests_first_seq(session_id=session_id, request_ids=request_ids)
-
-
 class LedgerReplay(AsyncWebsocketConsumer):
     """Send the ledger after the last seq sent, and relay live events in their place in it."""
 
@@ -68,14 +56,6 @@ class LedgerReplay(AsyncWebsocketConsumer):
     open_runs: set[str]
     relay_lock: asyncio.Lock
     resuming: asyncio.Task[None] | None
-
-    async def _resume_runs_seen_before(self, after_seq: int, live: dict[str, str]) -> None:
-        """Runs the client saw start (at or before `after_seq`) get no second RUN_STARTED."""
-        spanning = await _requests_spanning(self.session_id, after_seq)
-        first = await _first_seq(self.session_id, list(live))
-        spanning.update(request for request, seq in first.items() if seq <= after_seq)
-        for request_id in spanning:
-            self.translator.resume_run(self.runs_by_request.get(request_id, request_id))
 
     # -- relaying ---------------------------------------------------------------------------
 
