@@ -214,8 +214,28 @@ async def _drive(base: str, tokens: list[str], seconds: float, turns: int, stats
     return time.monotonic() - started
 
 
+@dataclass
+class _Processes:
+    """The one-Daphne topology's address and its processes' CPU, named as the stack names them."""
+
+    url: str
+    named: dict[str, int]
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds (user + system) each process has used so far."""
+        tick = os.sysconf("SC_CLK_TCK")
+        used = {}
+        for name, pid in self.named.items():
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            used[name] = round(sum(int(f) for f in fields[11:13]) / tick, 2)  # utime, stime
+        return used
+
+
 @contextmanager
-def _one_daphne() -> Iterator[str]:
+def _one_daphne() -> Iterator[_Processes]:
     """One Daphne and two Celery workers (`--pool=solo`), as before the stack existed."""
     port = free_port()
     processes: list[subprocess.Popen[bytes]] = []
@@ -257,7 +277,8 @@ def _one_daphne() -> Iterator[str]:
                 if time.monotonic() > deadline or processes[-1].poll() is not None:
                     raise RuntimeError("daphne did not start; see bench/results/load-daphne.log") from None
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        named = {"web1": processes[-1].pid, "worker1": processes[0].pid, "worker2": processes[1].pid}
+        yield _Processes(f"http://127.0.0.1:{port}", named)
     finally:
         for process in processes:
             try:
