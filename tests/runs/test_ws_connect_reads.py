@@ -4,6 +4,7 @@ client's first frame for seconds under load), and resuming still loses and repea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -48,19 +49,23 @@ async def test_a_resuming_socket_reads_once_after_joining_and_resumes_exactly(
     seen = await receive_until(first, "TOOL_CALL_RESULT")
     await first.disconnect()
     resume_at = max(seqs(seen))
-    trips: list[str] = []
+    trips: list[tuple[Any, str]] = []
     submit = DB_EXECUTOR.submit
 
     def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        trips.append(repr((fn, args)))  # names the function the trip runs
+        # The task that makes the trip, and what the trip runs (its repr names the function).
+        trips.append((asyncio.current_task(), repr((fn, args))))
         return submit(fn, *args, **kwargs)
 
     monkeypatch.setattr(DB_EXECUTOR, "submit", counted)
 
     second = await open_socket(f"/ws/sessions/{alice_session}/?after_seq={resume_at}", alice_token)
     rest = await receive_until(second, "RUN_FINISHED")
-    connect_trips = [trip for trip in trips if "_events_after" not in trip]  # the catch-up's pages aside
     await second.disconnect()
+    # The socket's own trips: those of the task its handshake and connect ran in (the run
+    # and its post-run jobs go on in tasks of their own), the catch-up's pages aside.
+    (socket_task,) = {task for task, trip in trips if "_joined" in trip}
+    connect_trips = [trip for task, trip in trips if task is socket_task and "_events_after" not in trip]
 
     # The handshake's token, the owner before joining, then one trip for everything after.
     assert len(connect_trips) <= 3, connect_trips
