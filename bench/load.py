@@ -47,7 +47,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from stack import PYTHON, RESULTS, ROOT, Stack, Target, balanced, free_port, machine, percentile, topology
+from stack import (
+    PYTHON,
+    RESULTS,
+    ROOT,
+    Stack,
+    Target,
+    balanced,
+    free_port,
+    machine,
+    percentile,
+    process_cpu_s,
+    topology,
+)
 
 STACK = Stack(db_name="agentsite_load_bench", redis_db=14)
 PROMPTS = (
@@ -223,15 +235,8 @@ class _Processes:
 
     def cpu_s(self) -> dict[str, float]:
         """CPU seconds (user + system) each process has used so far."""
-        tick = os.sysconf("SC_CLK_TCK")
-        used = {}
-        for name, pid in self.named.items():
-            try:
-                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            used[name] = round(sum(int(f) for f in fields[11:13]) / tick, 2)  # utime, stime
-        return used
+        used = {name: process_cpu_s(pid) for name, pid in self.named.items()}
+        return {name: seconds for name, seconds in used.items() if seconds is not None}
 
 
 @contextmanager

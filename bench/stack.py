@@ -147,6 +147,18 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
+def process_cpu_s(pid: int, *, reaped_children: bool = False) -> float | None:
+    """CPU seconds (user + system) process `pid` has used so far, with its reaped children's
+    when asked; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After the name: state is field 3, utime 14, stime 15, cutime 16, cstime 17 (1-based).
+    end = 15 if reaped_children else 13
+    return round(sum(int(f) for f in fields[11:end]) / os.sysconf("SC_CLK_TCK"), 2)
+
+
 @dataclass(frozen=True)
 class RunningStack:
     """A started `make stack`: the balancer's URL and where honcho logs."""
@@ -159,15 +171,11 @@ class RunningStack:
         name for it (`web1`, `worker1`, `balancer`, ...); a worker's pool children included
         once they are reaped, so read before and after and take the difference."""
         pids = dict(re.findall(r"\| (\w+)\.1 started \(pid=(\d+)\)", self.log.read_text()))
-        tick = os.sysconf("SC_CLK_TCK")
         used: dict[str, float] = {}
         for name, pid in pids.items():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            # After the name: state is field 3, utime 14, stime 15, cutime 16, cstime 17 (1-based).
-            used[name] = round(sum(int(f) for f in fields[11:15]) / tick, 2)
+            seconds = process_cpu_s(int(pid), reaped_children=True)
+            if seconds is not None:
+                used[name] = seconds
         for child in _children_cpu(pids):
             used[child[0]] = round(used.get(child[0], 0.0) + child[1], 2)
         return used
