@@ -53,6 +53,8 @@ def _token_with_user(key: str) -> Token | None:
     from one statement written out once (issue 23: every API request, websocket handshake
     and socket credential check looks a token up; through the ORM that took 0.67 ms of CPU,
     most of it building the query)."""
+    if "\x00" in key:
+        return None  # no token has one, and PostgreSQL refuses the text: unknown, not a 500
     sql, token_model, token_fields, user_model, user_fields, converters = _token_statement(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, [key])

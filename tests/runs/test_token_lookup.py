@@ -54,3 +54,5 @@ def test_unknown_and_inactive_tokens_are_refused_with_their_reasons() -> None:
     with pytest.raises(AuthenticationError, match="Invalid token"):
         api_token("x" * 40)
     assert token_user(key) is None and token_user("") is None
+    with pytest.raises(AuthenticationError, match="Invalid token"):
+        api_token(key[:20] + "\x00" + key[21:])  # a NUL: unknown on every database, not an error
