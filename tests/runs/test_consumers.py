@@ -407,6 +407,15 @@ def _count_ledger_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return reads
 
 
+async def caught_up(reads: list[int], sockets: int) -> None:
+    """Wait until that many sockets have read their connect catch-up (a socket accepts first,
+    then joins its group, then catches up), as counted by `_count_ledger_reads`."""
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    while len(reads) < sockets:
+        assert asyncio.get_running_loop().time() < deadline, "the sockets never caught up"
+        await asyncio.sleep(0.01)
+
+
 def _user_frames(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ids = {f["messageId"] for f in frames if f["type"] == "TEXT_MESSAGE_START" and f["role"] == "user"}
     return [f for f in frames if f.get("messageId") in ids]
@@ -457,10 +466,7 @@ async def test_a_saved_event_the_socket_lacks_before_its_run_comes_from_the_ledg
     socket = await open_socket(f"/ws/sessions/{alice_session}/", (b"cookie", alice_cookie))
     # The note must come after the connect's catch-up, which runs once the socket is open:
     # saved before it, the catch-up would show it and the run would have nothing to read.
-    deadline = asyncio.get_running_loop().time() + TIMEOUT
-    while not reads:
-        assert asyncio.get_running_loop().time() < deadline, "the socket never caught up"
-        await asyncio.sleep(0.01)
+    await caught_up(reads, 1)
     service = DjangoSessionService()
     key = SessionKey(app=settings.AGENTSITE_APP, user_id=str(alice.pk), session_id=alice_session)
     session = await service.get_session(key)

@@ -5,7 +5,6 @@ other processes) is skipped here by its origin, and a message of another process
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -31,6 +30,7 @@ from tests.runs.test_consumers import (  # noqa: F401  # fixtures, used by name
     _count_ledger_reads,
     alice_session,
     alice_token,
+    caught_up,
     open_socket,
     receive,
     receive_until,
@@ -184,6 +184,7 @@ async def test_every_socket_here_gets_each_event_once_in_order_from_the_sink_alo
     use_model(tool_then_answer("The certificate expired on 2024-01-01, renew it."))
     path = f"/ws/sessions/{alice_session}/?token={alice_token}"
     first, second = await open_socket(path, origin=False), await open_socket(path, origin=False)
+    await caught_up(reads, 2)  # else the second's catch-up may already hold the run's user message
     await first.send_json_to({"type": "run", "message": "Why does TLS fail?"})
     assert (await receive(first))["type"] == "run.accepted"
     seen_first = await receive_until(first, "RUN_FINISHED")
@@ -223,11 +224,7 @@ async def test_a_layer_message_of_another_process_is_relayed_and_one_of_this_pro
 ) -> None:
     reads = _count_ledger_reads(monkeypatch)
     socket = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}", origin=False)
-    # The socket accepts first, then joins its group, then catches up: wait for the catch-up.
-    deadline = asyncio.get_running_loop().time() + TIMEOUT
-    while not reads:
-        assert asyncio.get_running_loop().time() < deadline, "the socket never caught up"
-        await asyncio.sleep(0.01)
+    await caught_up(reads, 1)
     layer = get_channel_layer()
     assert layer is not None
     group = session_group(alice_session)
