@@ -32,6 +32,8 @@ from typing import Any
 
 from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import BaseChannelLayer, InMemoryChannelLayer, channel_layers, get_channel_layer
+from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 
 from runs.core.records import RunRecord
 from runs.core.runner import Runner
@@ -261,6 +263,15 @@ class ChannelLayerSink:
         try:
             while queue := self._queued.get(group):
                 batch, self._queued[group] = queue[: self.max_batch], queue[self.max_batch :]
+                try:
+                    async with asyncio.timeout(self.timeout_s):
+                        needed = await layer_needed(layer, group, len(LOCAL.receivers(batch[0][0].session_id)))
+                except Exception:
+                    needed = True  # unknown: the send below tells (and pauses on a dead layer)
+                if not needed:
+                    # Every listener of the session is a socket of this process, and took these
+                    # events from LOCAL: the layer's copies would come back only to be skipped.
+                    continue
                 for message in batch_messages(batch):
                     if gap := self._gaps.pop(group, None):
                         # Events of these runs were dropped since the last message: sockets
@@ -304,6 +315,40 @@ class ChannelLayerSink:
                 del self._senders[group]
             if not self._queued.get(group):
                 self._queued.pop(group, None)
+
+
+async def layer_needed(layer: BaseChannelLayer, group: str, served_here: int) -> bool:
+    """Whether `group` may have a listener that this process's sockets (`served_here` of them
+    take the session's events from the sink, LOCAL) do not account for (issue 23).
+
+    A batch whose session is watched only by sockets of this process is not sent: they took
+    the events from the sink, and the layer's copy came back only to be decoded and skipped,
+    at the cost of serializing the batch and one to four round trips. One read tells, on
+    Redis: with publish/subscribe, the group channel's subscribers besides this process's
+    own subscription; with the queue layer, the group's live members that are not channels
+    of this process (they carry its client prefix). A listener of this process that is not
+    such a socket (more members here than sockets) is sent to, as before. A socket of
+    another process that joins after the read catches up from the ledger, which holds every
+    saved event the read came after (events are appended before they are published), and
+    relays no delta of a run that was under way when it joined: nothing is lost that a send
+    would have carried. Any other layer: True (sent as before).
+    """
+    if isinstance(layer, RedisPubSubChannelLayer):
+        here = layer._get_layer()  # this event loop's connections and subscriptions
+        channel = here._get_group_channel_name(group)
+        if len(here.groups.get(channel, ())) > served_here:
+            return True
+        shard = here._get_shard(channel)
+        shard._ensure_redis()
+        [(_, subscribers)] = await shard._redis.pubsub_numsub(channel)
+        return int(subscribers) > (1 if channel in shard._subscribed_to else 0)
+    if isinstance(layer, RedisChannelLayer):
+        connection = layer.connection(layer.consistent_hash(group))
+        members = await connection.zrangebyscore(layer._group_key(group), int(time.time()) - layer.group_expiry, "+inf")
+        prefix = f"specific.{layer.client_prefix}!".encode()
+        own = sum(1 for member in members if member.startswith(prefix))
+        return own < len(members) or own > served_here
+    return True
 
 
 def batch_messages(batch: Sequence[tuple[RunRecord, Event]]) -> list[dict[str, Any]]:
