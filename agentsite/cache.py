@@ -16,6 +16,7 @@ import threading
 from typing import ClassVar
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+from redis.commands.core import Script
 
 
 class SharedRedisCache(RedisCache):
@@ -34,3 +35,36 @@ class SharedRedisCache(RedisCache):
                 if client is None:
                     client = self._clients[key] = self._class(self._servers, **self._options)
         return client
+
+    def log_request(self, key: str, *, now: float, window_s: float, limit: int) -> tuple[bool, int, float | None]:
+        """One request against a sliding log of request times (DRF's throttle rule: at most
+        `limit` requests within `window_s`; a refused request is not logged), in one atomic
+        Redis call. Returns whether it is allowed, the requests in the window after it, and
+        the oldest one's time. DRF's own throttle reads the whole log from the cache and
+        writes it back, unpickled and pickled, per request: two round trips and a list as
+        long as the rate (thousands of entries) each time."""
+        redis_key = self.make_and_validate_key(f"ratelog:{key}")
+        client = self._cache.get_client(redis_key, write=True)  # a new client on the shared pool
+        allowed, count, oldest = _SLIDING_LOG(keys=[redis_key], args=[repr(now), repr(window_s), limit], client=client)
+        return bool(allowed), int(count), float(oldest) if oldest else None
+
+
+# Newest request first: the oldest is at the tail, where expired entries are dropped.
+_SLIDING_LOG = Script(
+    None,
+    b"""
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+while true do
+    local last = redis.call('LINDEX', KEYS[1], -1)
+    if not last or tonumber(last) > now - window then break end
+    redis.call('RPOP', KEYS[1])
+end
+local count = redis.call('LLEN', KEYS[1])
+if count >= limit then
+    return {0, count, redis.call('LINDEX', KEYS[1], -1)}
+end
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000))
+return {1, count + 1, redis.call('LINDEX', KEYS[1], -1)}
+""",
+)  # EVALSHA, loading the script once per server

@@ -10,12 +10,38 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.core.cache import caches
 from redis.exceptions import RedisError
 from rest_framework import throttling
+
+from agentsite.cache import SharedRedisCache
 
 logger = logging.getLogger(__name__)
 
 _UNREACHABLE = (RedisError, OSError)
+
+
+class _OneTrip:
+    """DRF's rule, checked and logged in one atomic Redis call when the cache is the shared
+    Redis one (`SharedRedisCache.log_request`); DRF's own get-then-set elsewhere."""
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        backend = caches["default"]
+        if self.rate is None or not isinstance(backend, SharedRedisCache):  # type: ignore[attr-defined]
+            return super().allow_request(request, view)  # type: ignore[misc,no-any-return]
+        self.key = self.get_cache_key(request, view)  # type: ignore[attr-defined]
+        if self.key is None:
+            return True
+        self.now = self.timer()  # type: ignore[attr-defined]
+        allowed, count, oldest = backend.log_request(
+            self.key,
+            now=self.now,
+            window_s=self.duration,  # type: ignore[attr-defined]
+            limit=self.num_requests,  # type: ignore[attr-defined]
+        )
+        # What DRF's `wait` reads: how many requests the window holds, the oldest last.
+        self.history = [oldest or self.now] * count
+        return allowed
 
 
 class _FailOpen:
@@ -27,9 +53,9 @@ class _FailOpen:
             return True
 
 
-class UserRateThrottle(_FailOpen, throttling.UserRateThrottle):
+class UserRateThrottle(_FailOpen, _OneTrip, throttling.UserRateThrottle):
     """DRF's per-user rate, let through while the shared cache is down."""
 
 
-class AnonRateThrottle(_FailOpen, throttling.AnonRateThrottle):
+class AnonRateThrottle(_FailOpen, _OneTrip, throttling.AnonRateThrottle):
     """DRF's per-address rate for anonymous requests, let through while the shared cache is down."""

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 import redis.connection
-from django.core.cache import cache
 from rest_framework.authtoken.models import Token
+from rest_framework.throttling import SimpleRateThrottle
 
 from agentsite.asgi import application
 
@@ -45,7 +45,10 @@ async def test_api_requests_in_their_own_contexts_reuse_one_redis_connection(
             (await asyncio.create_task(client.get("/api/sessions/"), context=contextvars.Context())).status_code
             for _ in range(10)
         ]
+        # ...and every one was counted: at a rate of 11 a minute, the twelfth is refused.
+        monkeypatch.setitem(SimpleRateThrottle.THROTTLE_RATES, "user", "11/min")
+        twelfth = await client.get("/api/sessions/")
 
     assert answers == [200] * 10
     assert connects == []  # each request's rate limit was counted on the kept connection
-    assert cache.get(f"throttle_user_{alice.pk}") is not None  # ...and counted in Redis
+    assert twelfth.status_code == 429

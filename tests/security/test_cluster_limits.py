@@ -72,7 +72,7 @@ import sys
 import django
 
 django.setup()
-from rest_framework.throttling import UserRateThrottle
+from agentsite.api.throttling import UserRateThrottle
 
 UserRateThrottle.THROTTLE_RATES["user"] = "3/min"
 
@@ -92,7 +92,7 @@ print("allowed" if UserRateThrottle().allow_request(Request(), None) else "throt
 
 
 def _decide_in_another_process(user_pk: int) -> str:
-    """DRF's user throttle, asked in a fresh Python process with this process's settings."""
+    """The API's user throttle, asked in a fresh Python process with this process's settings."""
     cache = django_settings.CACHES["default"]
     env = {
         **os.environ,
