@@ -25,6 +25,7 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.request import Request
 
 from agentsite.threads import DB_EXECUTOR
+from sessions_app.backends.db import Converter, column_converter, converted
 
 if TYPE_CHECKING:
     from rest_framework.authtoken.models import Token
@@ -61,14 +62,14 @@ def _token_with_user(key: str) -> Token | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    values = [_converted(value, functions, col) for value, (functions, col) in zip(row, converters, strict=True)]
+    values = [converted(value, converter) for value, converter in zip(row, converters, strict=True)]
     token = token_model.from_db(connection.alias, token_fields, values[: len(token_fields)])
     token.user = user_model.from_db(connection.alias, user_fields, values[len(token_fields) :])
     return token
 
 
 @functools.lru_cache(maxsize=4)
-def _token_statement(vendor: str) -> tuple[str, Any, list[str], Any, list[str], list[tuple[list[Any], Any]]]:
+def _token_statement(vendor: str) -> tuple[str, Any, list[str], Any, list[str], list[Converter]]:
     """The token lookup for a vendor: its SQL, both models with the attribute names of their
     concrete fields in column order, and per column the converters the ORM would apply (SQLite's
     datetime text and integer booleans)."""
@@ -81,12 +82,11 @@ def _token_statement(vendor: str) -> tuple[str, Any, list[str], Any, list[str], 
     quote = connection.ops.quote_name
     token_meta, user_meta = Token._meta, user_model._meta
     columns: list[str] = []
-    converters: list[tuple[list[Any], Any]] = []
+    converters: list[Converter] = []
     for alias, meta in (("t", token_meta), ("u", user_meta)):
         for field in meta.concrete_fields:
             columns.append(f"{alias}.{quote(field.column)}")
-            col = field.get_col(meta.db_table)
-            converters.append(([*connection.ops.get_db_converters(col), *col.get_db_converters(connection)], col))
+            converters.append(column_converter(field))
     user_column = token_meta.get_field("user").column
     sql = (
         f"SELECT {', '.join(columns)} FROM {quote(token_meta.db_table)} t"
@@ -96,12 +96,6 @@ def _token_statement(vendor: str) -> tuple[str, Any, list[str], Any, list[str], 
     token_fields = [field.attname for field in token_meta.concrete_fields]
     user_fields = [field.attname for field in user_meta.concrete_fields]
     return sql, Token, token_fields, user_model, user_fields, converters
-
-
-def _converted(value: Any, functions: list[Any], col: Any) -> Any:
-    for function in functions:
-        value = function(value, col, connection)
-    return value
 
 
 def token_user(key: str) -> Any | None:

@@ -16,6 +16,24 @@ from sessions_app.core.session import SessionKey
 P = ParamSpec("P")
 R = TypeVar("R")
 
+Converter = tuple[list[Any], Any]
+"""The functions the ORM applies to a column's value as read, and the column they are given."""
+
+
+def column_converter(field: Any) -> Converter:
+    """What the ORM applies to `field`'s column read by a written-out statement (JSON text to
+    Python, SQLite's datetime text and integer booleans), for `converted`."""
+    col = field.get_col(field.model._meta.db_table)
+    return [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)], col
+
+
+def converted(value: Any, converter: Converter) -> Any:
+    """`value` as read from the database, as the ORM would hand it to a model."""
+    functions, col = converter
+    for function in functions:
+        value = function(value, col, connection)
+    return value
+
 
 def db_call(func: Callable[P, R]) -> Callable[P, Any]:
     """Run a synchronous ORM function from async code, in a worker thread.

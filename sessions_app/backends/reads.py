@@ -15,7 +15,7 @@ from django.db.models.lookups import Exact, IsNull
 from sessions_app import mapping
 from sessions_app import models as orm
 from sessions_app.artifact_files import artifacts_delete
-from sessions_app.backends.db import _owned
+from sessions_app.backends.db import Converter, _owned, column_converter, converted
 from sessions_app.backends.state import _merge_scopes, _view, with_scoped_state
 from sessions_app.core.events import utcnow
 from sessions_app.core.session import Session, SessionKey, Summary, select_summary, split_state
@@ -119,7 +119,7 @@ def get_session_head_sync(key: SessionKey, *, known: Mapping[str, Summary] | Non
         return None
     convert = _head_converters(connection.vendor)
     head_fields = len(_HEAD_FIELDS) + 2
-    first = [_converted(value, convert[i]) for i, value in enumerate(rows[0][:head_fields])]
+    first = [converted(value, convert[i]) for i, value in enumerate(rows[0][:head_fields])]
     fields = dict(zip((*_HEAD_FIELDS, "app_state_view", "user_state_view"), first, strict=True))
     session = Session(
         app=fields["app"],
@@ -135,7 +135,7 @@ def get_session_head_sync(key: SessionKey, *, known: Mapping[str, Summary] | Non
     for row in rows:
         if row[head_fields] is None:
             continue  # the LEFT JOIN's row of a session without (changed) summaries
-        values = [_converted(value, convert[head_fields + i]) for i, value in enumerate(row[head_fields:])]
+        values = [converted(value, convert[head_fields + i]) for i, value in enumerate(row[head_fields:])]
         columns = dict(zip(_HEAD_SUMMARY_FIELDS, values, strict=True))
         session.summaries[columns["filter_key"]] = mapping.summary_from_row(orm.Summary(**columns))
     return session
@@ -193,7 +193,7 @@ def session_summaries_sync(key: SessionKey) -> dict[str, Summary]:
     convert = _head_converters(connection.vendor)[len(_HEAD_FIELDS) + 2 :]
     found: dict[str, Summary] = {}
     for row in rows:
-        values = [_converted(value, converter) for value, converter in zip(row, convert, strict=True)]
+        values = [converted(value, converter) for value, converter in zip(row, convert, strict=True)]
         columns = dict(zip(_HEAD_SUMMARY_FIELDS, values, strict=True))
         found[columns["filter_key"]] = mapping.summary_from_row(orm.Summary(**columns))
     return found
@@ -217,11 +217,8 @@ def _summaries_sql(vendor: str) -> str:
     )
 
 
-_Converter = tuple[list[Any], Any]
-
-
 @functools.lru_cache(maxsize=4)
-def _head_converters(vendor: str) -> list[_Converter]:
+def _head_converters(vendor: str) -> list[Converter]:
     """Per column of `_head_sql`, the converters the ORM would apply to it (JSON text to
     Python, SQLite's datetime text to an aware datetime) and the column they are given."""
     del vendor  # part of the cache key
@@ -229,18 +226,7 @@ def _head_converters(vendor: str) -> list[_Converter]:
     fields.append(orm.AppState._meta.get_field("state"))
     fields.append(orm.UserState._meta.get_field("state"))
     fields.extend(orm.Summary._meta.get_field(name) for name in _HEAD_SUMMARY_FIELDS)
-    converters: list[_Converter] = []
-    for field in fields:
-        col = field.get_col(field.model._meta.db_table)
-        converters.append(([*connection.ops.get_db_converters(col), *col.get_db_converters(connection)], col))
-    return converters
-
-
-def _converted(value: Any, converter: _Converter) -> Any:
-    functions, col = converter
-    for function in functions:
-        value = function(value, col, connection)
-    return value
+    return [column_converter(field) for field in fields]
 
 
 def _turn_start(session_id: str, summaries: Mapping[str, Summary], filter_key: str) -> Expression | None:
