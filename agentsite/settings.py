@@ -190,6 +190,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # It must exceed the longest job and the summary lock's lease, or a live job runs twice.
 AGENTSITE_JOB_VISIBILITY_TIMEOUT_S = read("AGENTSITE_JOB_VISIBILITY_TIMEOUT_S")
 AGENTSITE_SUMMARY_LOCK_TTL_S = read("AGENTSITE_SUMMARY_LOCK_TTL_S")
+# A web process's post-run jobs within this window go to the broker as one message (sessions_app.jobs).
+AGENTSITE_JOB_BATCH_S = read("AGENTSITE_JOB_BATCH_S")
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": AGENTSITE_JOB_VISIBILITY_TIMEOUT_S,
     # How often a worker looks for such jobs (kombu: every 10 s, acting on every 10th look).

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import current_app, shared_task
+from django.conf import settings
 
-from agentsite.config import read
 from sessions_app import models as orm
 from sessions_app.core.session import SessionKey
 
@@ -91,7 +91,7 @@ def send_jobs(jobs: list[tuple[str, str]]) -> None:
         session_jobs_task.delay([list(job) for job in jobs])
 
 
-BATCHER = JobBatcher(send_jobs, read("AGENTSITE_JOB_BATCH_S"))
+BATCHER = JobBatcher(send_jobs, settings.AGENTSITE_JOB_BATCH_S)
 atexit.register(BATCHER.flush)
 
 
