@@ -206,7 +206,7 @@ PROCESSES: tuple[Variable, ...] = (
         "integer",
         16,
         _PROCESS,
-        "threads per web process for REST views that start, cancel or steer runs",
+        "threads per web process that serve the synchronous pages and REST views, each keeping its database connection",
     ),
     declare(
         "AGENTSITE_JOB_BATCH_S",

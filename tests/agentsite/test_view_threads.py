@@ -1,0 +1,66 @@
+"""Synchronous pages and API views are served from the pool's threads under ASGI, which keep
+their database connections (issue 23): Django ran each on a thread made for its request, so
+every request opened (and PostgreSQL started a backend for) a new connection."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from agentsite.asgi import application
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_api_requests_under_asgi_reuse_the_pool_threads_connections(
+    monkeypatch: pytest.MonkeyPatch, alice: Any
+) -> None:
+    token = (await Token.objects.aget_or_create(user=alice))[0].key
+    opened: list[str] = []
+    connect = BaseDatabaseWrapper.connect
+
+    def counted(self: Any) -> None:
+        opened.append(threading.current_thread().name)
+        connect(self)
+
+    monkeypatch.setattr(BaseDatabaseWrapper, "connect", counted)
+    transport = httpx.ASGITransport(app=application)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", headers=headers) as client:
+        for index in range(10):
+            created = await client.post("/api/sessions/", json={"title": f"t{index}"})
+            assert created.status_code == 201, created.text
+            listed = await client.get(f"/api/sessions/{created.json()['id']}/events/")
+            assert listed.status_code == 200, listed.text
+
+    # Only the pools' threads connect, each once: a connection kept, not one per request
+    # (before: one on a new thread for each of the 20 requests).
+    assert all(name.startswith(("agentsite-view", "agentsite-db")) for name in opened), opened
+    assert len(opened) == len(set(opened)), opened
+    assert any(name.startswith("agentsite-view") for name in opened)
+
+
+def test_under_wsgi_a_view_runs_on_the_requests_own_thread(alice: Any) -> None:
+    """The synchronous test client (WSGI): the view sees the request thread's connection,
+    as Django serves it."""
+    client = Client()
+    client.force_login(alice)
+    seen: list[str] = []
+    from sessions_app import apis
+
+    get = apis.SessionListCreateApi.get
+
+    def spied(self: Any, request: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return get(self, request)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(apis.SessionListCreateApi, "get", spied)
+        assert client.get("/api/sessions/").status_code == 200
+    assert seen == [threading.current_thread().name]
