@@ -39,11 +39,11 @@ async def test_api_requests_under_asgi_reuse_the_pool_threads_connections(
             listed = await client.get(f"/api/sessions/{created.json()['id']}/events/")
             assert listed.status_code == 200, listed.text
 
-    # Only the pools' threads connect, each once: a connection kept, not one per request
-    # (before: one on a new thread for each of the 20 requests).
+    # Only the pools' threads connect (a thread an earlier test used has its connection
+    # already), each at most once: a connection kept, not one per request (before: one on a
+    # new thread for each of the 20 requests).
     assert all(name.startswith(("agentsite-view", "agentsite-db")) for name in opened), opened
     assert len(opened) == len(set(opened)), opened
-    assert any(name.startswith("agentsite-view") for name in opened)
 
 
 def test_under_wsgi_a_view_runs_on_the_requests_own_thread(alice: Any) -> None:
