@@ -113,7 +113,11 @@ def session_jobs_task(jobs: list[list[str]]) -> dict[str, Any]:
     another failure is logged and the batch goes on."""
     done, retried, failed = 0, 0, 0
     for name, session_id in jobs:
-        task = current_app.tasks[name]
+        task = current_app.tasks.get(name)
+        if task is None:  # a worker older than the web process that asked: the rest still run
+            logger.error("%s(%s): no such task in this worker", name, session_id)
+            failed += 1
+            continue
         try:
             task.run(session_id)
         except tuple(getattr(task, "autoretry_for", ())) as exc:

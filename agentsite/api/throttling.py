@@ -39,8 +39,9 @@ class _OneTrip:
             window_s=self.duration,  # type: ignore[attr-defined]
             limit=self.num_requests,  # type: ignore[attr-defined]
         )
-        # What DRF's `wait` reads: how many requests the window holds, the oldest last.
-        self.history = [oldest or self.now] * count
+        # What DRF's `wait` reads on a refusal: how many requests the window holds, the
+        # oldest last (not built for an allowed request: it can hold thousands).
+        self.history = [] if allowed else [oldest or self.now] * count
         return allowed
 
 

@@ -111,14 +111,15 @@ def test_a_batch_runs_each_job_a_retryable_failure_queued_alone_another_logged(
             ["tests.job_batches.record", "s1"],
             ["tests.job_batches.flaky", "busy"],
             ["tests.job_batches.flaky", "broken"],
+            ["tests.no_such_task", "s3"],
             ["tests.job_batches.record", "s2"],
         ]
     )
 
     assert RAN == [("record", "s1"), ("flaky", "busy"), ("flaky", "broken"), ("record", "s2")]
     assert queued == [(["busy"], {"countdown": jobs.RETRY_COUNTDOWN_S})]  # its task's retries take over
-    assert "a bug" in caplog.text  # logged, and the batch went on
-    assert outcome == {"done": 2, "retried": 1, "failed": 1}
+    assert "a bug" in caplog.text and "no such task" in caplog.text  # logged, and the batch went on
+    assert outcome == {"done": 2, "retried": 1, "failed": 2}
 
 
 def test_one_job_goes_as_its_own_task_more_as_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
