@@ -14,9 +14,8 @@ from typing import Literal
 import pytest
 
 from runs.core import tokens
-from runs.core.llm.base import ModelRequest, ToolSpec
+from runs.core.llm.base import ModelRequest, ToolSpec, tool_json
 from runs.core.llm.offline import OfflineModel, plan_tool_calls
-from runs.core.llm.offline.planning import tool_json
 from runs.core.tools.function import FunctionTool
 from sessions_app.core.events import Message
 
@@ -121,3 +120,19 @@ async def test_the_planner_follows_a_tool_whose_schema_changed() -> None:
     assert [b.tool for b in blocked] == ["restart_service"]
     calls, _ = plan_tool_calls("restart billing", (changed,))
     assert [c.arguments for c in calls] == [{"service": "billing"}]
+
+
+def test_a_tools_text_is_remembered_for_its_schema_and_made_again_for_another() -> None:
+    shared = FunctionTool(restart_service).spec()
+    again = FunctionTool(restart_service).spec()  # another tool object: another schema object
+    text = tool_json(shared)
+    assert json.loads(text) == {"name": shared.name, "description": shared.description, "parameters": shared.parameters}
+    assert tool_json(ToolSpec(name=shared.name, description=shared.description, parameters=shared.parameters)) is text
+    assert tool_json(again) == text
+
+    parameters = json.loads(json.dumps(shared.parameters))
+    parameters["properties"]["service"]["enum"] = ["billing"]
+    changed = ToolSpec(name=shared.name, description=shared.description, parameters=parameters)
+    assert json.loads(tool_json(changed))["parameters"]["properties"]["service"]["enum"] == ["billing"]
+    renamed = ToolSpec(name="restart", description=shared.description, parameters=shared.parameters)
+    assert json.loads(tool_json(renamed))["name"] == "restart"

@@ -105,6 +105,26 @@ async def test_the_overview_is_in_the_system_prompt_and_the_skill_parameter_list
     assert load.parameters["properties"]["skill"]["enum"] == ["alpha", "beta"]
 
 
+async def test_a_skill_added_between_turns_is_offered_and_counted_in_the_next_request() -> None:
+    # The tool's schema is built once per catalog (its JSON and token count are remembered
+    # by that object): a new skill must still reach the model, and its cost the stats.
+    repository = InMemorySkillRepository([SKILLS._skills["alpha"]])
+    model = ScriptedModel.of("one", "two")
+    runner = _runner(model, SkillToolset(repository))
+    first = await _run(runner, "hi")
+    repository.add(skill_from_files({"SKILL.md": skill_md("gamma", "Gamma does more.")}))
+    record = await runner.status(first[-1].extensions["run_id"])
+    second = await _run(runner, "again", session_id=record.session_id)
+
+    enums = [
+        next(t for t in r.tools if t.name == "skill_load").parameters["properties"]["skill"]["enum"]
+        for r in model.requests
+    ]
+    assert enums == [["alpha"], ["alpha", "gamma"]]
+    costs = [e.extensions["context"]["tools_tokens"] for e in (*first, *second) if "context" in e.extensions]
+    assert len(costs) == 2 and costs[1] > costs[0]
+
+
 async def test_a_loaded_skill_and_its_chosen_docs_are_in_the_next_request_for_the_turn() -> None:
     model = ScriptedModel.of(
         ScriptStep.call("skill_load", {"skill": "alpha", "docs": ["docs/extra.md"]}),

@@ -12,7 +12,6 @@ tiktoken: `ModelSummaryModel`, `TIKTOKEN`, `llm_summarizer`, `extractive_summari
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any, Literal
 from runs.core.callbacks import CallbackContext, Callbacks, run_after_model, run_before_model
 from runs.core.context.compaction import CompactionConfig
 from runs.core.context.pinned import PINNED_BUDGET_RATIO
-from runs.core.llm.base import Model, ModelRequest, ToolSpec
+from runs.core.llm.base import Model, ModelRequest, ToolSpec, tool_json
 from runs.core.llm.offline import extractive_summary
 from runs.core.tokens import count_message, count_text
 from sessions_app.core.events import Message
@@ -174,15 +173,6 @@ class ContextGovernance:
     The manifest itself is recorded with every governed call either way."""
     pinned: PinnedConfig | None = None
     """Issue 12, C2: the pinned block of the user's directives; None: off."""
-
-
-def tool_json(spec: ToolSpec) -> str:
-    return json.dumps(
-        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
-        sort_keys=True,
-        ensure_ascii=False,
-        default=str,
-    )
 
 
 def tools_tokens(tools: Sequence[ToolSpec], tokenizer: Tokenizer = TIKTOKEN) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -20,12 +21,43 @@ class ToolSpec:
     group whole, for a tool whose parameters are each optional but not all at once
     (`session_load` needs an anchor). Providers do not send it (a top-level `anyOf` is
     refused by some); the description says it in words, and planners and validation use it.
+
+    A spec is a value: its `parameters` are never changed in place once handed out (a tool
+    whose schema changes builds a new one), which lets `tool_json` remember its text.
     """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
     requires_one_of: tuple[tuple[str, ...], ...] = ()
+
+
+_TOOL_JSON: dict[tuple[str, str, int], tuple[Mapping[str, Any], str]] = {}
+_MAX_TOOL_JSON = 2048
+
+
+def tool_json(spec: ToolSpec) -> str:
+    """The tool as the model is told it: its name, description and parameters as one JSON
+    text (keys sorted), on which its token cost is counted and the offline model reads it.
+
+    Remembered: every model call of a run offers the same tools, and a tool hands out specs
+    that share one parameters object. The entry is found by that object's identity and holds
+    it alive, so no other object can take its id while the entry is there; a spec whose
+    schema was built afresh is dumped again."""
+    key = (spec.name, spec.description, id(spec.parameters))
+    hit = _TOOL_JSON.get(key)
+    if hit is not None and hit[0] is spec.parameters:
+        return hit[1]
+    text = json.dumps(
+        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
+    )
+    if len(_TOOL_JSON) >= _MAX_TOOL_JSON:
+        _TOOL_JSON.clear()
+    _TOOL_JSON[key] = (spec.parameters, text)
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,6 +41,7 @@ class _SkillTool:
         self._toolset = toolset
         self._list_in_description = list_in_description
         self.name = inner.name
+        self._parameters: tuple[tuple[str, ...], dict[str, Any]] | None = None
 
     @property
     def description(self) -> str:
@@ -52,12 +53,16 @@ class _SkillTool:
 
     def spec(self) -> ToolSpec:
         spec = self._inner.spec()
-        parameters = json.loads(json.dumps(spec.parameters))
-        names = [s.name for s in self._toolset.known]
-        skill = parameters.get("properties", {}).get("skill")
-        if skill is not None and names:
-            skill["enum"] = names
-        return ToolSpec(name=spec.name, description=self.description, parameters=parameters)
+        names = tuple(s.name for s in self._toolset.known)
+        if self._parameters is None or self._parameters[0] != names:
+            # Built again only when the skills change: one schema object per catalog lets
+            # every model call reuse its JSON and token count (`tool_json`).
+            parameters = json.loads(json.dumps(spec.parameters))
+            skill = parameters.get("properties", {}).get("skill")
+            if skill is not None and names:
+                skill["enum"] = list(names)
+            self._parameters = (names, parameters)
+        return ToolSpec(name=spec.name, description=self.description, parameters=self._parameters[1])
 
     async def call(self, context: ToolContext, args: Mapping[str, Any]) -> Any:
         return await self._inner.call(context, args)

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import validator_for
 
-from runs.core.llm.base import ToolSpec
+from runs.core.llm.base import ToolSpec, tool_json
 from runs.core.llm.offline.words import _analyse, _Analysis, _vocabulary
 from sessions_app.core.text import stem
 
@@ -152,16 +152,6 @@ class ToolProfile:
 _PROFILES: dict[tuple[str, str, int, tuple[tuple[str, ...], ...]], tuple[Mapping[str, Any], ToolProfile]] = {}
 _PROFILES_BY_JSON: dict[tuple[str, tuple[tuple[str, ...], ...]], ToolProfile] = {}
 _MAX_PROFILES = 2048
-
-
-def tool_json(spec: ToolSpec) -> str:
-    """The tool as the model is told it: its name, description and parameters as JSON."""
-    return json.dumps(
-        {"name": spec.name, "description": spec.description, "parameters": spec.parameters},
-        sort_keys=True,
-        ensure_ascii=False,
-        default=str,
-    )
 
 
 def tool_profile(spec: ToolSpec) -> ToolProfile:
