@@ -23,6 +23,7 @@ USED_BY_FRAMEWORKS = (
     AgentsiteCallContextBuilder.build_user,  # a2a-sdk's CallContextBuilder hook
     SessionConsumer.run_event,
     SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
+    SessionConsumer.dispatch,  # Channels calls it for every message of the socket
     _AnyAccept.select_parser,
     _AnyAccept.select_renderer,  # DRF content negotiation
     StateGraph.add_agent_node,  # public graph API, docs/graphs.md

@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from runs.core.callbacks import CallbackContext, ReplaceRequest, ToolCallContext, Veto
 from runs.core.llm.base import ModelRequest
+from runs.core.textmemo import TextMemo
 from sessions_app.core.events import Message, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,38 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _redact(text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
+    found: Counter[str] = Counter()
+
+    def count(kind: str, mask: str) -> str:
+        found[kind] += 1
+        return mask
+
+    text = _PRIVATE_KEY.sub(lambda m: count("private key", SECRET_MASK), text)
+    text = _KEY.sub(lambda m: count("api key", SECRET_MASK), text)
+    text = _BEARER.sub(lambda m: count("bearer token", f"{m.group(1)} {SECRET_MASK}"), text)
+    text = _PAIR.sub(
+        lambda m: (
+            m.group(0)
+            if m.group("value").strip("\"'") == SECRET_MASK
+            else count("secret", f"{m.group('key')}{m.group('sep')}{SECRET_MASK}")
+        ),
+        text,
+    )
+
+    def card(match: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", match.group(0))
+        if 13 <= len(digits) <= 19 and luhn_valid(digits):
+            return count("card number", CARD_MASK)
+        return match.group(0)
+
+    return _CARD.sub(card, text), tuple(found.items())
+
+
+# Every model call sends the run's history again: each text is scanned once (issue 23).
+_REDACTED = TextMemo(_redact, max_chars=4_000_000, max_text=65_536)
+
+
 class Redactor:
     """Masks secrets and card numbers in what goes to the model (see the module docstring)."""
 
@@ -74,33 +107,10 @@ class Redactor:
 
     def redact_text(self, text: str) -> tuple[str, Counter[str]]:
         """`text` with each secret and card number masked, and how many of each kind."""
-        found: Counter[str] = Counter()
         if not text:
-            return text, found
-
-        def count(kind: str, mask: str) -> str:
-            found[kind] += 1
-            return mask
-
-        text = _PRIVATE_KEY.sub(lambda m: count("private key", SECRET_MASK), text)
-        text = _KEY.sub(lambda m: count("api key", SECRET_MASK), text)
-        text = _BEARER.sub(lambda m: count("bearer token", f"{m.group(1)} {SECRET_MASK}"), text)
-        text = _PAIR.sub(
-            lambda m: (
-                m.group(0)
-                if m.group("value").strip("\"'") == SECRET_MASK
-                else count("secret", f"{m.group('key')}{m.group('sep')}{SECRET_MASK}")
-            ),
-            text,
-        )
-
-        def card(match: re.Match[str]) -> str:
-            digits = re.sub(r"\D", "", match.group(0))
-            if 13 <= len(digits) <= 19 and luhn_valid(digits):
-                return count("card number", CARD_MASK)
-            return match.group(0)
-
-        return _CARD.sub(card, text), found
+            return text, Counter()
+        redacted, found = _REDACTED(text)
+        return redacted, Counter(dict(found))
 
     def redact_request(self, request: ModelRequest) -> tuple[ModelRequest, Counter[str]]:
         """The request with every message's text and tool-call arguments redacted."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
+from runs.core.textmemo import TextMemo
 from sessions_app.core.events import Message
 
 logger = logging.getLogger(__name__)
@@ -54,34 +54,21 @@ CACHE_CHARS = 8_000_000
 CACHE_MAX_TEXT = 65_536
 """Longer texts are counted each time rather than crowding the cache."""
 
-_CACHE_LOCK = threading.Lock()
-_counts: OrderedDict[str, int] = OrderedDict()
-_cached_chars = 0
+
+def encode_count(text: str) -> int:
+    """cl100k_base tokens of `text`, counted now (characters / 4 without the encoding)."""
+    encode = _encoder()
+    return max(1, len(text) // 4) if encode is None else encode(text)
+
+
+COUNTS: TextMemo[int] = TextMemo(encode_count, max_chars=CACHE_CHARS, max_text=CACHE_MAX_TEXT)
 
 
 def count_text(text: str) -> int:
     """cl100k_base tokens of `text` (remembered; see the module docstring)."""
-    global _cached_chars
     if not text:
         return 0
-    cacheable = len(text) <= CACHE_MAX_TEXT
-    if cacheable:
-        with _CACHE_LOCK:
-            hit = _counts.get(text)
-            if hit is not None:
-                _counts.move_to_end(text)
-                return hit
-    encode = _encoder()
-    tokens = max(1, len(text) // 4) if encode is None else encode(text)
-    if cacheable:
-        with _CACHE_LOCK:
-            if text not in _counts:
-                _counts[text] = tokens
-                _cached_chars += len(text)
-                while _cached_chars > CACHE_CHARS:
-                    old, _ = _counts.popitem(last=False)
-                    _cached_chars -= len(old)
-    return tokens
+    return COUNTS(text)
 
 
 def count_message(message: Message) -> int:

@@ -271,6 +271,17 @@ def test_the_redactor_leaves_other_numbers_and_words_alone(text: str) -> None:
     assert Redactor().redact_text(text) == (text, Counter())
 
 
+def test_a_text_redacted_again_gets_the_same_masks_and_counts_of_its_own() -> None:
+    # Texts are scanned once and remembered (every model call sends the history again):
+    # the second answer is the first's, and what a caller does with its counts stays with it.
+    text = f"card {CARD} and password=hunter2"
+    first, found = Redactor().redact_text(text)
+    found["card number"] += 5
+    again, found_again = Redactor().redact_text(text)
+    assert again == first and "hunter2" not in again
+    assert found_again == Counter({"card number": 1, "secret": 1})
+
+
 @pytest.mark.parametrize(
     ("text", "approved"),
     [

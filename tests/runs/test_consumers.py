@@ -137,6 +137,31 @@ async def test_a_cookie_session_runs_the_agent_and_sees_the_whole_turn(
     assert frames[-1]["runId"] == accepted["run_id"]
 
 
+async def test_a_sockets_turn_makes_no_hop_to_close_connections_it_never_uses(
+    alice_token: str, alice_session: str, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Channels hops to its thread-sensitive thread before every handler to close that
+    # thread's stale connections; the consumer queries only on the database pool.
+    import channels.consumer
+
+    hops: list[int] = []
+
+    async def counted() -> None:
+        hops.append(1)
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted)
+    model = tool_then_answer()
+    use_model(model)
+    socket = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}")
+    await socket.send_json_to({"type": "run", "message": "Why does TLS fail?"})
+    assert (await receive(socket))["type"] == "run.accepted"
+    frames = await receive_until(socket, "RUN_FINISHED")
+    await socket.disconnect()
+
+    assert "TOOL_CALL_RESULT" in kinds(frames)
+    assert hops == []
+
+
 @pytest.mark.parametrize("how", ["query", "header"])
 async def test_a_token_authenticates_a_socket(
     how: str, alice_token: str, alice_session: str, use_model: Callable[[Model], None]

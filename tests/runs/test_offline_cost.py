@@ -8,7 +8,6 @@ encodes behind `count_text` and check that what is remembered still follows what
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from typing import Literal
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from runs.core import tokens
 from runs.core.llm.base import ModelRequest, ToolSpec, tool_json
 from runs.core.llm.offline import OfflineModel, plan_tool_calls
+from runs.core.textmemo import TextMemo
 from runs.core.tools.function import FunctionTool
 from sessions_app.core.events import Message
 
@@ -52,8 +52,9 @@ def encodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(text)
 
     monkeypatch.setattr(tokens, "_encoders", [counting])
-    monkeypatch.setattr(tokens, "_counts", OrderedDict())
-    monkeypatch.setattr(tokens, "_cached_chars", 0)
+    monkeypatch.setattr(
+        tokens, "COUNTS", TextMemo(tokens.encode_count, max_chars=tokens.CACHE_CHARS, max_text=tokens.CACHE_MAX_TEXT)
+    )
     return seen
 
 
@@ -92,14 +93,14 @@ async def test_a_run_encodes_each_text_once_and_its_second_step_no_tool_again(en
 
 
 def test_counts_stay_right_within_the_cache_bound(encodes: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tokens, "CACHE_CHARS", 200)
+    monkeypatch.setattr(tokens, "COUNTS", TextMemo(tokens.encode_count, max_chars=200, max_text=tokens.CACHE_MAX_TEXT))
     texts = [f"line {n}: the certificate of host{n}.example.com expired" for n in range(20)]
     first = [tokens.count_text(t) for t in texts]
     again = [tokens.count_text(t) for t in texts]
 
     assert first == again
-    assert tokens._cached_chars <= 200
-    assert sum(tokens._counts.values()) > 0
+    assert 0 < tokens.COUNTS.chars <= 200
+    assert len(tokens.COUNTS) > 0
     long_text = "word " * (tokens.CACHE_MAX_TEXT // 5 + 1)
     tokens.count_text(long_text)
     tokens.count_text(long_text)

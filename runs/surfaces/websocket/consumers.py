@@ -109,6 +109,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import autobahn.util
+from channels.consumer import get_handler_name
 from django.conf import settings
 
 from runs import error_texts
@@ -411,15 +412,20 @@ class SessionConsumer(RunFrames, LedgerReplay):
             wait_s = LEDGER_POLL_S if self.last_seq > before else min(LEDGER_POLL_MAX_S, 2 * wait_s)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels closes stale database connections before every handler; a live event
-        touches no database on its way (the relay's reads use their own pool), so it skips
-        that thread hop, once per delta per socket before (issue 23)."""
+        """Channels closes stale database connections before every handler, a hop to its
+        thread-sensitive thread each time (a socket's connect, each frame, each live event).
+        This consumer never queries on that thread: its reads, and the runs it starts, go
+        to the database pool, whose threads check their own connections
+        (`agentsite.threads`). So no handler pays for the hop (issue 23)."""
         if message.get("type") == EVENT_MESSAGE:
             if message.get("origin") == PROCESS_ORIGIN:
                 return  # published by this process: the socket took it from the sink (LOCAL)
             await self.run_event(message)
             return
-        await super().dispatch(message)
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message.get('type')!r}")
+        await handler(message)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """Live events of other processes from the session's group (`runs.fanout`): `items`
