@@ -184,6 +184,10 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes a worker's database connection before and after each task
+# unless this is set; with it, every this many tasks. Between, the worker keeps its
+# connection and checks it before a task when it may be dead (agentsite/celery.py).
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # With acks_late, a job whose worker died (SIGKILL, OOM, lost host) stays unacknowledged in
 # Redis and is handed to another worker once it is this old; kombu's default is one hour.

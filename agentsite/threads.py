@@ -61,45 +61,56 @@ class _Lanes:
         return self.get(block=False)
 
 
-class DatabaseThreadPool(ThreadPoolExecutor):
-    """Worker threads that keep their database connections between tasks; streaming runs'
-    work first (`_Lanes`).
+class KeptConnections:
+    """The database connections a thread keeps between its tasks, checked when they may be
+    dead: before a task, a connection idle longer than `idle_check_s`, one an error (not a
+    constraint's) occurred on, or one whose socket has something to read is flagged for
+    Django's health check (`CONN_HEALTH_CHECKS`, one round trip before its next query; a
+    failed check closes it and the query runs on a new one).
 
-    Django checks a kept connection at the start of each request (`CONN_HEALTH_CHECKS`,
-    one round trip); these threads serve no requests, so a task has its thread's
-    connections checked before their first query instead, when one may be dead: it sat
-    idle longer than `idle_check_s`, an error (not a constraint's) occurred on it, or its
-    socket has something to read. An idle connection has nothing to read: a database that
-    drops it (a restart, a failover, `pg_terminate_backend`, an idle timeout) sends its
-    farewell and closes the socket, which a zero-timeout poll sees without a round trip.
-    A dropped connection is thus replaced before the task's query, even one dropped a
-    moment after its last use; a connection that just answered costs nothing.
-    """
+    An idle connection has nothing to read: a database that drops it (a restart, a
+    failover, `pg_terminate_backend`, an idle timeout) sends its farewell and closes the
+    socket, which a zero-timeout poll sees without a round trip. A dropped connection is
+    thus replaced before the task's query, even one dropped a moment after its last use; a
+    connection that just answered costs nothing."""
 
-    def __init__(self, max_workers: int, thread_name_prefix: str, *, idle_check_s: float = IDLE_CHECK_S) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
-        self._work_queue = _Lanes()  # type: ignore[assignment]  # the same three methods, two lanes
+    def __init__(self, idle_check_s: float = IDLE_CHECK_S) -> None:
         self.idle_check_s = idle_check_s
         self._last_task = threading.local()  # when this thread's last task ended (monotonic)
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        return super().submit(self._with_checked_connections, fn, *args, **kwargs)
-
-    def _with_checked_connections(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    def before_task(self) -> None:
         from django.db import connections
 
         ended: float | None = getattr(self._last_task, "ended", None)
         idle = ended is None or time.monotonic() - ended > self.idle_check_s
         for connection in connections.all(initialized_only=True):
             if idle or connection.errors_occurred or _socket_readable(connection.connection):
-                # Django runs the check before the next query and closes the connection
-                # when it fails; the query then runs on a new one.
                 connection.health_check_done = False
                 connection.errors_occurred = False
+
+    def after_task(self) -> None:
+        self._last_task.ended = time.monotonic()
+
+
+class DatabaseThreadPool(ThreadPoolExecutor):
+    """Worker threads that keep their database connections between tasks (`KeptConnections`:
+    Django checks a kept connection at the start of each request, and these threads serve
+    none); streaming runs' work first (`_Lanes`)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str, *, idle_check_s: float = IDLE_CHECK_S) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix=thread_name_prefix)
+        self._work_queue = _Lanes()  # type: ignore[assignment]  # the same three methods, two lanes
+        self.kept = KeptConnections(idle_check_s)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(self._with_checked_connections, fn, *args, **kwargs)
+
+    def _with_checked_connections(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        self.kept.before_task()
         try:
             return fn(*args, **kwargs)
         finally:
-            self._last_task.ended = time.monotonic()
+            self.kept.after_task()
 
 
 def _socket_readable(driver_connection: Any) -> bool:
@@ -119,5 +130,7 @@ def _socket_readable(driver_connection: Any) -> bool:
     return bool(poller.poll(0))
 
 
+TASK_CONNECTIONS = KeptConnections()
+"""The connections of the threads that run Celery tasks (agentsite/celery.py)."""
 DB_EXECUTOR = DatabaseThreadPool(read("AGENTSITE_DB_THREADS"), "agentsite-db")
 VIEW_EXECUTOR = DatabaseThreadPool(read("AGENTSITE_VIEW_THREADS"), "agentsite-view")

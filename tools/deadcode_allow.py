@@ -5,6 +5,7 @@ Each line says who calls the name; anything else unused is dead code and goes.
 
 from agentsite.api.fields import ObjectJSONParser
 from agentsite.cache import SharedRedisCache
+from agentsite.celery import _check_kept_connections, _task_ended
 from agentsite.demo.factories import general_agent, support_agent, troubleshoot_agent
 from agentsite.errors import json_404, json_500
 from agentsite.middleware import malformed_request_middleware
@@ -20,6 +21,8 @@ USED_BY_FRAMEWORKS = (
     json_500,  # agentsite.urls handler404/handler500, by dotted path
     malformed_request_middleware,  # settings.MIDDLEWARE, by dotted path
     SharedRedisCache,  # settings.CACHES["default"]["BACKEND"], by dotted path
+    _check_kept_connections,
+    _task_ended,  # Celery's task_prerun / task_postrun signals
     AgentsiteCallContextBuilder.build_user,  # a2a-sdk's CallContextBuilder hook
     SessionConsumer.run_event,
     SessionConsumer.socket_revoked,  # Channels dispatches "run.event", "socket.revoked"
