@@ -12,10 +12,15 @@ import gc
 import os
 from typing import Any
 
+import django
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentsite.settings")
+django.setup(set_prefix=False)
+from agentsite.middleware import django_middleware_in_one_hop  # noqa: E402
+
+django_middleware_in_one_hop()  # before the handler is built: it reads the middleware's modes
 django_asgi_app = get_asgi_application()
 
 # Imported after Django is set up: they touch models and settings.

@@ -91,3 +91,25 @@ def malformed_request_middleware(
         return _refusal(request) or get_response(request)
 
     return sync_middleware
+
+
+def django_middleware_in_one_hop() -> None:
+    """Have the ASGI handler run the middleware of `settings.MIDDLEWARE` that are Django's
+    `MiddlewareMixin` adapters as one synchronous chain (call before the handler is built).
+
+    Such a middleware says it can run both ways, so under ASGI Django keeps the chain
+    asynchronous and the adapter hops to the request's thread for each `process_request`
+    and `process_response`: 13 hops per request here, of 19 in all, for methods that run on
+    that thread anyway. Marked synchronous, the run of them is entered and left once.
+    `GET /api/sessions/` in process on PostgreSQL: 8.1-9.6 -> 4.1-5.9 ms of CPU per request
+    (issue 23). Nothing else changes: the same methods run in the same order on the same
+    thread, and the paths in `MIDDLEWARE` stay Django's (its deployment checks read them).
+    """
+    from django.conf import settings
+    from django.utils.deprecation import MiddlewareMixin
+    from django.utils.module_loading import import_string
+
+    for path in settings.MIDDLEWARE:
+        middleware = import_string(path)
+        if isinstance(middleware, type) and issubclass(middleware, MiddlewareMixin):
+            middleware.async_capable = False

@@ -64,3 +64,37 @@ def test_under_wsgi_a_view_runs_on_the_requests_own_thread(alice: Any) -> None:
         patch.setattr(apis.SessionListCreateApi, "get", spied)
         assert client.get("/api/sessions/").status_code == 200
     assert seen == [threading.current_thread().name]
+
+
+async def test_djangos_middleware_run_in_one_hop_under_asgi_and_still_act(
+    monkeypatch: pytest.MonkeyPatch, alice: Any
+) -> None:
+    # Each of Django's middleware hopped to the request's thread for each of its methods (19
+    # thread hops per API request); marked synchronous, the run of them is entered once.
+    import asgiref.sync
+
+    token = (await Token.objects.aget_or_create(user=alice))[0].key
+    hops: list[str] = []
+    call = asgiref.sync.SyncToAsync.__call__
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(self.func, "__qualname__", repr(self.func)))
+        return await call(self, *args, **kwargs)
+
+    monkeypatch.setattr(asgiref.sync.SyncToAsync, "__call__", counted)
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        auth = {"Authorization": f"Bearer {token}"}
+        assert (await client.get("/api/sessions/", headers=auth)).status_code == 200  # the process's first
+        hops.clear()
+        listed = await client.get("/api/sessions/", headers=auth)
+        assert listed.status_code == 200, listed.text
+        # Left: the request signals, the chain, CSRF's process_view, the view, the render, the close.
+        assert len(hops) <= 6, hops
+        assert not [h for h in hops if h.endswith(("process_request", "process_response"))], hops
+        # The middleware still act: the clickjacking header, the session cookie's CSRF check.
+        assert listed.headers["X-Frame-Options"] == "DENY"
+        login = await client.get("/login/")
+        assert login.status_code == 200 and "csrftoken" in login.cookies
+        refused = await client.post("/login/", data={"username": "alice", "password": "x"})
+        assert refused.status_code == 403
