@@ -24,7 +24,6 @@ django_middleware_in_one_hop()  # before the handler is built: it reads the midd
 django_asgi_app = get_asgi_application()
 
 # Imported after Django is set up: they touch models and settings.
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
@@ -32,7 +31,7 @@ from agentsite.health import LIVEZ_PATH, livez  # noqa: E402
 from agentsite.runtime import run_manager  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 from runs.surfaces.a2a.server import a2a_application, serves  # noqa: E402
-from runs.surfaces.websocket.auth import TokenAuthMiddleware  # noqa: E402
+from runs.surfaces.websocket.auth import websocket_auth  # noqa: E402
 
 # Issue 23: what is loaded by now (Django, the apps, their modules) lives as long as the
 # process; out of the collector's sight, a full collection no longer walks it (200 ms pauses
@@ -43,9 +42,9 @@ router = ProtocolTypeRouter(
     {
         # Daphne serves no static files; with DEBUG on (`make run`, browser tests) Django does.
         "http": ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app,
-        # The session cookie, then a handshake token; without a token the Origin must be this
+        # A handshake token, else the session cookie; without a token the Origin must be this
         # site's (runs/surfaces/websocket/auth.py).
-        "websocket": AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns))),
+        "websocket": websocket_auth(URLRouter(websocket_urlpatterns)),
     }
 )
 

@@ -137,19 +137,28 @@ async def test_a_cookie_session_runs_the_agent_and_sees_the_whole_turn(
     assert frames[-1]["runId"] == accepted["run_id"]
 
 
-async def test_a_sockets_turn_makes_no_hop_to_close_connections_it_never_uses(
+async def test_a_token_sockets_turn_makes_no_hop_to_channels_database_thread(
     alice_token: str, alice_session: str, use_model: Callable[[Model], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Channels hops to its thread-sensitive thread before every handler to close that
-    # thread's stale connections; the consumer queries only on the database pool.
+    # thread's stale connections, and its cookie stack to look the session's user up; the
+    # consumer queries only on the database pool, and a token decides the user.
+    import channels.auth
     import channels.consumer
 
-    hops: list[int] = []
+    hops: list[str] = []
 
     async def counted() -> None:
-        hops.append(1)
+        hops.append("close_old_connections")
+
+    session_user = channels.auth.get_user
+
+    async def looked_up(scope: Any) -> Any:
+        hops.append("session user")
+        return await session_user(scope)
 
     monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted)
+    monkeypatch.setattr(channels.auth, "get_user", looked_up)
     model = tool_then_answer()
     use_model(model)
     socket = await open_socket(f"/ws/sessions/{alice_session}/?token={alice_token}")

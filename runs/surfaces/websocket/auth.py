@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import SplitResult, parse_qs, urlsplit
 
+from channels.auth import AuthMiddlewareStack
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
@@ -148,3 +149,20 @@ class TokenAuthMiddleware:
             if key is not None:
                 scope = {**scope, "user": await user_for_token(key), TOKEN_KEY: key}
         return await self.inner(scope, receive, send)
+
+
+def websocket_auth(inner: Any) -> Any:
+    """The websocket's authentication around `inner`: a handshake that carries a token goes
+    to `TokenAuthMiddleware` alone (the token decides the user, so the session cookie is
+    never read); one without, through Channels' cookie stack first. Every socket went
+    through that stack, whose user lookup is a hop to its database thread and two
+    connection sweeps even with no cookie to read (issue 23)."""
+    with_token = TokenAuthMiddleware(inner)
+    with_cookie = AuthMiddlewareStack(with_token)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if scope.get("type") == "websocket" and token_from_scope(scope) is not None:
+            return await with_token(scope, receive, send)
+        return await with_cookie(scope, receive, send)
+
+    return app
