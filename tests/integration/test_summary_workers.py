@@ -18,8 +18,6 @@ import contextlib
 import itertools
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,12 +29,12 @@ from asgiref.sync import async_to_sync
 
 from sessions_app.core.summary import SummaryRequest, SummaryResult
 from tests.sessions.ledger_builders import Ledger
+from tests.support.celery_worker import start_worker, stop, wait_ready
 from tests.support.daphne import database_url_for_tests
 
 # The drain may take DRAIN_S on a loaded machine, past the run's default per-test timeout.
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
 APP = "agentsite"
 PROBE_KEY = "SUMMARY_PROBE_KEY"
 WORKERS = 2
@@ -106,56 +104,16 @@ def workers(transactional_db: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
         PROBE_KEY: run,
         "PYTHONUNBUFFERED": "1",
     }
-    processes, logs = [], []
-    for index in range(WORKERS):
-        log = tmp_path / f"worker-{index}.log"
-        logs.append(log)
-        with log.open("wb") as out:
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "agentsite",
-                        "worker",
-                        "--pool=solo",
-                        "-Q",
-                        queue,
-                        "-n",
-                        f"w{index}-{run}@%h",
-                        "--without-gossip",
-                        "--without-mingle",
-                        "--loglevel=INFO",
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+    logs = [tmp_path / f"worker-{index}.log" for index in range(WORKERS)]
+    processes = [start_worker(queue=queue, name=f"w{index}-{run}", env=env, log=log) for index, log in enumerate(logs)]
     client = redis.Redis.from_url(redis_url)
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while not all("ready." in log.read_text(errors="replace") for log in logs):
-            for process, log in zip(processes, logs, strict=True):
-                if process.poll() is not None:
-                    raise RuntimeError(f"a worker exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("workers not ready:\n" + "\n".join(log.read_text(errors="replace") for log in logs))
-            time.sleep(0.2)
+        wait_ready(list(zip(processes, logs, strict=True)), STARTUP_S)
         names = [f"w{index}-{run}@{socket.gethostname()}" for index in range(WORKERS)]
         yield {"queue": queue, "run": run, "redis": client, "logs": logs, "names": names}
     finally:
         for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+            stop(process)
         client.delete(queue, f"{run}:calls", f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         client.close()
 

@@ -11,8 +11,6 @@ which PostgreSQL backend served it.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +19,11 @@ from typing import Any
 import pytest
 from celery import shared_task
 
+from tests.support.celery_worker import start_worker, stop, wait_ready
 from tests.support.daphne import database_url_for_tests
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
 PROBE = "tests.worker_connection_probe"
 STARTUP_S = 60
 WAIT_S = 60
@@ -63,46 +61,13 @@ def worker(transactional_db: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
         "PYTHONUNBUFFERED": "1",
     }
     log = tmp_path / "worker.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "agentsite",
-                "worker",
-                "--pool=solo",
-                "-Q",
-                queue,
-                "-n",
-                f"{run}@%h",
-                "--include",
-                __name__,
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel=INFO",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = start_worker(queue=queue, name=run, env=env, log=log, include=[__name__])
     client = redis.Redis.from_url(str(settings.REDIS_URL), socket_timeout=WAIT_S + 10)
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while "ready." not in log.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.2)
+        wait_ready([(process, log)], STARTUP_S)
         yield {"queue": queue, "key": f"{run}:pids", "redis": client, "log": log}
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop(process)
         client.delete(queue, f"{run}:pids", f"_kombu.binding.{queue}")
         client.close()
 

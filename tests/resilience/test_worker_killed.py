@@ -14,7 +14,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,11 @@ from asgiref.sync import async_to_sync
 from sessions_app.core.summary import SummaryRequest, SummaryResult
 from tests.resilience.services import require_services
 from tests.sessions.ledger_builders import Ledger
+from tests.support.celery_worker import start_worker, wait_ready
 from tests.support.daphne import database_url_for_tests
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-ROOT = Path(__file__).resolve().parents[2]
 APP = "agentsite"
 PROBE_KEY = "RESILIENCE_PROBE_KEY"
 VISIBILITY_S = 4
@@ -81,40 +80,8 @@ def _start_workers(tmp_path: Path, run: str, queue: str, redis_url: str) -> list
     workers = []
     for index in range(2):
         log = tmp_path / f"worker-{index}.log"
-        with log.open("wb") as out:
-            workers.append(
-                (
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "celery",
-                            "-A",
-                            "agentsite",
-                            "worker",
-                            "--pool=solo",
-                            "-Q",
-                            queue,
-                            "-n",
-                            f"w{index}-{run}@%h",
-                            "--without-gossip",
-                            "--without-mingle",
-                            "--loglevel=INFO",
-                        ],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                    ),
-                    log,
-                )
-            )
-    deadline = time.monotonic() + TIMEOUT
-    while not all("ready." in log.read_text(errors="replace") for _, log in workers):
-        for process, log in workers:
-            assert process.poll() is None, log.read_text(errors="replace")
-        assert time.monotonic() < deadline, "workers not ready"
-        time.sleep(0.2)
+        workers.append((start_worker(queue=queue, name=f"w{index}-{run}", env=env, log=log), log))
+    wait_ready(workers, TIMEOUT)
     return workers
 
 

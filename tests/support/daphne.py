@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 DAPHNE = Path(sys.executable).with_name("daphne")
 
@@ -110,9 +112,4 @@ def live_daphne(
                 time.sleep(0.1)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop(process, grace_s=10)
