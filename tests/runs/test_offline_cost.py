@@ -137,3 +137,17 @@ def test_a_tools_text_is_remembered_for_its_schema_and_made_again_for_another() 
     assert json.loads(tool_json(changed))["parameters"]["properties"]["service"]["enum"] == ["billing"]
     renamed = ToolSpec(name="restart", description=shared.description, parameters=shared.parameters)
     assert json.loads(tool_json(renamed))["name"] == "restart"
+
+
+def test_the_remembered_tool_texts_stay_within_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A client's own tools (/v1) are new objects with every request: they must not pile up.
+    from runs.core.llm import base
+
+    monkeypatch.setattr(base, "_TOOL_JSON", {})
+    monkeypatch.setattr(base, "_TOOL_JSON_CHARS", [0])
+    monkeypatch.setattr(base, "MAX_TOOL_JSON_CHARS", 2_000)
+    specs = [ToolSpec(name=f"t{n}", description="d" * 100, parameters={"type": "object"}) for n in range(100)]
+    texts = [tool_json(spec) for spec in specs]
+    assert all(json.loads(text)["name"] == spec.name for text, spec in zip(texts, specs, strict=True))
+    assert 0 < base._TOOL_JSON_CHARS[0] <= 2_000
+    assert sum(len(text) for _, text in base._TOOL_JSON.values()) == base._TOOL_JSON_CHARS[0]

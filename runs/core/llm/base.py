@@ -33,7 +33,12 @@ class ToolSpec:
 
 
 _TOOL_JSON: dict[tuple[str, str, int], tuple[Mapping[str, Any], str]] = {}
-_MAX_TOOL_JSON = 2048
+_TOOL_JSON_CHARS = [0]  # characters of the texts kept
+MAX_TOOL_JSON_CHARS = 4_000_000
+"""What the remembered tool texts may hold in all: a client's own tools (`/v1`) are new objects
+with every request, so the memo is emptied when they fill it."""
+MAX_TOOL_JSON_TEXT = 65_536
+"""A longer tool text is made each time rather than kept."""
 
 
 def tool_json(spec: ToolSpec) -> str:
@@ -43,7 +48,7 @@ def tool_json(spec: ToolSpec) -> str:
     Remembered: every model call of a run offers the same tools, and a tool hands out specs
     that share one parameters object. The entry is found by that object's identity and holds
     it alive, so no other object can take its id while the entry is there; a spec whose
-    schema was built afresh is dumped again."""
+    schema was built afresh is dumped again. Bounded by `MAX_TOOL_JSON_CHARS`."""
     key = (spec.name, spec.description, id(spec.parameters))
     hit = _TOOL_JSON.get(key)
     if hit is not None and hit[0] is spec.parameters:
@@ -54,9 +59,13 @@ def tool_json(spec: ToolSpec) -> str:
         ensure_ascii=False,
         default=str,
     )
-    if len(_TOOL_JSON) >= _MAX_TOOL_JSON:
+    if len(text) > MAX_TOOL_JSON_TEXT:
+        return text
+    if _TOOL_JSON_CHARS[0] + len(text) > MAX_TOOL_JSON_CHARS:
         _TOOL_JSON.clear()
+        _TOOL_JSON_CHARS[0] = 0
     _TOOL_JSON[key] = (spec.parameters, text)
+    _TOOL_JSON_CHARS[0] += len(text)
     return text
 
 
