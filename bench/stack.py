@@ -159,6 +159,94 @@ def process_cpu_s(pid: int, *, reaped_children: bool = False) -> float | None:
     return round(sum(int(f) for f in fields[11:end]) / os.sysconf("SC_CLK_TCK"), 2)
 
 
+def _stat_fields(pid: str) -> list[str] | None:
+    try:
+        return (Path("/proc") / pid / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def services_cpu_s() -> dict[str, float]:
+    """CPU seconds PostgreSQL and Redis have used so far, every process of each: a server's
+    own (utime + stime) and its reaped children's (cutime + cstime: PostgreSQL's backends
+    that have exited), plus its live children's own. Read before and after a run and take
+    the difference: a backend that exits in between moves from one term to the other."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {"postgres": "PostgreSQL", "redis-server": "Redis"}
+    rows: dict[str, tuple[str, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm in names and (fields := _stat_fields(entry.name)) is not None:
+            rows[entry.name] = (names[comm], fields)
+    used = dict.fromkeys(names.values(), 0.0)
+    for name, fields in rows.values():
+        # After the name: ppid is field 4; utime 14, stime 15, cutime 16, cstime 17 (1-based).
+        served_by_parent = fields[1] in rows
+        end = 13 if served_by_parent else 15  # a server's children are counted by themselves
+        used[name] += sum(int(f) for f in fields[11:end]) / tick
+    return {name: round(seconds, 2) for name, seconds in used.items()}
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine so far, all cores (/proc/stat): busy is
+    user, nice, system, irq, softirq and steal; idle is idle and iowait."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, (idle + iowait) / tick
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineCpu:
+    """Where the whole machine's CPU went during a run, per turn: each named process (the
+    stack's and the bench client's), PostgreSQL, Redis, and the rest of the machine; and
+    what that cost allows: at most `cores` x 1,000 / (busy ms per turn) turns per second."""
+
+    wall_s: float
+    busy_s: float
+    idle_s: float
+    by_part_s: dict[str, float]
+    turns: int
+
+    @property
+    def busy_ms_per_turn(self) -> float:
+        return 1000 * self.busy_s / self.turns if self.turns else 0.0
+
+    @property
+    def busy_share(self) -> float:
+        total = self.busy_s + self.idle_s
+        return self.busy_s / total if total else 0.0
+
+    def capacity_turns_per_s(self, cores: int | None = None) -> float:
+        """Turns per second the machine could do at this CPU per turn with every core busy."""
+        n = cores or os.cpu_count() or 1
+        return n * 1000 / self.busy_ms_per_turn if self.busy_ms_per_turn else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        parts = {name: round(1000 * s / self.turns, 1) for name, s in self.by_part_s.items()} if self.turns else {}
+        parts["rest of the machine"] = round(self.busy_ms_per_turn - sum(parts.values()), 1)
+        return {
+            "busy_core_s": round(self.busy_s, 1),
+            "idle_core_s": round(self.idle_s, 1),
+            "busy_share": round(self.busy_share, 3),
+            "busy_ms_per_turn": round(self.busy_ms_per_turn, 1),
+            "ms_per_turn_by_part": parts,
+            "capacity_turns_per_s": round(self.capacity_turns_per_s(), 1),
+        }
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {ms}" for name, ms in self.to_dict()["ms_per_turn_by_part"].items())
+        return (
+            f"machine CPU per turn {self.busy_ms_per_turn:.1f} ms ({parts}); the {os.cpu_count()} cores were "
+            f"{100 * self.busy_share:.0f}% busy; at this cost they do at most {self.capacity_turns_per_s():.1f} turns/s"
+        )
+
+
 @dataclass(frozen=True)
 class RunningStack:
     """A started `make stack`: the balancer's URL and where honcho logs."""
