@@ -17,7 +17,8 @@ miss events nobody summarised yet). Every call's manifest is checked (`check_man
 raises on a silent drop). At the end every hidden item is loaded back with
 `session_load` and compared byte for byte.
 
-C2, pinned intent. The 7 LoCoMo dev conversations and the first 7 QMSum test meetings:
+C2, pinned intent. Every LoCoMo dev conversation (7) and QMSum test meeting (35; `--sessions N`
+takes the first N of each):
 20 directives and 5 later corrections are planted (as their own line) in user messages
 at seeded positions in the first 85% of the session; 10 forced compactions, evenly
 spaced up to 90% of the session, each summarising the previous summary plus the new
@@ -72,7 +73,11 @@ recall figures run here too: C7r, the ranking's margins per split with intervals
 (`bench/recall_ranking.py`, weights fitted on the A halves by `bench/recall_fit.py`), and
 C7a, abstention fitted on some conversations and reported on the others
 (`bench/recall_abstention.py`); `--only c1s c7r c7a` prints every issue-24 recall figure
-with its interval, split and MET/MISSED in about ten minutes. About thirty minutes in all.
+with its interval, split and MET/MISSED in about ten minutes. Pins: the pin extractor's
+precision and recall on the labelled set written for it (`bench/pinned_extractor.py`,
+issue 24 item 1; C2 gives survival, stale and false pins on every file). Seed: the seed's
+own figures beside ours (`bench/seed_figures.py`, item 5). So `--only c2 pins c1s c7r c7a seed`
+prints every figure of issue 24. About forty minutes in all.
 
 The sections live beside this script, one module each: `context_beyond_ledgers` (the shared
 constants and ledgers), `context_beyond_c3`, `_c2`, `_c7`, `_c6` and `_c4`.
@@ -110,12 +115,17 @@ from bench.context_provenance import report_c1, run_c1  # noqa: E402
 __all__ = ["SEED", "c4_script", "main", "qmsum_sessions", "recall_locomo"]
 
 
-SECTIONS = ("c3", "c2", "c6", "c4", "c7", "c5", "c1", "c1s", "c7r", "c7a")
+SECTIONS = ("c3", "c2", "pins", "c6", "c4", "c7", "c5", "c1", "c1s", "c7r", "c7a", "seed")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=7, help="LoCoMo and QMSum sessions for C2 (each)")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=None,
+        help="LoCoMo conversations and QMSum meetings for C2, the first N of each (default: every file, 7 and 35)",
+    )
     parser.add_argument("--c4-sessions", type=int, default=3, help="200-turn QMSum sessions for C4")
     parser.add_argument(
         "--c5-sessions", type=int, default=1, help="200-turn QMSum sessions for C5 (each about 5 minutes)"
@@ -140,10 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
     if "c2" in args.only:
         c2 = []
-        for data, sessions in (("locomo", locomo_sessions(args.sessions)), ("qmsum", qmsum_sessions(args.sessions))):
+        every = args.sessions if args.sessions is not None else 10_000
+        for data, sessions in (("locomo", locomo_sessions(every)), ("qmsum", qmsum_sessions(every))):
             for i, (name, turns) in enumerate(sessions):
                 c2.append({"data": data, **pinned_session(name, turns, random.Random(SEED * 100 + i))})
         results["c2"] = c2
+    if "pins" in args.only:
+        # Issue 24, item 1: the conservative extractor on the labelled set written for it.
+        from bench import pinned_extractor
+
+        results["pins"] = pinned_extractor.report(pinned_extractor.load())
     if "c6" in args.only:
         c6 = []
         meetings = qmsum_sessions(100)
@@ -179,6 +195,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.recall_abstention import run as abstention
 
         results["c7a"] = abstention()
+    if "seed" in args.only:
+        # Issue 24, item 5: the seed's own figures beside ours (bench/seed_figures.py).
+        from bench import seed_figures
+
+        results["seed_figures"] = {
+            "mtbench": seed_figures.mtbench(None),
+            "longmemeval": asyncio.run(seed_figures.longmemeval(None)),
+            "locomo": asyncio.run(seed_figures.locomo(None)),
+        }
     elapsed = time.perf_counter() - started
     header = (
         f"# Context governance beyond the anchors (issue 12)\n\n{datetime.now(UTC):%Y-%m-%d}, "
@@ -189,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, report in (("c3", report_c3), ("c2", report_c2), ("c6", report_c6), ("c4", report_c4)):
         if key in results:
             parts.append(report(results[key]))
+        if key == "c2" and "pins" in results:
+            parts.append(results["pins"])  # its report opens with its own heading
     if "c7" in results:
         parts.append(report_c7(results["c7"]["locomo"], results["c7"]["longmemeval"]))
     if "c5" in results:
@@ -205,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts.append("## C7, ranking against its parts, per split (issue 24, item 3)\n\n" + report_c7r(results["c7r"]))
     if "c7a" in results:
         parts.append(results["c7a"])  # its report opens with its own "## Abstention" heading
+    if "seed_figures" in results:
+        from bench.seed_figures import report as report_seed
+
+        parts.append("## The seed's figures side by side (issue 24, item 5)\n\n" + report_seed(results["seed_figures"]))
     text = "\n\n".join(parts) + "\n"
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
