@@ -137,6 +137,7 @@ class SkillCandidateAdmin(admin.ModelAdmin):
         "conflict",
         "reason",
         "session_link",
+        "learned",
         "evidence_view",
         "diff_view",
         "files_view",

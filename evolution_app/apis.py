@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from agentsite.errors import ApplicationError
 from evolution_app import models as orm
+from evolution_app.services import MAX_EVIDENCE_SESSIONS
 
 MAX_RESULTS = 200
 
@@ -37,7 +38,11 @@ class CandidateOutput(serializers.Serializer):
     session_id = serializers.CharField(help_text="the session whose events are the evidence")
     conflict = serializers.CharField()
     reason = serializers.CharField()
-    evidence = serializers.ListField(child=serializers.DictField(), help_text="[{event_id, seq, kind, excerpt}]")
+    evidence = serializers.ListField(
+        child=serializers.DictField(),
+        help_text=f"[{{event_id, seq, kind, excerpt, session_id}}] of the first {MAX_EVIDENCE_SESSIONS} sessions that learned it",
+    )
+    learned = serializers.IntegerField(help_text="how many times the procedure was learned while this candidate waited")
     gate_results = GateResultOutput(many=True)
     files = serializers.ListField(child=serializers.CharField())
     decided_by = serializers.CharField(allow_null=True)
@@ -57,6 +62,7 @@ def _data(candidate: orm.SkillCandidate) -> dict[str, Any]:
         "conflict": candidate.conflict,
         "reason": candidate.reason,
         "evidence": list(candidate.evidence or []),
+        "learned": candidate.learned,
         "gate_results": [r.to_dict() for r in candidate.gate_results.all()],
         "files": sorted(candidate.files or {}),
         "decided_by": candidate.decided_by.get_username() if candidate.decided_by else None,

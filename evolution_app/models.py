@@ -105,7 +105,10 @@ class SkillCandidate(models.Model):
     spec = models.JSONField(default=dict, verbose_name=_("spec"))
     evidence = models.JSONField(
         default=list, blank=True, verbose_name=_("evidence")
-    )  # [{"event_id", "seq", "kind", "excerpt"}]
+    )  # [{"event_id", "seq", "kind", "excerpt", "session_id"}]: from the first MAX_EVIDENCE_SESSIONS sessions
+    learned = models.PositiveIntegerField(
+        default=1, verbose_name=_("times learned")
+    )  # reviews that proposed it while it waited, this one's included
     reason = models.TextField(
         blank=True, default="", verbose_name=_("reason")
     )  # why the reconciler proposed it this way

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from evolution_app import models as orm
@@ -19,6 +20,12 @@ from evolution_app.core.engine import CandidateDraft
 from skills_app import models as skills
 from skills_app.core.skill import SkillError
 from skills_app.services import skill_revision_create, skill_revision_publish
+
+MAX_EVIDENCE_SESSIONS = 10
+"""Sessions whose evidence a waiting candidate keeps. The same procedure learned again joins
+the waiting candidate; past this many sessions it only counts (`learned`): the reviewer has
+examples enough, and the stored list, rewritten at every join, stays bounded however many
+sessions learn it (under load, one candidate gathered 500 sessions' evidence a minute)."""
 
 
 class CandidateError(SkillError):
@@ -43,19 +50,19 @@ def candidate_create(
     """Store a gated proposal; `publish` outcomes are published at once (no gate held it).
 
     The same procedure learned again while its candidate waits (same name, same files) is
-    not a second candidate: this session's evidence joins the waiting one, so a reviewer
-    sees how often the method recurred."""
+    not a second candidate: it counts on the waiting one (`learned`), so a reviewer sees how
+    often the method recurred, and this session's evidence joins it while the candidate cites
+    fewer than MAX_EVIDENCE_SESSIONS sessions."""
     proposal = draft.proposal
     evidence = [{**item, "session_id": session_id} for item in draft.evidence]
     if draft.gates.outcome == "hold":
         waiting = orm.SkillCandidate.objects.select_for_update().filter(
             app=app, name=proposal.name, status="pending_review"
         )
-        twin = next((c for c in waiting if c.files == draft.files), None)
+        # Only what finding the twin needs: the evidence of every waiting candidate is not read.
+        twin = next((c for c in waiting.only("id", "files") if c.files == draft.files), None)
         if twin is not None:
-            known = {(e.get("session_id"), e["event_id"]) for e in twin.evidence}
-            twin.evidence = [*twin.evidence, *(e for e in evidence if (session_id, e["event_id"]) not in known)]
-            twin.save(update_fields=["evidence", "updated_at"])
+            _join(twin, session_id=session_id, evidence=evidence)
             candidate_audit(candidate=twin, action="evidence", comment=f"learned again in session {session_id}")
             return twin
     status = {"hold": "pending_review", "rejected": "rejected", "publish": "pending_review"}[draft.gates.outcome]
@@ -104,6 +111,18 @@ def candidate_create(
             candidate.save(update_fields=["status", "decision_reason", "updated_at"])
             candidate_audit(candidate=candidate, action="rejected", comment=candidate.decision_reason)
     return candidate
+
+
+def _join(twin: orm.SkillCandidate, *, session_id: str, evidence: list[dict[str, Any]]) -> None:
+    """Count a new learning of `twin` (locked by the caller) and keep its evidence while the
+    candidate cites fewer than MAX_EVIDENCE_SESSIONS sessions (or already cites this one)."""
+    kept: list[dict[str, Any]] = orm.SkillCandidate.objects.filter(pk=twin.pk).values_list("evidence", flat=True)[0]
+    cited = {e.get("session_id") for e in kept}
+    changes: dict[str, Any] = {"learned": F("learned") + 1, "updated_at": timezone.now()}
+    if session_id in cited or len(cited) < MAX_EVIDENCE_SESSIONS:
+        known = {(e.get("session_id"), e["event_id"]) for e in kept}
+        changes["evidence"] = [*kept, *(e for e in evidence if (session_id, e["event_id"]) not in known)]
+    orm.SkillCandidate.objects.filter(pk=twin.pk).update(**changes)
 
 
 def _publish(*, candidate: orm.SkillCandidate, user: Any, reason: str) -> skills.SkillRevision:

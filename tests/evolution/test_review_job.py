@@ -341,6 +341,7 @@ def test_the_same_procedure_learned_again_adds_evidence_to_the_waiting_candidate
     second = run(bob_api)
     candidate = orm.SkillCandidate.objects.get()
     assert {e["session_id"] for e in candidate.evidence} == {first["session_id"], second["session_id"]}
+    assert candidate.learned == 2
     assert list(candidate.audit.values_list("action", flat=True)) == ["proposed", "held", "evidence"]
     html = admin_client.get(f"/admin/evolution_app/skillcandidate/{candidate.pk}/change/").content.decode()
     links = html.count("/admin/sessions_app/event/") - html.count('href="/admin/sessions_app/event/"')
@@ -439,3 +440,66 @@ def test_the_candidate_page_and_its_decisions_read_in_chinese(
         **chinese,
     ).content.decode()
     assert f"{SKILL[0].upper()}{SKILL[1:]}：已发布为修订版 1" in approved  # the admin capitalises messages
+
+
+def test_a_candidate_learned_in_many_sessions_keeps_the_first_sessions_evidence_and_counts_the_rest(
+    alice_api: Any,
+    bob_api: Any,
+    admin_user: Any,
+    use_model: Callable[[Model], None],
+    eager_celery: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stored evidence is bounded: past MAX_EVIDENCE_SESSIONS sessions a join only counts
+    (every join used to append to the list and write it whole)."""
+    from evolution_app import services
+    from tests.conftest import _client_for
+
+    monkeypatch.setattr(services, "MAX_EVIDENCE_SESSIONS", 2)
+    sessions_learned = []
+    for api in (alice_api, bob_api, alice_api, bob_api):
+        use_model(troubleshooting_model())
+        sessions_learned.append(run(api)["session_id"])
+    candidate = orm.SkillCandidate.objects.get()
+    assert candidate.learned == 4
+    assert {e["session_id"] for e in candidate.evidence} == set(sessions_learned[:2])
+    # Each learning is still on the audit trail, the later ones included.
+    joined = list(candidate.audit.filter(action="evidence").values_list("comment", flat=True))
+    assert joined == [f"learned again in session {s}" for s in sessions_learned[1:]]
+    listed = _client_for(admin_user).get("/api/evolution/candidates/", {"status": "pending_review"}).json()["results"]
+    assert [(c["learned"], len({e["session_id"] for e in c["evidence"]})) for c in listed] == [(4, 2)]
+
+    # A session already cited adds its new evidence even past the bound.
+    monkeypatch.setattr(services, "MAX_EVIDENCE_SESSIONS", 1)
+    before = sum(1 for e in candidate.evidence if e["session_id"] == sessions_learned[0])
+    use_model(troubleshooting_model())
+    again = run(alice_api, session_id=sessions_learned[0])
+    assert again["session_id"] == sessions_learned[0]
+    candidate.refresh_from_db()
+    assert candidate.learned == 5
+    assert {e["session_id"] for e in candidate.evidence} == set(sessions_learned[:2])
+    assert sum(1 for e in candidate.evidence if e["session_id"] == sessions_learned[0]) > before
+
+
+def test_the_migration_counts_the_sessions_an_existing_candidates_evidence_cites() -> None:
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("evolution_app.migrations.0003_times_learned")
+    shared = {"files": {"SKILL.md": "x"}, "status": "pending_review", "app": "agentsite", "action": "create"}
+    many = orm.SkillCandidate.objects.create(
+        name="many",
+        session_key="s1",
+        evidence=[
+            {"event_id": "e1", "seq": 1},  # from before evidence named its session: the candidate's own
+            {"event_id": "e2", "seq": 2, "session_id": "s2"},
+            {"event_id": "e3", "seq": 3, "session_id": "s3"},
+            {"event_id": "e4", "seq": 4, "session_id": "s3"},
+        ],
+        **shared,
+    )
+    one = orm.SkillCandidate.objects.create(name="one", session_key="s9", evidence=[{"event_id": "e"}], **shared)
+    migration.count_learned(apps, None)
+    assert orm.SkillCandidate.objects.get(pk=many.pk).learned == 3
+    assert orm.SkillCandidate.objects.get(pk=one.pk).learned == 1
