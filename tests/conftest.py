@@ -104,6 +104,23 @@ def bob(make_user: Callable[[str], Any]) -> Any:
     return make_user("bob")
 
 
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every SQL statement any thread runs through Django's cursors (the database pool's
+    threads included, which `CaptureQueriesContext` does not see)."""
+    from django.db.backends.utils import CursorWrapper
+
+    seen: list[str] = []
+    execute = CursorWrapper.execute
+
+    def counted(cursor: CursorWrapper, sql: str, params: Any = None) -> Any:
+        seen.append(str(sql))
+        return execute(cursor, sql, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", counted)
+    yield seen
+
+
 def _client_for(user: Any) -> Any:
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient

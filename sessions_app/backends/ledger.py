@@ -222,7 +222,10 @@ def _append_checked(
 
 
 def _list_events(key: SessionKey, after_seq: int, limit: int) -> list[Event]:
-    if not _owned(key).exists():
+    # Through the key's session row: events are one statement, and the check of the session
+    # only when none came back ("not yours" is an error, "nothing new" is not).
+    mine = orm.Event.objects.filter(session__in=_owned(key), session_id=key.session_id, seq__gt=after_seq)
+    rows = list(mine.order_by("seq")[:limit])
+    if not rows and not _owned(key).exists():
         raise SessionNotFoundError(f"session {key.session_id!r} not found")
-    rows = orm.Event.objects.filter(session_id=key.session_id, seq__gt=after_seq).order_by("seq")[:limit]
     return [mapping.event_from_row(r) for r in rows]

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from django.db import IntegrityError, connection, transaction
-from django.db.models import F, QuerySet
-from django.db.models.sql.subqueries import UpdateQuery
+from django.db import connection
 
 from sessions_app import mapping
 from sessions_app import models as orm
@@ -16,10 +11,18 @@ from sessions_app.core.session import SessionKey, SessionNotFoundError, Summary
 
 
 def _get_summary(key: SessionKey, filter_key: str) -> Summary | None:
+    # Through the key's session row, so that a stored summary is one statement; the check of
+    # the session only when none came back ("not yours" is an error, "none yet" is not).
+    row = (
+        orm.Summary.objects.filter(session__in=_owned(key), session_id=key.session_id, filter_key=filter_key)
+        .exclude(text="")
+        .first()
+    )
+    if row is not None:
+        return mapping.summary_from_row(row)
     if not _owned(key).exists():
         raise SessionNotFoundError(f"session {key.session_id!r} not found")
-    row = orm.Summary.objects.filter(session_id=key.session_id, filter_key=filter_key).exclude(text="").first()
-    return mapping.summary_from_row(row) if row is not None else None
+    return None
 
 
 def _put_summary(key: SessionKey, summary: Summary) -> None:
@@ -32,47 +35,56 @@ def _put_summary(key: SessionKey, summary: Summary) -> None:
     )
 
 
-def _update_returning(rows: QuerySet[orm.Summary], values: Mapping[str, Any]) -> orm.Summary | None:
-    """UPDATE `rows` with `values` in one statement and return the (first) row it changed,
-    as stored after it; None when it changed none."""
-    query = rows.query.chain(UpdateQuery)
-    query.add_update_values(values)
-    sql, params = query.get_compiler(connection=connection).as_sql()
-    columns = ", ".join(f'"{f.column}"' for f in orm.Summary._meta.concrete_fields)
-    changed = list(orm.Summary.objects.raw(f"{sql} RETURNING {columns}", params))
-    return changed[0] if changed else None
+_SUMMARY_COLUMNS = (
+    "text",
+    "cutoff_at",
+    "last_event_id",
+    "last_seq",
+    "updated_at",
+    "covered_events",
+    "covered_tokens",
+)
+
+
+def _advance_statement() -> str:
+    """The one statement of an advance: insert the session's first summary for the filter
+    key, or advance the stored one when the new boundary is past it (the idempotency guard of
+    SPEC 1.8, in the conflict's WHERE), through the key's own session row, so that another
+    user's session gets nothing written. It returns the row as stored, or nothing."""
+    quote = connection.ops.quote_name
+    table, sessions = quote(orm.Summary._meta.db_table), quote(orm.Session._meta.db_table)
+    columns = ", ".join(quote(c) for c in _SUMMARY_COLUMNS)
+    changed = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _SUMMARY_COLUMNS)
+    returned = ", ".join(quote(f.column) for f in orm.Summary._meta.concrete_fields)
+    values = ", ".join(["%s"] * len(_SUMMARY_COLUMNS))
+    return (
+        f'INSERT INTO {table} ("session_id", "filter_key", {columns}, "version", "lease_token", "lease_until") '
+        f"SELECT s.\"id\", %s, {values}, 1, '', NULL FROM {sessions} s "
+        f'WHERE s."id" = %s AND s."app" = %s AND s."user_id" = %s '
+        f'ON CONFLICT ("session_id", "filter_key") DO UPDATE SET {changed}, "version" = {table}."version" + 1 '
+        f'WHERE {table}."last_seq" < excluded."last_seq" RETURNING {returned}'
+    )
 
 
 def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
+    """Store `summary` when its boundary is past the stored one's (or none is stored): the
+    row as stored, else None; SessionNotFoundError when the session is not the key's.
+
+    One statement whatever the case (issue 23: a session's first summary took eight, an
+    UPDATE that found nothing twice, two checks, a savepoint, the INSERT and a read back);
+    a second only to tell "not yours" from "not past the stored one" when it wrote nothing."""
     if summary.boundary is None:
         raise ValueError("advance_summary needs a summary with a boundary")
+    if not key.user_id.isdigit():  # Session.user is an integer key: no session is this key's
+        raise SessionNotFoundError(f"session {key.session_id!r} not found")
     fields = mapping.summary_fields(summary)
-    # Summary rows belong to the session row (the key's owner): matching through it makes
-    # an update of someone else's session touch nothing, without a check of its own.
-    mine = orm.Summary.objects.filter(session__in=_owned(key), filter_key=summary.filter_key)
-    # The idempotency guard is in the WHERE clause: a write whose boundary is not past the
-    # stored one changes nothing, whoever else wrote in between. The common case, an
-    # existing row advanced, is that one statement (issue 18: it was BEGIN, UPDATE and a
-    # SELECT of the row); the row it changed comes back with RETURNING.
-    advanced = _update_returning(
-        mine.filter(last_seq__lt=summary.boundary.last_seq), {**fields, "version": F("version") + 1}
-    )
-    if advanced is not None:
-        return mapping.summary_from_row(advanced)
-    with transaction.atomic():
-        updated = mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1)
-        if not updated:
-            if not _owned(key).exists():
-                raise SessionNotFoundError(f"session {key.session_id!r} not found")
-            if mine.exists():
-                return None
-            try:
-                with transaction.atomic():
-                    orm.Summary.objects.create(
-                        session_id=key.session_id, filter_key=summary.filter_key, version=1, **fields
-                    )
-            except IntegrityError:
-                # Created by a concurrent writer (or the lock) since: compare against it.
-                if not mine.filter(last_seq__lt=summary.boundary.last_seq).update(**fields, version=F("version") + 1):
-                    return None
-        return mapping.summary_from_row(mine.get())
+    prepared = [
+        orm.Summary._meta.get_field(name).get_db_prep_save(fields[name], connection) for name in _SUMMARY_COLUMNS
+    ]
+    params = [summary.filter_key, *prepared, key.session_id, key.app, int(key.user_id)]
+    stored = list(orm.Summary.objects.raw(_advance_statement(), params))
+    if stored:
+        return mapping.summary_from_row(stored[0])
+    if not _owned(key).exists():
+        raise SessionNotFoundError(f"session {key.session_id!r} not found")
+    return None

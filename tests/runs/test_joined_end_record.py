@@ -5,14 +5,13 @@ backends, so on PostgreSQL in CI; the record must be the same as when it is save
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.db.backends.utils import CursorWrapper
 
 from runs import models as run_rows
 from runs.backends import DjangoRunStore, record_from_row
@@ -71,20 +70,6 @@ class FailingLastWrite(DjangoSessionService):
         if any(e.is_runner_completion for e in events):
             raise RuntimeError("disk full")
         return await super().append_events(session, events, joined=joined)
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every SQL statement any thread runs through Django's cursors."""
-    seen: list[str] = []
-    execute = CursorWrapper.execute
-
-    def counted(cursor: CursorWrapper, sql: str, params: Any = None) -> Any:
-        seen.append(str(sql))
-        return execute(cursor, sql, params)
-
-    monkeypatch.setattr(CursorWrapper, "execute", counted)
-    yield seen
 
 
 def agent() -> LLMAgent:
