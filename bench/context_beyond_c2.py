@@ -139,11 +139,17 @@ def pinned_session(name: str, turns: list[tuple[str, str]], rng: random.Random) 
 
 
 def report_c2(rows: list[dict[str, Any]]) -> str:
+    from bench.context_scoped import bootstrap  # 95% interval over sessions
+
+    def survival(values: list[dict[str, Any]]) -> str:
+        share, low, high = bootstrap([v["survival"] for v in values])
+        return f"{share:.1%} [{low:.1%}, {high:.1%}] (min {min(v['survival'] for v in values):.0%})"
+
     lines = [
         f"## C2: pinned intent (20 directives + 5 corrections planted; {COMPACTIONS} forced compactions, "
         f"extractive surrogate {SUMMARY_BUDGET} tokens, {LOSS:.0%} of sentences dropped; window {WINDOW:,})",
         "",
-        "| data | policy | survival | stale | superseded shown | intent tokens (% window) |",
+        "| data | policy | survival, 95% CI over sessions | stale | superseded shown | intent tokens (% window) |",
         "|---|---|---|---|---|---|",
     ]
     for data in ("locomo", "qmsum"):
@@ -151,8 +157,7 @@ def report_c2(rows: list[dict[str, Any]]) -> str:
         for policy in POLICIES:
             values = [r[policy] for r in subset]
             lines.append(
-                f"| {data} ({len(subset)}) | {policy} | {mean([v['survival'] for v in values]):.1%} "
-                f"(min {min(v['survival'] for v in values):.0%}) | {sum(v['stale'] for v in values)} | "
+                f"| {data} ({len(subset)}) | {policy} | {survival(values)} | {sum(v['stale'] for v in values)} | "
                 f"{sum(v['superseded_present'] for v in values)} | {mean([v['intent_tokens'] for v in values]):,.0f} "
                 f"({mean([v['intent_share_of_window'] for v in values]):.1%}, max {max(v['intent_share_of_window'] for v in values):.1%}) |"
             )
@@ -162,4 +167,11 @@ def report_c2(rows: list[dict[str, Any]]) -> str:
         + ", ".join(f"{r['session']} {r['pins_false']}" for r in rows)
         + f"; over the budget: {sum(r['pins_omitted'] for r in rows)} in all.",
     ]
+    for data in ("locomo", "qmsum"):
+        subset = [float(r["pins_false"]) for r in rows if r["data"] == data]
+        if subset:
+            per, low, high = bootstrap(subset)
+            lines.append(
+                f"False pins per {data} session: {per:.2f} [{low:.2f}, {high:.2f}] (95% bootstrap over sessions)."
+            )
     return "\n".join(lines)
