@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.db import connection
 
 from sessions_app import mapping
@@ -35,30 +37,21 @@ def _put_summary(key: SessionKey, summary: Summary) -> None:
     )
 
 
-_SUMMARY_COLUMNS = (
-    "text",
-    "cutoff_at",
-    "last_event_id",
-    "last_seq",
-    "updated_at",
-    "covered_events",
-    "covered_tokens",
-)
-
-
-def _advance_statement() -> str:
-    """The one statement of an advance: insert the session's first summary for the filter
+@functools.cache
+def _advance_statement(columns: tuple[str, ...]) -> str:
+    """The one statement of an advance (written once per set of `columns`, those
+    `mapping.summary_fields` sets): insert the session's first summary for the filter
     key, or advance the stored one when the new boundary is past it (the idempotency guard of
     SPEC 1.8, in the conflict's WHERE), through the key's own session row, so that another
     user's session gets nothing written. It returns the row as stored, or nothing."""
     quote = connection.ops.quote_name
     table, sessions = quote(orm.Summary._meta.db_table), quote(orm.Session._meta.db_table)
-    columns = ", ".join(quote(c) for c in _SUMMARY_COLUMNS)
-    changed = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in _SUMMARY_COLUMNS)
+    named = ", ".join(quote(c) for c in columns)
+    changed = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns)
     returned = ", ".join(quote(f.column) for f in orm.Summary._meta.concrete_fields)
-    values = ", ".join(["%s"] * len(_SUMMARY_COLUMNS))
+    values = ", ".join(["%s"] * len(columns))
     return (
-        f'INSERT INTO {table} ("session_id", "filter_key", {columns}, "version", "lease_token", "lease_until") '
+        f'INSERT INTO {table} ("session_id", "filter_key", {named}, "version", "lease_token", "lease_until") '
         f"SELECT s.\"id\", %s, {values}, 1, '', NULL FROM {sessions} s "
         f'WHERE s."id" = %s AND s."app" = %s AND s."user_id" = %s '
         f'ON CONFLICT ("session_id", "filter_key") DO UPDATE SET {changed}, "version" = {table}."version" + 1 '
@@ -78,11 +71,9 @@ def _advance_summary(key: SessionKey, summary: Summary) -> Summary | None:
     if not key.user_id.isdigit():  # Session.user is an integer key: no session is this key's
         raise SessionNotFoundError(f"session {key.session_id!r} not found")
     fields = mapping.summary_fields(summary)
-    prepared = [
-        orm.Summary._meta.get_field(name).get_db_prep_save(fields[name], connection) for name in _SUMMARY_COLUMNS
-    ]
+    prepared = [orm.Summary._meta.get_field(name).get_db_prep_save(value, connection) for name, value in fields.items()]
     params = [summary.filter_key, *prepared, key.session_id, key.app, int(key.user_id)]
-    stored = list(orm.Summary.objects.raw(_advance_statement(), params))
+    stored = list(orm.Summary.objects.raw(_advance_statement(tuple(fields)), params))
     if stored:
         return mapping.summary_from_row(stored[0])
     if not _owned(key).exists():
